@@ -1,0 +1,69 @@
+# TailPilot: every entry point a developer, CI or a user needs.
+#   make demo    the main job: the local cluster, the operator, a service, its decisions
+#   make test    every test tier (pure, local cluster, real Triton/Prometheus) + lint
+# Everything is installed by the targets themselves, idempotently; slow builds are
+# cached outside the repository in $(TAILPILOT_CACHE), keyed by pinned versions.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+export TAILPILOT_CACHE ?= $(HOME)/.cache/tailpilot
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: help
+help:
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+.PHONY: system-deps
+system-deps: ## apt packages (openssl, prometheus, alertmanager, libpython3.11, ...)
+	@bash e2e/install-system-deps.sh
+
+# The venv is rebuilt when the dependencies change; pip's own cache makes that fast.
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip >/dev/null
+	$(PIP) install -q -c requirements.lock -e '.[triton,dev]'
+	@touch $(STAMP)
+
+.PHONY: venv
+venv: $(STAMP) ## the project's Python environment in .venv/
+
+.PHONY: binaries
+binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok from upstream Go modules
+	@bash e2e/build-binaries.sh
+	@$(PY) -m tailpilot_e2e.tools link-binaries $(VENV)/bin
+
+.PHONY: helm
+helm: ## install helm (pinned, cached) into .venv/bin
+	@ln -sf "$$(bash e2e/install-helm.sh)" $(VENV)/bin/helm
+
+.PHONY: tools
+tools: system-deps venv binaries helm
+
+.PHONY: cluster-up
+cluster-up: tools ## start the local cluster (idempotent); kubeconfig in .cluster/kubeconfig
+	@$(PY) -m tailpilot_e2e.cluster up
+
+.PHONY: cluster-down
+cluster-down: ## stop every process of the local cluster and remove its state
+	@test -x $(PY) && $(PY) -m tailpilot_e2e.cluster down || echo "no venv: nothing to stop"
+
+.PHONY: lint
+lint: venv ## ruff, mypy --strict, import-linter layers, CRD drift
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy operator controllers builders
+	$(VENV)/bin/lint-imports
+
+.PHONY: test
+test: tools lint ## every test tier; starts and stops what it needs
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+.PHONY: bench
+bench: venv ## the policy benchmark (full; ~15 min)
+	$(PY) -m tailpilot.bench.run
+
+.PHONY: demo
+demo: tools ## the main job on the local cluster
+	$(PY) -m tailpilot_e2e.demo

@@ -1,0 +1,220 @@
+"""A small typed wrapper over the Kubernetes REST API for the reconciler (all cluster I/O is here).
+
+Objects are plain dicts (what the manifest builders produce). Writes are
+server-side applies with the field manager `tailpilot`, so the operator owns
+exactly the fields it sets and corrects drift in them, without fighting other
+controllers over fields it never set. Every call is counted by verb so the
+benchmark can report the operator's write rate at rest.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "tailpilot"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:  # noqa: D102
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """The REST path of a collection, an object, or one of its subresources."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            root += f"/namespaces/{namespace}"
+        root += f"/{self.plural}"
+        if name:
+            root += f"/{name}"
+        if subresource:
+            root += f"/{subresource}"
+        return root
+
+
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SERVICES = Resource("", "v1", "services", "Service")
+PODS = Resource("", "v1", "pods", "Pod")
+EVENTS = Resource("", "v1", "events", "Event")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+JOBS = Resource("batch", "v1", "jobs", "Job")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
+PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
+
+BY_KIND = {
+    r.kind: r
+    for r in (CONFIGMAPS, SERVICES, PODS, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)
+}
+
+
+class Kube:
+    """Thread-safe enough for the reconciler's worker threads (urllib3 pools its connections)."""
+
+    def __init__(self, api: client.ApiClient):
+        self._api = api
+        self._lock = threading.Lock()
+        self.requests: Counter[str] = Counter()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        with self._lock:
+            self.requests[method] += 1
+        method_, url, headers, payload, _ = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(method_, url, header_params=headers, body=payload)
+        raw: bytes | None = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status < 300:
+            raise ApiException(status=response.status, reason=response.reason, http_resp=response,
+                               body=raw.decode(errors="replace") if raw else None)
+        return json.loads(raw) if raw else None
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return dict(self._call("GET", resource.path(namespace, name)))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list(
+        self, resource: Resource, namespace: str | None, *, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects matching a label selector."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return list(self._call("GET", resource.path(namespace), query=query)["items"])
+
+    def apply(self, body: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        """Server-side apply `body` (force: the operator owns what it sets)."""
+        resource = BY_KIND[body["kind"]]
+        meta = body["metadata"]
+        return dict(
+            self._call(
+                "PATCH",
+                resource.path(meta.get("namespace"), meta["name"], subresource),
+                body=json.dumps(body),
+                content_type="application/apply-patch+yaml",
+                query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            )
+        )
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create; None when an object of that name already exists (idempotent re-runs)."""
+        resource = BY_KIND[body["kind"]]
+        try:
+            return dict(
+                self._call(
+                    "POST",
+                    resource.path(body["metadata"].get("namespace")),
+                    body=body,
+                    query=[("fieldManager", FIELD_MANAGER)],
+                )
+            )
+        except ApiException as error:
+            if error.status == 409:
+                return None
+            raise
+
+    def merge_patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """JSON merge patch (used for status and for the custom resource)."""
+        return dict(
+            self._call(
+                "PATCH",
+                resource.path(namespace, name, subresource),
+                body=patch,
+                content_type="application/merge-patch+json",
+                query=[("fieldManager", FIELD_MANAGER)],
+            )
+        )
+
+    def delete(self, resource: Resource, namespace: str | None, name: str) -> bool:
+        """Delete in the background (dependents go too); False if it was already gone."""
+        try:
+            self._call("DELETE", resource.path(namespace, name), body={"propagationPolicy": "Background"})
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def post_event(
+        self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
+    ) -> None:
+        """Post a core/v1 Event about an object (what `kubectl describe` and `get events` show)."""
+        meta = involved["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "tailpilot-operator"},
+            "reportingComponent": "tailpilot.io/operator",
+            "reportingInstance": "tailpilot-operator",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call("POST", EVENTS.path(meta["namespace"]), body=event)
+
+    def has_resource(self, group: str, version: str, plural: str) -> bool:
+        """Whether the cluster serves a resource (e.g. the prometheus-operator CRDs)."""
+        try:
+            found = self._call("GET", f"/apis/{group}/{version}")
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in found.get("resources", []))
+
+    def writes(self) -> int:
+        """Number of write requests sent so far."""
+        return sum(n for verb, n in self.requests.items() if verb in {"POST", "PUT", "PATCH", "DELETE"})

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Builds the local cluster's binaries from upstream Go modules, once.
+#
+# Output: $TAILPILOT_CACHE/bin/<component>-<version>/<binary>; a warm run
+# finds every binary present and builds nothing. No registry here packages
+# kube-apiserver, kind or k3s, so we build them: k8s.io/kubernetes has
+# replace directives for its staging modules and cannot be `go install`ed, so
+# a generated wrapper module requires it and replaces each staging module with
+# its published v0.<minor>.<patch> tag.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache="${TAILPILOT_CACHE:-$HOME/.cache/tailpilot}"
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+
+log() { printf '[build-binaries] %s\n' "$*" >&2; }
+
+k8s_dir="$cache/bin/kubernetes-$KUBERNETES_VERSION"
+etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
+kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
+
+build_kubernetes() {
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=()
+  for b in "${want[@]}"; do [[ -x "$k8s_dir/$b" ]] || missing+=("$b"); done
+  [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $KUBERNETES_VERSION: cached"; return; }
+  log "kubernetes $KUBERNETES_VERSION: building ${missing[*]} (cold: many minutes on 2 cores)"
+  local src="$cache/src/kubernetes-$KUBERNETES_VERSION"
+  mkdir -p "$src" "$k8s_dir.tmp"
+  local gomod
+  gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  local staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  {
+    echo "module tailpilot.local/k8sbuild"
+    echo
+    echo "go $(sed -n 's/^go //p' "$gomod")"
+    echo
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo
+    echo "replace ("
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_version"'#p' "$gomod"
+    echo ")"
+  } > "$src/go.mod"
+  cat > "$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  (cd "$src" && go mod tidy -e >/dev/null 2>&1 || true; cd "$src" && go mod download)
+  local git_version="$KUBERNETES_VERSION"
+  local major minor
+  major=1; minor="$(echo "$KUBERNETES_VERSION" | cut -d. -f2)"
+  local ld="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$git_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  for b in "${missing[@]}"; do
+    log "  go build $b"
+    (cd "$src" && go build -trimpath -ldflags "$ld" -o "$k8s_dir.tmp/$b" "k8s.io/kubernetes/cmd/$b")
+  done
+  mkdir -p "$k8s_dir"
+  for b in "${missing[@]}"; do mv "$k8s_dir.tmp/$b" "$k8s_dir/$b"; done
+  rmdir "$k8s_dir.tmp"
+}
+
+build_etcd() {
+  [[ -x "$etcd_dir/etcd" ]] && { log "etcd $ETCD_VERSION: cached"; return; }
+  log "etcd $ETCD_VERSION: building"
+  local src="$cache/src/etcd-$ETCD_VERSION"
+  mkdir -p "$src" "$etcd_dir"
+  cat > "$src/go.mod" <<GOMOD
+module tailpilot.local/etcdbuild
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+GOMOD
+  cat > "$src/main.go" <<'GO'
+// Command etcd runs the upstream etcd server's main.
+package main
+
+import "go.etcd.io/etcd/server/v3/etcdmain"
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  # etcdmain.Main takes the args; keep the import list honest.
+  sed -i 's#import "go.etcd.io/etcd/server/v3/etcdmain"#import (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)#' "$src/main.go"
+  (cd "$src" && go mod tidy && go build -trimpath -ldflags "-s -w" -o "$etcd_dir/etcd.tmp" . && mv "$etcd_dir/etcd.tmp" "$etcd_dir/etcd")
+}
+
+build_kwok() {
+  [[ -x "$kwok_dir/kwok" ]] && { log "kwok $KWOK_VERSION: cached"; return; }
+  log "kwok $KWOK_VERSION: building"
+  mkdir -p "$kwok_dir"
+  GOBIN="$kwok_dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+
+for c in "${@:-kubernetes etcd kwok}"; do
+  for part in $c; do "build_$part"; done
+done
+log "binaries ready under $cache/bin"

@@ -1,0 +1,89 @@
+"""Where the local cluster's pieces live: pinned versions, cached binaries, state dir, ports.
+
+Versions come from `e2e/versions.env` (the one pinned-versions file). Binaries
+are cached outside the repository, under `$TAILPILOT_CACHE` (default
+`~/.cache/tailpilot`), keyed by version, so a warm start builds nothing and a
+fresh clone on the same machine reuses them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+E2E_DIR = Path(__file__).resolve().parent
+REPO_ROOT = E2E_DIR.parent
+VERSIONS_FILE = E2E_DIR / "versions.env"
+
+
+def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
+    """Parse the KEY=VALUE lines of versions.env (comments and blanks ignored)."""
+    versions: dict[str, str] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        versions[key.strip()] = value.strip()
+    return versions
+
+
+def cache_dir() -> Path:
+    """Root of the build cache that survives across clones and sessions."""
+    return Path(os.environ.get("TAILPILOT_CACHE", Path.home() / ".cache" / "tailpilot"))
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of every executable the cluster runs."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    kwok: Path
+
+    @classmethod
+    def from_cache(cls, root: Path | None = None, versions: dict[str, str] | None = None) -> Binaries:
+        """Binaries as `e2e/build-binaries.sh` lays them out in the cache."""
+        v = versions or read_versions()
+        bin_root = (root or cache_dir()) / "bin"
+        k8s = bin_root / f"kubernetes-{v['KUBERNETES_VERSION']}"
+        return cls(
+            etcd=bin_root / f"etcd-{v['ETCD_VERSION']}" / "etcd",
+            kube_apiserver=k8s / "kube-apiserver",
+            kube_controller_manager=k8s / "kube-controller-manager",
+            kube_scheduler=k8s / "kube-scheduler",
+            kubectl=k8s / "kubectl",
+            kwok=bin_root / f"kwok-{v['KWOK_VERSION']}" / "kwok",
+        )
+
+    def missing(self) -> list[Path]:
+        """Binaries that are not there (or not executable)."""
+        return [p for p in vars(self).values() if not os.access(p, os.X_OK)]
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports of the cluster's components; fixed so a second `up` finds a running cluster."""
+
+    etcd_client: int = 23790
+    etcd_peer: int = 23800
+    apiserver: int = 26443
+    controller_manager: int = 26257
+    scheduler: int = 26259
+    kwok: int = 26247
+
+    @classmethod
+    def from_env(cls) -> Ports:
+        """Shift every port by TAILPILOT_CLUSTER_PORT_OFFSET (to run two clusters side by side)."""
+        offset = int(os.environ.get("TAILPILOT_CLUSTER_PORT_OFFSET", "0"))
+        base = cls()
+        return cls(**{name: port + offset for name, port in vars(base).items()})
+
+
+def state_dir() -> Path:
+    """Per-checkout state: certificates, kubeconfigs, etcd data, PIDs and logs (git-ignored)."""
+    return Path(os.environ.get("TAILPILOT_CLUSTER_DIR", REPO_ROOT / ".cluster"))

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Debian packages the project needs on a fresh machine; installs only what is missing.
+#   openssl            certificates of the local cluster
+#   libpython3.11      the Triton Python backend stub links it
+#   libb64-0d          perf_analyzer from tritonclient[all]
+#   prometheus, prometheus-alertmanager   real monitoring for tests and the demo (start no daemons)
+#   unzip              helm ships inside an npm package's zip
+set -euo pipefail
+packages=(openssl libpython3.11 libb64-0d prometheus prometheus-alertmanager unzip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "[system-deps] all present"
+  exit 0
+fi
+echo "[system-deps] installing: ${missing[*]}"
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian packages would start daemons under systemd; there is none here, but be explicit.
+for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+  $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
+done
+echo "[system-deps] done"

@@ -1,0 +1,232 @@
+"""Run the real operator against the local cluster, and play engine builds on simulated nodes.
+
+The operator runs as its own process (`tailpilot operator`, the console
+script users run), scoped to one namespace so tests do not see each other's
+objects, and is stopped by PID. It is told to label build pods
+`kwok.tailpilot.io/await-result`, so KWOK keeps them Running until a test
+plays a result onto them (the termination message a real build writes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from tailpilot.api.engine import BuildResult
+from tailpilot_e2e.cluster import LocalCluster
+from tailpilot_e2e.config import REPO_ROOT
+from tailpilot_e2e.procs import pid_runs
+from tailpilot_e2e.wait import eventually
+
+CRD_FILE = REPO_ROOT / "crds" / "tailpilot.io_inferenceservices.yaml"
+AWAIT_RESULT_LABEL = "kwok.tailpilot.io/await-result"
+BUILD_COMPONENT_SELECTOR = "app.kubernetes.io/component=engine-build"
+
+
+def free_port() -> int:
+    """A free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def install_crds(cluster: LocalCluster, files: Sequence[Path] = (CRD_FILE,)) -> None:
+    """Server-side apply CRDs and wait until they are Established."""
+    for path in files:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path), timeout=60)
+        name = cluster.kubectl("get", "-f", str(path), "-o", "jsonpath={.metadata.name}").stdout.strip()
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s", timeout=70)
+
+
+class OperatorProcess:
+    """`tailpilot operator` as a child process; a context manager."""
+
+    def __init__(
+        self, cluster: LocalCluster, *, namespace: str, log_dir: Path, extra_args: Sequence[str] = ()
+    ):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log_file = log_dir / f"operator-{namespace}.log"
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 60) -> OperatorProcess:
+        """Start and wait for kopf's liveness endpoint (the operator is watching then)."""
+        self.port = free_port()
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "tailpilot.cli",
+            "operator",
+            "--namespace",
+            self.namespace,
+            "--build-pod-label",
+            f"{AWAIT_RESULT_LABEL}=true",
+            "--build-retry-base-seconds",
+            "3",
+            "--resync-seconds",
+            "60",
+            "--liveness",
+            f"http://127.0.0.1:{self.port}/healthz",
+            *self.extra_args,
+        ]
+        with self.log_file.open("ab") as log:
+            self.process = subprocess.Popen(  # noqa: S603
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "KUBECONFIG": str(self.cluster.paths.kubeconfig)},
+            )
+        eventually(
+            self._alive_and_ready, timeout=timeout, description=f"operator ready (log {self.log_file})"
+        )
+        return self
+
+    def _alive_and_ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"operator exited with {self.process.returncode}; log: {self.log_file}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as response:  # noqa: S310
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    @property
+    def pid(self) -> int:  # noqa: D102
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed or evicted operator would die."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        assert not pid_runs(self.process.pid)
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def create_engine_store(
+    core: client.CoreV1Api, namespace: str, *, host_path: Path, claim: str = "tailpilot-engines"
+) -> None:
+    """A PersistentVolume bound to the namespace's engine-store claim (no provisioner runs here)."""
+    pv_name = f"engines-{namespace}"[:63]
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=pv_name, labels={"tailpilot.io/test": "true"}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "10Gi"},
+                access_modes=["ReadWriteMany", "ReadOnlyMany"],
+                persistent_volume_reclaim_policy="Delete",
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=str(host_path), type="DirectoryOrCreate"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+            ),
+        )
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=claim),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=pv_name,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
+            ),
+        ),
+    )
+
+
+def running_build_pod(
+    core: client.CoreV1Api, namespace: str, *, job_name: str | None = None, timeout: float = 60
+) -> client.V1Pod:
+    """Wait for a Running, not yet played build pod (of one Job, if named)."""
+    selector = BUILD_COMPONENT_SELECTOR + (f",job-name={job_name}" if job_name else "")
+
+    def find() -> client.V1Pod | None:
+        for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
+            annotations = pod.metadata.annotations or {}
+            if pod.status.phase == "Running" and "kwok.tailpilot.io/exit-code" not in annotations:
+                return pod
+        return None
+
+    pod: client.V1Pod = eventually(find, timeout=timeout, description=f"a running build pod in {namespace}")
+    return pod
+
+
+def play_build(
+    core: client.CoreV1Api,
+    pod: client.V1Pod,
+    *,
+    result: BuildResult | None = None,
+    exit_code: int | None = None,
+    message: str | None = None,
+) -> None:
+    """Finish a simulated build pod with a BuildResult (or a raw exit code and message)."""
+    if result is not None:
+        message = result.to_termination_message()
+        exit_code = 0 if exit_code is None and result.outcome.value == "Succeeded" else (exit_code or 1)
+    annotations: dict[str, Any] = {
+        "kwok.tailpilot.io/exit-code": str(exit_code if exit_code is not None else 0)
+    }
+    if message is not None:
+        annotations["kwok.tailpilot.io/termination-message"] = message
+    core.patch_namespaced_pod(
+        pod.metadata.name, pod.metadata.namespace, {"metadata": {"annotations": annotations}}
+    )
+
+
+def custom_object(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The InferenceService as the API server has it."""
+    found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", name
+    )
+    return found
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    """A status condition of a custom object."""
+    for cond in (obj.get("status") or {}).get("conditions", []):
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+def dump(obj: Any) -> str:
+    """Readable JSON for assertion messages."""
+    return json.dumps(obj, indent=1, default=str)[:3000]
+
+
+def wait_seconds(seconds: float) -> None:
+    """Let time pass where a test asserts that nothing happens (not a synchronization)."""
+    time.sleep(seconds)

@@ -1,0 +1,73 @@
+"""Typed values shared by the autoscaling policy, the controller and the benchmark simulator.
+
+The policy (`tailpilot.policy`) is a pure function of
+(spec bounds, engine profile, observation, state, now) -> Decision. The
+controller fills `Observation` from Prometheus; the benchmark simulator fills
+it from its simulated fleet, with the same metric semantics. Neither the
+policy nor these types read a clock: time is passed in as seconds.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BatchingConfig(_Frozen):
+    """Triton dynamic-batching settings in force or proposed (one model, one replica)."""
+
+    max_batch_size: int = Field(ge=1)
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = Field(default=0, ge=0)
+    instances_per_replica: int = Field(default=1, ge=1)
+
+
+class Observation(_Frozen):
+    """What the controller knows about a service's traffic at one instant.
+
+    All rates are per second over the evaluation window; latencies are
+    service-level (merged across pods, never an average of per-pod quantiles).
+    `None` means the metric was missing.
+    """
+
+    at_s: float
+    request_rate: float | None
+    p99_ms: float | None
+    queue_depth_per_replica: float | None = None
+    queue_time_ms: float | None = None
+    compute_time_ms: float | None = None
+    mean_batch_size: float | None = None
+    failure_rate: float | None = None
+    ready_replicas: int = 0
+    #: Age of the newest sample the observation was built from.
+    data_age_s: float = 0.0
+
+
+class ScalingAction(StrEnum):
+    """What a decision changes."""
+
+    NONE = "None"
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    REBATCH = "Rebatch"
+    SCALE_UP_AND_REBATCH = "ScaleUpAndRebatch"
+    SCALE_DOWN_AND_REBATCH = "ScaleDownAndRebatch"
+    HOLD = "Hold"
+
+
+class Decision(_Frozen):
+    """The policy's output: target replicas and batching, and why (CamelCase reason + message)."""
+
+    at_s: float
+    action: ScalingAction
+    replicas: int = Field(ge=0)
+    batching: BatchingConfig
+    reason: str
+    message: str = ""
+    predicted_p99_ms: float | None = None
+    dry_run: bool = False

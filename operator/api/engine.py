@@ -1,0 +1,194 @@
+"""Contracts between the engine build Job and everything that reads its output.
+
+The builder (`tailpilot build` / `tailpilot profile`) writes `profile.json` as an
+`EngineProfile` next to the engine, and reports a `BuildResult` as the build
+container's termination message, which the operator reads from the API. The
+autoscaling policy and the benchmark simulator read the same `EngineProfile`.
+Keeping these in one module is what lets a KWOK stage play a build's result on a
+simulated GPU node: it only has to write a valid `BuildResult`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Bumped whenever the builder's output for the same inputs changes; part of every key.
+BUILDER_VERSION = "1"
+
+#: Kubernetes truncates termination messages at 4096 bytes; results must fit.
+TERMINATION_MESSAGE_LIMIT_BYTES = 4096
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class BatchProfilePoint(_Frozen):
+    """Latency and throughput of the engine at one batch size, measured client-side."""
+
+    batch_size: int = Field(ge=1, alias="batchSize")
+    #: Concurrency used for the measurement (requests in flight from the client).
+    concurrency: int = Field(default=1, ge=1)
+    p50_ms: float = Field(ge=0, alias="p50Ms")
+    p95_ms: float = Field(ge=0, alias="p95Ms")
+    p99_ms: float = Field(ge=0, alias="p99Ms")
+    #: Inferences (items, not requests) per second.
+    throughput_per_s: float = Field(ge=0, alias="throughputPerS")
+    samples: int = Field(default=0, ge=0)
+
+
+class ServiceTimeModel(_Frozen):
+    """Fitted per-batch execution time: t(b) = intercept_ms + per_item_ms * b, times (1 + jitter)."""
+
+    intercept_ms: float = Field(ge=0, alias="interceptMs")
+    per_item_ms: float = Field(ge=0, alias="perItemMs")
+    #: Coefficient of variation of the execution time around the fit.
+    jitter_cv: float = Field(default=0.0, ge=0, alias="jitterCv")
+
+    def mean_ms(self, batch_size: int) -> float:
+        """Mean execution time of one batch of `batch_size` items."""
+        return self.intercept_ms + self.per_item_ms * batch_size
+
+
+class EngineProfile(_Frozen):
+    """Content of `profile.json`: what one engine can do on the hardware it was profiled on."""
+
+    engine_key: str = Field(alias="engineKey")
+    backend: str
+    precision: str
+    #: "cpu" or a GPU product label value such as "NVIDIA-H100-80GB-HBM3".
+    hardware: str
+    max_batch_size: int = Field(ge=1, alias="maxBatchSize")
+    points: list[BatchProfilePoint]
+    service_time: ServiceTimeModel = Field(alias="serviceTime")
+    #: How the numbers were obtained (tool, version, duration) or, for scaled
+    #: variants that stand for GPU engines, that they are scaled and from what.
+    method: str = ""
+
+    def to_summary(self) -> ProfileSummary:
+        """The compact form that goes into a BuildResult and the InferenceService status."""
+        return ProfileSummary(
+            hardware=self.hardware,
+            service_time=self.service_time,
+            points=[
+                ProfileSummaryPoint(
+                    batch_size=p.batch_size,
+                    p99_ms=round(p.p99_ms, 3),
+                    throughput_per_s=round(p.throughput_per_s, 1),
+                )
+                for p in self.points
+            ],
+        )
+
+
+class ProfileSummaryPoint(_Frozen):
+    """One batch size of a profile summary."""
+
+    batch_size: int = Field(ge=1, alias="batchSize")
+    p99_ms: float = Field(ge=0, alias="p99Ms")
+    throughput_per_s: float = Field(ge=0, alias="throughputPerS")
+
+
+class ProfileSummary(_Frozen):
+    """Small enough for a termination message and the object's status."""
+
+    hardware: str
+    service_time: ServiceTimeModel = Field(alias="serviceTime")
+    points: list[ProfileSummaryPoint]
+
+
+class ShapeProfile(_Frozen):
+    """Min/opt/max of one input's non-batch dimensions (the batch dimension follows the batching bounds)."""
+
+    input: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+class BuildRequest(_Frozen):
+    """Everything the build Job needs, passed as one JSON document (`tailpilot build --request ...`).
+
+    The operator derives it from the InferenceService spec; `request_key()`
+    names the build Job, so re-runs and operator restarts never duplicate it.
+    The engine key proper (content-addressed: model bytes, library versions)
+    is computed by the builder once it has the model.
+    """
+
+    model_uri: str = Field(alias="modelUri")
+    model_sha256: str | None = Field(default=None, alias="modelSha256")
+    model_name: str = Field(default="model", alias="modelName")
+    backend: Literal["onnxruntime", "tensorrt"]
+    precision: Literal["fp32", "fp16", "int8"]
+    calibration_uri: str | None = Field(default=None, alias="calibrationUri")
+    calibration_sha256: str | None = Field(default=None, alias="calibrationSha256")
+    shapes: tuple[ShapeProfile, ...] = ()
+    max_batch_size: int = Field(ge=1, alias="maxBatchSize")
+    #: "cpu" or the GPU product label value the engine is built for and pinned to.
+    target: str = "cpu"
+    #: "native": Triton's onnxruntime/tensorrt backend (production images);
+    #: "python": the same optimized ONNX Runtime model wrapped in a Python-backend model
+    #: (the Triton that runs on machines without those backends).
+    serving_variant: Literal["native", "python"] = Field(default="native", alias="servingVariant")
+    #: Engine store root (a mounted PVC path in the Job, a directory locally).
+    store: str = "/engines"
+    profile: bool = True
+
+    def request_key(self) -> str:
+        """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
+        canonical = json.dumps(
+            {"v": BUILDER_VERSION, **self.model_dump(mode="json", exclude={"profile", "store"})},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+class TensorSpec(_Frozen):
+    """One model input or output as Triton declares it (dims exclude the batch dimension; -1 = dynamic)."""
+
+    name: str
+    data_type: str = Field(alias="dataType")  # Triton's name, e.g. "TYPE_FP32"
+    dims: tuple[int, ...]
+
+
+class BuildOutcome(StrEnum):
+    """Whether a build produced an engine."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class BuildResult(_Frozen):
+    """What the build container writes to its termination message (JSON, camelCase keys).
+
+    On failure, `reason` is a CamelCase constant (e.g. `ModelChecksumMismatch`)
+    and `message` a sentence a user can act on; the operator copies both onto
+    the EngineReady condition.
+    """
+
+    outcome: BuildOutcome
+    engine_key: str = Field(default="", alias="engineKey")
+    #: Where the published engine lives, e.g. "pvc://tailpilot-engines/<key>" or a store path.
+    artifact: str = ""
+    profile: ProfileSummary | None = None
+    reason: str = ""
+    message: str = ""
+    #: Triton backend the engine is served with ("onnxruntime", "tensorrt" or "python").
+    triton_backend: str = Field(default="", alias="tritonBackend")
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    #: True when the engine was already in the store and nothing was rebuilt.
+    cache_hit: bool = Field(default=False, alias="cacheHit")
+
+    def to_termination_message(self) -> str:
+        """Serialize within the kubelet's termination-message limit (drops the profile if needed)."""
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        if len(text.encode()) > TERMINATION_MESSAGE_LIMIT_BYTES:
+            text = self.model_copy(update={"profile": None}).model_dump_json(by_alias=True, exclude_none=True)
+        return text[:TERMINATION_MESSAGE_LIMIT_BYTES]

@@ -1,0 +1,3 @@
+"""Shared pytest configuration: the local-cluster fixtures live in the e2e harness."""
+
+pytest_plugins = ["tailpilot_e2e.pytest_plugin"]

@@ -1,0 +1,83 @@
+import json
+
+from tailpilot.api.engine import BuildOutcome, BuildResult
+from tailpilot.controllers.build_state import BuildPhase, assess_build, parse_result
+
+
+def job(*conditions):
+    return {
+        "metadata": {"name": "j"},
+        "status": {
+            "conditions": [
+                {
+                    "type": t,
+                    "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "reason": r,
+                    "message": m,
+                }
+                for t, r, m in conditions
+            ]
+        },
+    }
+
+
+def pod(phase, *, exit_code=None, message=None, created="2026-01-01T00:00:00Z", node="gpu-h100-0"):
+    status = {"phase": phase, "containerStatuses": [{"name": "build", "state": {"running": {}}}]}
+    if exit_code is not None:
+        terminated = {"exitCode": exit_code}
+        if message is not None:
+            terminated["message"] = message
+        status["containerStatuses"][0]["state"] = {"terminated": terminated}
+    return {"metadata": {"creationTimestamp": created}, "spec": {"nodeName": node}, "status": status}
+
+
+OK = BuildResult(
+    outcome=BuildOutcome.SUCCEEDED, engine_key="k1", artifact="pvc://e/k1", triton_backend="python"
+)
+BAD = BuildResult(outcome=BuildOutcome.FAILED, reason="ModelChecksumMismatch", message="sha256 differs")
+
+
+def test_absent_and_running():
+    assert assess_build(None, []).phase is BuildPhase.ABSENT
+    state = assess_build(job(), [pod("Running")])
+    assert state.phase is BuildPhase.RUNNING and state.node == "gpu-h100-0"
+
+
+def test_success_carries_the_result():
+    state = assess_build(
+        job(("Complete", "", "")), [pod("Succeeded", exit_code=0, message=OK.to_termination_message())]
+    )
+    assert state.phase is BuildPhase.SUCCEEDED and state.result == OK
+
+
+def test_complete_without_result_is_a_failure():
+    state = assess_build(job(("Complete", "", "")), [pod("Succeeded", exit_code=0)])
+    assert state.phase is BuildPhase.FAILED and state.reason == "BuildResultMissing"
+
+
+def test_failure_reports_the_builders_reason_and_message():
+    state = assess_build(
+        job(("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")),
+        [pod("Failed", exit_code=1, message=BAD.to_termination_message())],
+    )
+    assert (state.phase, state.reason, state.message) == (
+        BuildPhase.FAILED,
+        "ModelChecksumMismatch",
+        "sha256 differs",
+    )
+
+
+def test_failure_with_plain_text_message_and_retrying_job():
+    state = assess_build(
+        job(),
+        [pod("Failed", exit_code=3, message="out of memory"), pod("Running", created="2026-01-01T00:01:00Z")],
+    )
+    assert state.phase is BuildPhase.RUNNING and state.failed_pods == 1
+    assert state.reason == "EngineBuildFailed" and "code 3: out of memory" in state.message
+
+
+def test_parse_result_rejects_non_results():
+    assert parse_result("not json") is None
+    assert parse_result(json.dumps({"hello": 1})) is None
+    assert parse_result(OK.to_termination_message()) == OK

@@ -1,0 +1,59 @@
+from tailpilot.controllers.drift import Outcome, is_subset, plan
+
+
+def deployment(replicas=2, gpu="1"):
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "a", "labels": {"x": "y"}},
+        "spec": {
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "triton", "resources": {"limits": {"nvidia.com/gpu": gpu, "memory": "1Gi"}}}
+                    ]
+                }
+            },
+        },
+    }
+
+
+def live_of(desired, **status):
+    live = {
+        **desired,
+        "metadata": {
+            **desired["metadata"],
+            "uid": "u",
+            "resourceVersion": "7",
+            "annotations": {"deployment.kubernetes.io/revision": "1"},
+        },
+    }
+    live["spec"] = {**desired["spec"], "progressDeadlineSeconds": 600, "strategy": {"type": "RollingUpdate"}}
+    live["status"] = status
+    return live
+
+
+def test_missing_object_is_created():
+    assert plan(deployment(), None) is Outcome.CREATE
+
+
+def test_server_defaults_and_status_are_not_drift():
+    desired = deployment()
+    assert plan(desired, live_of(desired, readyReplicas=2)) is Outcome.NONE
+
+
+def test_hand_edited_replicas_and_gpu_limit_are_drift():
+    desired = deployment(replicas=2, gpu="1")
+    assert plan(desired, live_of(deployment(replicas=5))) is Outcome.UPDATE
+    assert plan(desired, live_of(deployment(gpu="2"))) is Outcome.UPDATE
+
+
+def test_quantities_compare_by_value():
+    assert is_subset({"cpu": "500m", "memory": "1Gi", "n": 1}, {"cpu": "0.5", "memory": "1024Mi", "n": "1"})
+    assert not is_subset({"cpu": "500m"}, {"cpu": "1"})
+
+
+def test_lists_must_keep_length_but_elements_compare_as_subsets():
+    assert is_subset([{"name": "a"}], [{"name": "a", "protocol": "TCP"}])
+    assert not is_subset([{"name": "a"}], [{"name": "a"}, {"name": "b"}])

@@ -1,0 +1,79 @@
+"""Fixtures for tests of the real operator process on the local cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from tailpilot.api.engine import (
+    BuildOutcome,
+    BuildResult,
+    ProfileSummary,
+    ProfileSummaryPoint,
+    ServiceTimeModel,
+    TensorSpec,
+)
+from tailpilot_e2e.cluster import LocalCluster
+from tailpilot_e2e.operator_harness import OperatorProcess, create_engine_store, install_crds
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="session")
+def crds(local_cluster: LocalCluster) -> LocalCluster:
+    install_crds(local_cluster)
+    return local_cluster
+
+
+@pytest.fixture
+def engine_store(k8s: client.ApiClient, namespace: str, tmp_path: Path) -> str:
+    create_engine_store(client.CoreV1Api(k8s), namespace, host_path=tmp_path / "engines")
+    return "tailpilot-engines"
+
+
+@pytest.fixture
+def operator(
+    crds: LocalCluster, namespace: str, engine_store: str, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    with OperatorProcess(crds, namespace=namespace, log_dir=crds.paths.root / "logs") as process:
+        yield process
+
+
+@pytest.fixture
+def example() -> Callable[..., dict[str, Any]]:
+    def load(file: str, *, namespace: str, name: str | None = None) -> dict[str, Any]:
+        obj: dict[str, Any] = yaml.safe_load((EXAMPLES / file).read_text())
+        obj["metadata"]["namespace"] = namespace
+        if name:
+            obj["metadata"]["name"] = name
+        return obj
+
+    return load
+
+
+def gpu_build_result(engine_key: str = "e3b0c44298fc1c149afbf4c8996fb924") -> BuildResult:
+    """What a successful TensorRT build of the ResNet-50 example reports (played: no GPU here)."""
+    return BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key=engine_key,
+        artifact=f"pvc://tailpilot-engines/{engine_key}",
+        triton_backend="tensorrt",
+        inputs=(TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224)),),
+        outputs=(TensorSpec(name="resnetv24_dense0_fwd", data_type="TYPE_FP32", dims=(1000,)),),
+        profile=ProfileSummary(
+            hardware="NVIDIA-H100-80GB-HBM3",
+            service_time=ServiceTimeModel(intercept_ms=1.2, per_item_ms=0.11, jitter_cv=0.05),
+            points=[
+                ProfileSummaryPoint(
+                    batch_size=b,
+                    p99_ms=round(1.3 + 0.12 * b, 3),
+                    throughput_per_s=round(b / (1.2 + 0.11 * b) * 1000, 1),
+                )
+                for b in (1, 8, 32, 64)
+            ],
+        ),
+    )

@@ -1,0 +1,71 @@
+"""SIGKILL the operator at random points of its reconciles; restarts converge without duplicates."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from kubernetes import client
+from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, play_build
+from tailpilot_e2e.wait import eventually
+
+from .conftest import gpu_build_result
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+SERVICES = ("svc-a", "svc-b", "svc-c")
+
+
+def test_ten_sigkills_leave_one_job_and_one_deployment_per_service(
+    k8s, namespace, crds, engine_store, example
+):
+    core, apps, batch = client.CoreV1Api(k8s), client.AppsV1Api(k8s), client.BatchV1Api(k8s)
+    objects = client.CustomObjectsApi(k8s)
+    for name in SERVICES:
+        objects.create_namespaced_custom_object(
+            "tailpilot.io",
+            "v1alpha1",
+            namespace,
+            "inferenceservices",
+            example("gpu-tensorrt-h100.yaml", namespace=namespace, name=name),
+        )
+    chaos = random.Random(20261129)  # seeded: the same kill points every run
+    log_dir = crds.paths.root / "logs"
+    played: set[str] = set()
+    for round_ in range(10):
+        operator = OperatorProcess(crds, namespace=namespace, log_dir=log_dir).start()
+        # Kill somewhere inside the next reconciles: job creation, status writes, rollout.
+        deadline = time.monotonic() + chaos.uniform(0.1, 2.5)
+        while time.monotonic() < deadline:
+            if round_ >= 4:  # from round 5 on, builds finish while the operator is being killed
+                for pod in core.list_namespaced_pod(
+                    namespace, label_selector="app.kubernetes.io/component=engine-build"
+                ).items:
+                    if pod.status.phase == "Running" and pod.metadata.uid not in played:
+                        play_build(
+                            core, pod, result=gpu_build_result(f"{pod.metadata.labels['job-name']:0<32}"[:32])
+                        )
+                        played.add(pod.metadata.uid)
+            time.sleep(0.05)  # pacing the chaos loop, not waiting for a condition
+        operator.kill()
+
+    with OperatorProcess(crds, namespace=namespace, log_dir=log_dir):
+
+        def all_ready():
+            for pod in core.list_namespaced_pod(
+                namespace, label_selector="app.kubernetes.io/component=engine-build"
+            ).items:
+                if pod.status.phase == "Running" and pod.metadata.uid not in played:
+                    play_build(core, pod, result=gpu_build_result())
+                    played.add(pod.metadata.uid)
+            return all(
+                (condition(custom_object(k8s, namespace, n), "Ready") or {}).get("status") == "True"
+                for n in SERVICES
+            )
+
+        eventually(all_ready, timeout=120, description="all services Ready after the chaos")
+        for name in SERVICES:
+            selector = f"tailpilot.io/inferenceservice={name}"
+            assert len(batch.list_namespaced_job(namespace, label_selector=selector).items) == 1
+            assert len(apps.list_namespaced_deployment(namespace, label_selector=selector).items) == 1

@@ -1,0 +1,176 @@
+"""The operator turns one InferenceService into a build Job, a Triton Deployment and its companions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_build, running_build_pod
+from tailpilot_e2e.wait import eventually
+
+from .conftest import gpu_build_result
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+CHILD_KINDS = ("deployments", "services", "configmaps", "poddisruptionbudgets")
+
+
+def apply(k8s, obj):
+    return client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", obj["metadata"]["namespace"], "inferenceservices", obj
+    )
+
+
+def ready(k8s, namespace, name):
+    obj = custom_object(k8s, namespace, name)
+    cond = condition(obj, "Ready")
+    return obj if cond and cond["status"] == "True" else None
+
+
+def test_gpu_example_builds_rolls_out_on_h100_and_reports_status(
+    k8s, namespace, operator, example, local_cluster
+):
+    core, apps, batch = client.CoreV1Api(k8s), client.AppsV1Api(k8s), client.BatchV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    apply(k8s, isvc)
+
+    pod = running_build_pod(core, namespace)
+    assert pod.spec.node_selector["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert pod.spec.node_name.startswith("gpu-h100-")
+    (job,) = batch.list_namespaced_job(namespace).items
+    assert job.metadata.owner_references[0].name == name
+    building = condition(custom_object(k8s, namespace, name), "EngineReady")
+    assert building["status"] == "False" and building["reason"] == "EngineBuilding", building
+
+    result = gpu_build_result()
+    play_build(core, pod, result=result)
+    obj = eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready=True")
+
+    status = obj["status"]
+    assert status["engine"]["key"] == result.engine_key
+    assert status["engine"]["tritonBackend"] == "tensorrt"
+    assert [p["batchSize"] for p in status["profile"]["points"]] == [1, 8, 32, 64]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    for cond_type in ("Ready", "EngineReady", "RolloutReady"):
+        assert condition(obj, cond_type)["status"] == "True", dump(status)
+
+    deployment = apps.read_namespaced_deployment(name, namespace)
+    pods = core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/component=inference-server"
+    ).items
+    assert len(pods) == deployment.spec.replicas == status["replicas"]
+    assert all(p.spec.node_name.startswith("gpu-h100-") for p in pods)
+    triton = deployment.spec.template.spec.containers[0]
+    assert triton.resources.limits["nvidia.com/gpu"] == "1"
+    configmap = core.read_namespaced_config_map(f"{name}-model-config", namespace)
+    assert "max_batch_size: 64" in configmap.data["config.pbtxt"]
+
+    table = local_cluster.kubectl("get", "tpisvc", "-n", namespace).stdout
+    header = table.splitlines()[0].split()
+    assert header[:2] == ["NAME", "READY"] and {"REPLICAS", "P99", "SLO", "BATCH", "AGE"} <= set(header), (
+        table
+    )
+    assert table.splitlines()[1].split()[1] == "True", table
+
+
+def test_failed_build_reports_reason_retries_and_recovers_after_a_fix(k8s, namespace, operator, example):
+    core, apps, batch = client.CoreV1Api(k8s), client.AppsV1Api(k8s), client.BatchV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    apply(k8s, isvc)
+    failure = {
+        "outcome": "Failed",
+        "reason": "ModelChecksumMismatch",
+        "message": "sha256 of https://models.example.com/resnet50/resnet50-v2-7.onnx is 9f86..., "
+        "spec.model.sha256 says 3ab6...",
+    }
+    first = running_build_pod(core, namespace)
+    play_build(core, first, exit_code=1, message=json.dumps(failure))
+
+    def failed():
+        cond = condition(custom_object(k8s, namespace, name), "EngineReady")
+        return cond if cond and cond["reason"] == "ModelChecksumMismatch" else None
+
+    cond = eventually(failed, timeout=60, description="EngineReady=False ModelChecksumMismatch")
+    assert cond["status"] == "False" and "spec.model.sha256 says" in cond["message"], cond
+    with pytest.raises(ApiException) as missing:
+        apps.read_namespaced_deployment(name, namespace)
+    assert missing.value.status == 404
+    assert condition(custom_object(k8s, namespace, name), "Ready")["status"] == "False"
+
+    # The build is retried with back-off: a new build pod appears for the same Job name.
+    retry = running_build_pod(core, namespace, timeout=90)
+    assert retry.metadata.uid != first.metadata.uid
+    job_names = {j.metadata.name for j in batch.list_namespaced_job(namespace).items}
+    assert len(job_names) == 1, job_names
+
+    # Fixing the spec (a new checksum) is a new build request: a new Job, and it recovers.
+    client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
+        "tailpilot.io",
+        "v1alpha1",
+        namespace,
+        "inferenceservices",
+        name,
+        {"spec": {"model": {"sha256": "a" * 64}}},
+    )
+
+    def new_job_pod():
+        pod = running_build_pod(core, namespace, timeout=5)
+        return pod if pod.metadata.labels["job-name"] not in job_names else None
+
+    fixed = eventually(new_job_pod, timeout=60, description="build pod of the fixed spec")
+    play_build(core, fixed, result=gpu_build_result("f" * 32))
+    eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready after the fix")
+
+
+def test_drift_is_corrected_and_delete_removes_children(k8s, namespace, operator, example):
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    apply(k8s, isvc)
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready=True")
+
+    apps.patch_namespaced_deployment(
+        name,
+        namespace,
+        {
+            "spec": {
+                "replicas": 5,
+                "template": {
+                    "spec": {
+                        "containers": [{"name": "triton", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+                    }
+                },
+            }
+        },
+    )
+
+    def restored():
+        d = apps.read_namespaced_deployment(name, namespace)
+        limits = d.spec.template.spec.containers[0].resources.limits
+        return d if d.spec.replicas == 1 and limits["nvidia.com/gpu"] == "1" else None
+
+    eventually(restored, timeout=60, description="replicas and GPU limit put back")
+
+    client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", name
+    )
+
+    def children_gone():
+        selector = f"tailpilot.io/inferenceservice={name}"
+        left = [
+            *apps.list_namespaced_deployment(namespace, label_selector=selector).items,
+            *core.list_namespaced_service(namespace, label_selector=selector).items,
+            *core.list_namespaced_config_map(namespace, label_selector=selector).items,
+            *client.BatchV1Api(k8s).list_namespaced_job(namespace, label_selector=selector).items,
+            *client.PolicyV1Api(k8s)
+            .list_namespaced_pod_disruption_budget(namespace, label_selector=selector)
+            .items,
+        ]
+        return not left
+
+    eventually(children_gone, timeout=90, description="every child garbage-collected")
