@@ -44,6 +44,12 @@ class Wakeups:
 def register(registry: kopf.OperatorRegistry, *, reconciler: Reconciler, wakeups: Wakeups) -> None:
     """Register the handlers on an explicit registry (no module-level global state)."""
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # An explicit registry does not get kopf's default login handlers; use the same
+        # credentials the `kubernetes` client finds (in-cluster, else the kubeconfig).
+        return kopf.login_via_client(**kwargs)
+
     @kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, registry=registry, cancellation_timeout=10.0)
     async def serve(name: str, namespace: str | None, stopped: kopf.DaemonStopped, **_: Any) -> None:
         namespace = namespace or "default"

@@ -130,10 +130,6 @@ def run(
 def main(argv: Sequence[str]) -> int:
     """Entry point of `tailpilot operator`."""
     args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     kopf.configure(verbose=args.verbose)
     run(args)
     return 0

@@ -306,7 +306,17 @@ class Reconciler:
             status["build"] = {**build, "phase": "Running", "reason": state.reason, "message": state.message}
             detail = f"build Job {job_name} running" + (f" on {state.node}" if state.node else "")
             if state.failed_pods:
-                detail += f"; {state.failed_pods} failed pod(s), retrying: {state.reason}: {state.message}"
+                if (build.get("reason"), build.get("failedPods")) != (state.reason, state.failed_pods):
+                    events.append(EventRecord("Warning", state.reason or c.REASON_ENGINE_BUILD_FAILED,
+                                              f"build pod of {job_name} failed: {state.message}; retrying"))
+                status["build"]["failedPods"] = state.failed_pods
+                # The Job retries the pod with its own back-off; say why the last attempt failed.
+                return ConditionUpdate(
+                    c.CONDITION_ENGINE_READY,
+                    c.STATUS_FALSE,
+                    state.reason or c.REASON_ENGINE_BUILD_FAILED,
+                    f"{state.message} ({state.failed_pods} failed build pod(s); {detail}, retrying)",
+                ), 30.0
             return ConditionUpdate(
                 c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_ENGINE_BUILDING, detail
             ), 30.0

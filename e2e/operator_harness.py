@@ -91,15 +91,19 @@ class OperatorProcess:
                 start_new_session=True,
                 env={**os.environ, "KUBECONFIG": str(self.cluster.paths.kubeconfig)},
             )
-        eventually(
-            self._alive_and_ready, timeout=timeout, description=f"operator ready (log {self.log_file})"
-        )
-        return self
-
-    def _alive_and_ready(self) -> bool:
-        assert self.process is not None
+        try:
+            eventually(self._exited_or_ready, timeout=timeout, description=f"operator ready ({self.log_file})")
+        except BaseException:
+            self.kill()
+            raise
         if self.process.poll() is not None:
             raise AssertionError(f"operator exited with {self.process.returncode}; log: {self.log_file}")
+        return self
+
+    def _exited_or_ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            return True
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as response:  # noqa: S310
                 return bool(response.status == 200)

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+#: Components started by this Python process, by PID: kept referenced so they are not reported as
+#: leaked while they run on purpose after `start()` returns, and reaped when `stop()` ends them.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 class ClusterError(RuntimeError):
     """A component could not be started; the message names it and its log file."""
 
@@ -92,11 +97,13 @@ def start(component: Component, *, state: Path) -> int:
             start_new_session=True,
             env={**os.environ, **(component.env or {})},
         )
+    _CHILDREN[process.pid] = process
     (state / f"{component.name}.pid").write_text(f"{process.pid}\n")
     deadline = time.monotonic() + component.ready_timeout_s
     while True:
         code = process.poll()
         if code is not None:
+            _CHILDREN.pop(process.pid, None)
             raise ClusterError(
                 f"{component.name} exited with code {code} before becoming ready; log: {log_file}\n"
                 f"{log_tail(log_file)}"
@@ -134,6 +141,8 @@ def stop(name: str, *, state: Path, binary: str | None = None, grace_s: float = 
             while pid_runs(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
         stopped = True
+    if pid is not None and pid in _CHILDREN:
+        _CHILDREN.pop(pid).wait(timeout=5)  # reap our own child
     pid_file.unlink(missing_ok=True)
     return stopped
 

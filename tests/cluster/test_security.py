@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -73,5 +75,6 @@ def test_pod_security_restricted_rejects_privileged_pod(k8s, namespace):
     with pytest.raises(ApiException) as rejected:
         core.create_namespaced_pod(namespace, privileged)
     assert rejected.value.status == 403
-    assert 'violates PodSecurity "restricted:latest"' in rejected.value.body
-    assert "privileged" in rejected.value.body
+    message = json.loads(rejected.value.body)["message"]
+    assert 'violates PodSecurity "restricted:latest"' in message, message
+    assert 'privileged (container "main" must not set securityContext.privileged=true)' in message, message

@@ -1,0 +1,1 @@
+"""Engine builder and profiler: the code that runs in the build Job (`tailpilot build` / `profile`)."""

@@ -1,0 +1,387 @@
+"""One engine build, from a BuildRequest to a published engine and a BuildResult.
+
+Steps: check the request (fail fast, before any download) -> answer from the
+index when the model bytes are pinned -> fetch + hash -> verify the ONNX model
+and the request's shapes -> engine key -> answer from the store when present
+-> build into a staging directory -> config.pbtxt -> manifest -> profile in a
+real Triton (optional) -> publish atomically -> record the index.
+
+Failures raise `BuildError` (reason + message) inside; `run_build` turns them
+into a failed `BuildResult`. Nothing is published on failure: the staging
+directory is removed, and `engines/<key>` only ever appears by rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from tailpilot.api.engine import BUILDER_VERSION, BuildOutcome, BuildRequest, BuildResult, EngineProfile
+from tailpilot.builders import tensorrt
+from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
+from tailpilot.builders.errors import (
+    CALIBRATION_REQUIRED,
+    UNSUPPORTED_PRECISION,
+    UNSUPPORTED_SERVING_VARIANT,
+    UNSUPPORTED_TARGET,
+    BuildError,
+)
+from tailpilot.builders.fetch import Fetched, FetchOptions, fetch
+from tailpilot.builders.store import MANIFEST, PROFILE, REPOSITORY, EngineManifest, EngineStore, write_atomic
+
+if TYPE_CHECKING:
+    from tailpilot.builders.model_info import ModelInfo
+
+#: Writes one progress line (to stderr in the Job, so it lands in the Job's log).
+Progress = Callable[[str], None]
+#: Profiles a complete engine directory (manifest + repository) and returns its profile.
+Profiler = Callable[[Path], EngineProfile]
+
+_PYTHON_MODEL_FILE = Path(__file__).with_name("triton_python_model.py")
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What the build environment provides (filled by the CLI from flags and environment)."""
+
+    fetch: FetchOptions = field(default_factory=FetchOptions)
+    #: trtexec path, None when TensorRT is not installed.
+    trtexec: str | None = None
+    #: nvidia-smi name of the GPU the build runs on, None without a GPU.
+    gpu_name: str | None = None
+    #: Triton backends the local Triton can run (profiling is skipped for others).
+    local_triton_backends: frozenset[str] = frozenset({"python"})
+
+
+def triton_backend_for(request: BuildRequest) -> str:
+    """Return the Triton backend that serves the engine ("python" for the python variant)."""
+    return "python" if request.serving_variant == "python" else request.backend
+
+
+def check_request(request: BuildRequest, settings: BuildSettings) -> None:
+    """Reject impossible requests before anything is downloaded.
+
+    Raises:
+        BuildError: UnsupportedServingVariant, UnsupportedTarget, UnsupportedPrecision,
+            CalibrationRequired or TensorRTUnavailable.
+    """
+    if request.backend == "tensorrt":
+        if request.serving_variant == "python":
+            raise BuildError(
+                UNSUPPORTED_SERVING_VARIANT,
+                "servingVariant python wraps ONNX Runtime; a TensorRT plan needs the native tensorrt backend",
+            )
+        if request.target == "cpu":
+            raise BuildError(
+                UNSUPPORTED_TARGET, "backend tensorrt needs a GPU target (a GPU product), not cpu"
+            )
+        if request.precision == "int8" and not request.calibration_uri:
+            raise BuildError(
+                CALIBRATION_REQUIRED,
+                "TensorRT int8 needs calibration data "
+                "(calibrationUri: .npz inputs or a TensorRT calibration cache)",
+            )
+        tensorrt.require_trtexec(settings.trtexec)
+        if settings.gpu_name and tensorrt.gpu_product_label(settings.gpu_name) != request.target:
+            raise BuildError(
+                UNSUPPORTED_TARGET,
+                f"the build runs on {tensorrt.gpu_product_label(settings.gpu_name)}, but the engine is for "
+                f"{request.target}: a TensorRT plan must be built on the GPU product it serves on",
+            )
+    elif request.serving_variant == "python" and request.target != "cpu":
+        raise BuildError(
+            UNSUPPORTED_SERVING_VARIANT,
+            f"servingVariant python runs ONNX Runtime on the CPU; "
+            f"target {request.target} needs servingVariant native",
+        )
+    elif request.precision == "fp16" and request.target == "cpu":
+        raise BuildError(
+            UNSUPPORTED_PRECISION,
+            "fp16 with onnxruntime needs a GPU target: ONNX Runtime's CPU provider has no fast FP16 kernels",
+        )
+
+
+def library_versions(request: BuildRequest, settings: BuildSettings) -> dict[str, str]:
+    """Versions of everything that produces the engine (part of the engine key)."""
+    # Read from package metadata: importing onnxruntime just for its version costs ~1 s on a cache hit.
+    versions = {name: metadata.version(name) for name in ("onnx", "onnxruntime", "numpy")}
+    if request.serving_variant == "python":
+        versions["pythonModel"] = hashlib.sha256(_PYTHON_MODEL_FILE.read_bytes()).hexdigest()[:16]
+    if request.backend == "tensorrt" and settings.trtexec:
+        versions["tensorrt"] = tensorrt.tensorrt_version(settings.trtexec)
+    return versions
+
+
+def run_build(
+    request: BuildRequest,
+    settings: BuildSettings,
+    *,
+    progress: Progress,
+    profiler: Profiler | None,
+) -> BuildResult:
+    """Build (or find) the engine; never raises BuildError (it becomes a failed result).
+
+    Args:
+        request: What to build.
+        settings: The build environment.
+        progress: Receives progress lines.
+        profiler: Profiles the staged engine when `request.profile`; None disables profiling.
+    """
+    try:
+        return build_engine(request, settings, progress=progress, profiler=profiler)
+    except BuildError as err:
+        progress(f"build failed: {err.reason}: {err.message}")
+        return BuildResult(outcome=BuildOutcome.FAILED, reason=err.reason, message=err.message)
+
+
+def build_engine(
+    request: BuildRequest,
+    settings: BuildSettings,
+    *,
+    progress: Progress,
+    profiler: Profiler | None,
+) -> BuildResult:
+    """Build (or find) the engine; see the module docstring for the steps.
+
+    Raises:
+        BuildError: On any failure the user can act on.
+    """
+    started = time.monotonic()
+    check_request(request, settings)
+    store = EngineStore(request.store)
+    versions = library_versions(request, settings)
+    idx = index_key(request, versions)
+    if index_is_trusted(request):
+        cached = store.lookup_index(idx)
+        if cached:
+            progress(f"engine {cached} found in the store by request; nothing to build")
+            return _finish_cached(store, cached, request, settings, progress=progress, profiler=profiler)
+    # The heavy modules (onnx, onnxruntime, tritonclient) load only past the index check,
+    # so that a repeated request answers in well under a second.
+    from tailpilot.api.autoscaling import BatchingConfig
+    from tailpilot.builders.model_info import check_request_shapes, load_and_verify, triton_specs
+    from tailpilot.builders.repository import write_repository_entry
+    from tailpilot.builders.triton_config import render_model_config
+
+    with store.staging() as staging:
+        work, engine_dir = staging / "work", staging / "engine"
+        work.mkdir()
+        engine_dir.mkdir()
+        progress(f"fetching model {request.model_uri}")
+        model = fetch(
+            request.model_uri,
+            work / "source.onnx",
+            expected_sha256=request.model_sha256,
+            options=settings.fetch,
+        )
+        progress(f"model: {model.size} bytes, sha256 {model.sha256}")
+        calibration = None
+        if request.calibration_uri:
+            calibration = fetch(
+                request.calibration_uri,
+                work / "calibration.bin",
+                expected_sha256=request.calibration_sha256,
+                options=settings.fetch,
+                what="calibration data",
+            )
+        info = load_and_verify(model.path, label=request.model_uri)
+        progress(f"model verified: inputs {_describe(info.inputs)}, outputs {_describe(info.outputs)}")
+        check_request_shapes(
+            info,
+            shapes=request.shapes,
+            max_batch_size=request.max_batch_size,
+            require_static_profile=request.backend == "tensorrt",
+        )
+        key = engine_key(
+            EngineKeyInputs(
+                model_sha256=model.sha256,
+                calibration_sha256=calibration.sha256 if calibration else None,
+                request=request,
+                library_versions=versions,
+            )
+        )
+        if store.lookup(key):
+            progress(f"engine {key} already in the store; nothing to build")
+            store.record_index(idx, key)
+            return _finish_cached(store, key, request, settings, progress=progress, profiler=profiler)
+        progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
+        engine_file, method = _build_model_file(request, settings, info, model, calibration, work, store.root)
+        inputs, outputs = triton_specs(info.inputs), triton_specs(info.outputs)
+        gpu = request.target != "cpu"
+        device: Literal["cpu", "gpu"] = "gpu" if gpu else "cpu"
+        config = render_model_config(
+            name=request.model_name,
+            triton_backend=triton_backend_for(request),
+            inputs=inputs,
+            outputs=outputs,
+            batching=BatchingConfig(max_batch_size=request.max_batch_size),
+            device=device,
+            gpu_product=request.target if gpu else None,
+        )
+        model_dir = write_repository_entry(
+            repository=engine_dir / REPOSITORY, config=config, engine_file=engine_file
+        )
+        build_seconds = time.monotonic() - started
+        manifest = EngineManifest(
+            engine_key=key,
+            builder_version=BUILDER_VERSION,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            build_seconds=round(build_seconds, 3),
+            request=request.model_dump(mode="json", by_alias=True),
+            model_sha256=model.sha256,
+            calibration_sha256=calibration.sha256 if calibration else None,
+            library_versions=versions,
+            triton_backend=triton_backend_for(request),
+            model_name=request.model_name,
+            inputs=inputs,
+            outputs=outputs,
+            files=_file_hashes(engine_dir),
+            method=method,
+            built_on=settings.gpu_name or "cpu",
+        )
+        write_atomic(engine_dir / MANIFEST, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
+        progress(f"engine built in {build_seconds:.2f} s ({method}): {model_dir.name}")
+        profile = _maybe_profile(engine_dir, request, settings, progress=progress, profiler=profiler)
+        final = store.publish(engine_dir, key)
+    store.record_index(idx, key)
+    progress(f"engine {key} published at {final}")
+    return BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key=key,
+        artifact=str(final),
+        profile=profile.to_summary() if profile else None,
+        triton_backend=manifest.triton_backend,
+        inputs=inputs,
+        outputs=outputs,
+        cache_hit=False,
+    )
+
+
+def _build_model_file(
+    request: BuildRequest,
+    settings: BuildSettings,
+    info: ModelInfo,
+    model: Fetched,
+    calibration: Fetched | None,
+    work: Path,
+    store_root: Path,
+) -> tuple[Path, str]:
+    """Produce the engine file (optimized ONNX or TensorRT plan) in `work`; return it and the method line."""
+    from tailpilot.builders import ort_build
+
+    if request.backend == "onnxruntime":
+        out = work / "engine.onnx"
+        if request.precision == "fp32":
+            return out, ort_build.optimize_fp32(model.path, out)
+        if request.precision == "fp16":
+            return out, ort_build.convert_fp16(model.path, out)
+        arrays = ort_build.load_calibration(calibration.path, info.inputs) if calibration else None
+        return out, ort_build.quantize_int8(model.path, out, work=work, calibration=arrays)
+    trtexec = tensorrt.require_trtexec(settings.trtexec)
+    onnx_path, calib_cache = model.path, None
+    if request.precision == "int8":
+        if calibration is None:  # check_request already refused this; kept for the type checker
+            raise BuildError(CALIBRATION_REQUIRED, "TensorRT int8 needs calibration data")
+        with calibration.path.open("rb") as f:
+            is_cache = tensorrt.is_calibration_cache(f.read(4))
+        if is_cache:
+            calib_cache = calibration.path
+        else:
+            onnx_path = work / "qdq.onnx"
+            arrays = ort_build.load_calibration(calibration.path, info.inputs)
+            ort_build.quantize_int8(model.path, onnx_path, work=work, calibration=arrays, symmetric=True)
+    plan = work / "model.plan"
+    timing_cache = store_root / "timing-cache" / f"{request.target}.cache"
+    timing_cache.parent.mkdir(parents=True, exist_ok=True)
+    cmd = tensorrt.trtexec_command(
+        trtexec=trtexec,
+        onnx_path=onnx_path,
+        plan_path=plan,
+        inputs=info.inputs,
+        shapes=request.shapes,
+        max_batch_size=request.max_batch_size,
+        precision=request.precision,
+        timing_cache=timing_cache,
+        calibration_cache=calib_cache,
+    )
+    tensorrt.run_trtexec(cmd, log_path=work / "trtexec.log")
+    return plan, " ".join(cmd)
+
+
+def _maybe_profile(
+    engine_dir: Path,
+    request: BuildRequest,
+    settings: BuildSettings,
+    *,
+    progress: Progress,
+    profiler: Profiler | None,
+) -> EngineProfile | None:
+    if not request.profile or profiler is None:
+        return None
+    backend = triton_backend_for(request)
+    if backend not in settings.local_triton_backends:
+        progress(f"profile skipped: the local Triton has no {backend} backend")
+        return None
+    progress("profiling the engine in a local Triton")
+    profile = profiler(engine_dir)
+    write_atomic(engine_dir / PROFILE, profile.model_dump_json(by_alias=True, indent=2) + "\n")
+    progress(f"profile: {_describe_profile(profile)}")
+    return profile
+
+
+def _finish_cached(
+    store: EngineStore,
+    key: str,
+    request: BuildRequest,
+    settings: BuildSettings,
+    *,
+    progress: Progress,
+    profiler: Profiler | None,
+) -> BuildResult:
+    engine_dir = store.engine_dir(key)
+    manifest = store.read_manifest(key)
+    profile_path = engine_dir / PROFILE
+    profile = EngineProfile.model_validate_json(profile_path.read_text()) if profile_path.is_file() else None
+    if profile is None:
+        # An engine published without a profile gets one now; profile.json is replaced atomically.
+        profile = _maybe_profile(engine_dir, request, settings, progress=progress, profiler=profiler)
+    return BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key=key,
+        artifact=str(engine_dir),
+        profile=profile.to_summary() if profile else None,
+        triton_backend=manifest.triton_backend,
+        inputs=manifest.inputs,
+        outputs=manifest.outputs,
+        cache_hit=True,
+    )
+
+
+def _file_hashes(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _describe(tensors: tuple[object, ...]) -> str:
+    parts = []
+    for t in tensors:
+        dims = getattr(t, "dims", ())
+        parts.append(f"{getattr(t, 'name', '?')}[{'x'.join('?' if d is None else str(d) for d in dims)}]")
+    return ", ".join(parts)
+
+
+def _describe_profile(profile: EngineProfile) -> str:
+    points = "; ".join(
+        f"b={p.batch_size}: p99 {p.p99_ms:.2f} ms, {p.throughput_per_s:.0f}/s" for p in profile.points
+    )
+    st = profile.service_time
+    return f"{points}; t(b) = {st.intercept_ms:.3f} + {st.per_item_ms:.3f}*b ms, cv {st.jitter_cv:.2f}"

@@ -1,0 +1,44 @@
+"""Build failures as (reason, message): a CamelCase reason the operator copies onto a condition."""
+
+from __future__ import annotations
+
+#: The model could not be downloaded or read (network error, HTTP error, missing file).
+MODEL_UNREACHABLE = "ModelUnreachable"
+#: The downloaded bytes do not hash to the requested sha256.
+MODEL_CHECKSUM_MISMATCH = "ModelChecksumMismatch"
+#: An https model URI without the mandatory sha256.
+MODEL_CHECKSUM_REQUIRED = "ModelChecksumRequired"
+#: Not an ONNX model, or one that fails the ONNX checker / shape inference.
+INVALID_MODEL = "InvalidModel"
+#: The request's shape profile or batching bounds contradict the model's inputs.
+SHAPE_PROFILE_MISMATCH = "ShapeProfileMismatch"
+#: The precision needs calibration data (TensorRT INT8) and none was given.
+CALIBRATION_REQUIRED = "CalibrationRequired"
+#: Calibration data that cannot be read or does not fit the model.
+INVALID_CALIBRATION_DATA = "InvalidCalibrationData"
+#: The backend/precision/target combination is not supported.
+UNSUPPORTED_PRECISION = "UnsupportedPrecision"
+#: The target cannot run this backend (TensorRT on "cpu"), or the build runs on another GPU product.
+UNSUPPORTED_TARGET = "UnsupportedTarget"
+#: The serving variant cannot serve this backend (the python variant wraps ONNX Runtime only).
+UNSUPPORTED_SERVING_VARIANT = "UnsupportedServingVariant"
+#: A TensorRT build was requested where TensorRT (trtexec) is not installed.
+TENSORRT_UNAVAILABLE = "TensorRTUnavailable"
+#: The engine build tool itself failed.
+ENGINE_BUILD_FAILED = "EngineBuildFailed"
+#: The URI scheme is unknown or its client library is missing.
+UNSUPPORTED_URI = "UnsupportedModelUri"
+#: The built engine could not be served or measured.
+PROFILE_FAILED = "ProfileFailed"
+#: The request document itself is invalid.
+INVALID_REQUEST = "InvalidBuildRequest"
+
+
+class BuildError(Exception):
+    """A build failure the user can act on."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        """Record the CamelCase `reason` and a sentence `message` naming the problem."""
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message

@@ -1,0 +1,125 @@
+"""The example model the project makes itself: a small convolutional network in ONNX.
+
+Built directly with `onnx.helper` (no torch, no download) with fixed-seed
+random weights, so every machine writes byte-identical files and engine keys
+are reproducible. Shape: `input` float32 [N, 3, 64, 64] -> `logits` float32
+[N, 10], batch dimension `N` dynamic.
+
+Four 3x3 convolutions, each followed by BatchNormalization and ReLU (about
+37 M multiply-adds per image): a few milliseconds per image on one CPU core,
+enough that batching (better arithmetic intensity) and INT8 (QLinearConv)
+change latency and throughput measurably. The unfused BatchNormalization
+nodes are deliberate: they are what ONNX Runtime's offline graph
+optimization folds into the convolutions, so "naive" and "optimized" differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+INPUT_NAME = "input"
+OUTPUT_NAME = "logits"
+INPUT_SHAPE = (3, 64, 64)
+NUM_CLASSES = 10
+#: (out_channels, stride) of each convolution.
+CONV_LAYERS = ((32, 1), (64, 2), (64, 2), (128, 2))
+OPSET = 17
+DEFAULT_SEED = 20261129
+
+
+def build_example_model(seed: int = DEFAULT_SEED) -> onnx.ModelProto:
+    """Build the example network with deterministic random weights."""
+    rng = np.random.RandomState(seed)
+    initializers: list[TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def const(name: str, value: npt.NDArray[np.float64]) -> str:
+        initializers.append(numpy_helper.from_array(value.astype(np.float32), name))
+        return name
+
+    current, channels = INPUT_NAME, INPUT_SHAPE[0]
+    for i, (out_ch, stride) in enumerate(CONV_LAYERS):
+        # He initialisation keeps activations in a sane range through the ReLUs.
+        weight = rng.normal(0.0, np.sqrt(2.0 / (channels * 9)), size=(out_ch, channels, 3, 3))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [
+                    current,
+                    const(f"conv{i}.weight", weight),
+                    const(f"conv{i}.bias", rng.normal(0, 0.05, out_ch)),
+                ],
+                [f"conv{i}"],
+                kernel_shape=[3, 3],
+                strides=[stride, stride],
+                pads=[1, 1, 1, 1],
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [
+                    f"conv{i}",
+                    const(f"bn{i}.scale", rng.uniform(0.8, 1.2, out_ch)),
+                    const(f"bn{i}.bias", rng.normal(0, 0.05, out_ch)),
+                    const(f"bn{i}.mean", rng.normal(0, 0.05, out_ch)),
+                    const(f"bn{i}.var", rng.uniform(0.8, 1.2, out_ch)),
+                ],
+                [f"bn{i}"],
+                epsilon=1e-5,
+            )
+        )
+        nodes.append(helper.make_node("Relu", [f"bn{i}"], [f"relu{i}"]))
+        current, channels = f"relu{i}", out_ch
+    nodes.append(helper.make_node("GlobalAveragePool", [current], ["pool"]))
+    nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], axis=1))
+    fc_weight = rng.normal(0.0, np.sqrt(1.0 / channels), size=(NUM_CLASSES, channels))
+    nodes.append(
+        helper.make_node(
+            "Gemm",
+            ["flat", const("fc.weight", fc_weight), const("fc.bias", rng.normal(0, 0.05, NUM_CLASSES))],
+            [OUTPUT_NAME],
+            transB=1,
+        )
+    )
+    graph = helper.make_graph(
+        nodes,
+        "tailpilot_example_cnn",
+        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", *INPUT_SHAPE])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["N", NUM_CLASSES])],
+        initializers,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tailpilot-example"
+    )
+    # IR 8 is what onnxruntime 1.18+ accepts; pinning it keeps the bytes stable across onnx releases.
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def write_example_model(path: Path | str, seed: int = DEFAULT_SEED) -> Path:
+    """Write the example model to `path` and return it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(build_example_model(seed), str(path))
+    return path
+
+
+def example_inputs(batch_size: int, seed: int = 0) -> npt.NDArray[np.float32]:
+    """Deterministic random inputs for the example model, shape [batch_size, 3, 64, 64]."""
+    return np.random.RandomState(seed).uniform(0.0, 1.0, size=(batch_size, *INPUT_SHAPE)).astype(np.float32)
+
+
+def write_calibration_data(path: Path | str, *, samples: int = 32, seed: int = 1) -> Path:
+    """Write calibration inputs as `.npz` (one array per input name, first axis = samples)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        np.savez(f, **{INPUT_NAME: example_inputs(samples, seed)})
+    return path

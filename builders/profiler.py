@@ -1,0 +1,275 @@
+"""Profile an engine in a real Triton: client-side latency and throughput per batch size.
+
+`profile_engine` starts a local Triton (`triton_server.TritonServer`) on the
+engine's model repository and runs a bounded closed-loop load (the project's
+own client over gRPC: `concurrency` workers, each sending one request of
+`batch_size` items after the previous answer) for `duration_s` per batch
+size, after a few warm-up requests. Latencies are measured on the client
+(request sent -> response decoded), so they include what a caller sees.
+
+The fit is pure (`fit_service_time`): least squares of the mean latency per
+batch size at concurrency 1 against the batch size gives t(b) = a + c*b, and
+the jitter is the pooled coefficient of variation around the per-batch means.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tritonclient import grpc as grpcclient
+
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel, TensorSpec
+from tailpilot.builders.errors import PROFILE_FAILED, BuildError
+from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
+from tailpilot.builders.triton_server import TritonServer, TritonStartError
+
+_NUMPY_TYPES = {
+    "TYPE_FP32": np.float32,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP64": np.float64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_BOOL": np.bool_,
+}
+_WIRE_TYPES = {
+    "TYPE_FP32": "FP32",
+    "TYPE_FP16": "FP16",
+    "TYPE_FP64": "FP64",
+    "TYPE_INT8": "INT8",
+    "TYPE_INT16": "INT16",
+    "TYPE_INT32": "INT32",
+    "TYPE_INT64": "INT64",
+    "TYPE_UINT8": "UINT8",
+    "TYPE_BOOL": "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """How long and how hard to measure."""
+
+    batch_sizes: tuple[int, ...] = (1, 4, 16)
+    duration_s: float = 3.0
+    concurrency: int = 1
+    warmup_requests: int = 5
+    #: Upper bound on requests per batch size, whatever the duration.
+    max_requests: int = 20000
+    ready_timeout_s: float = 60.0
+    #: Extra environment for the Triton process.
+    server_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw client-side latencies of one load run."""
+
+    batch_size: int
+    concurrency: int
+    latencies_ms: tuple[float, ...]
+    wall_s: float
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of a non-empty sequence."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def summarize(m: Measurement) -> BatchProfilePoint:
+    """Quantiles and throughput (items per second) of one measurement (pure)."""
+    lat = m.latencies_ms
+    return BatchProfilePoint(
+        batch_size=m.batch_size,
+        concurrency=m.concurrency,
+        p50_ms=percentile(lat, 50),
+        p95_ms=percentile(lat, 95),
+        p99_ms=percentile(lat, 99),
+        throughput_per_s=len(lat) * m.batch_size / m.wall_s,
+        samples=len(lat),
+    )
+
+
+def fit_service_time(measurements: Sequence[Measurement]) -> ServiceTimeModel:
+    """Fit t(b) = a + c*b to the mean latency per batch size, with the pooled CV as jitter (pure).
+
+    The least squares are on *relative* residuals ((fit - mean) / mean): what the fit is used
+    for (throughput b / t(b), queueing predictions) cares about relative error, and plain
+    residuals would let the slowest batch size dominate. With one batch size only, the
+    intercept is 0 and the slope is mean/b. Negative coefficients (noise on a flat curve)
+    are clamped to 0 and the other refitted.
+    """
+    if not measurements:
+        raise ValueError("no measurements to fit")
+    b = np.array([m.batch_size for m in measurements], dtype=np.float64)
+    means = np.array([float(np.mean(m.latencies_ms)) for m in measurements])
+    cvs = [
+        float(np.std(m.latencies_ms)) / mean for m, mean in zip(measurements, means, strict=True) if mean > 0
+    ]
+    jitter = math.sqrt(sum(cv * cv for cv in cvs) / len(cvs)) if cvs else 0.0
+    if len(set(b.tolist())) < 2:
+        return ServiceTimeModel(intercept_ms=0.0, per_item_ms=float(np.mean(means / b)), jitter_cv=jitter)
+    w = 1.0 / np.maximum(means, 1e-9)
+    slope, intercept = (float(x) for x in np.polyfit(b, means, 1, w=w))
+    if slope < 0:
+        # Flat: the weighted mean of a constant under relative weights.
+        slope, intercept = 0.0, float(np.sum(w * w * means) / np.sum(w * w))
+    elif intercept < 0:
+        slope, intercept = float(np.sum(w * w * b * means) / np.sum(w * w * b * b)), 0.0
+    return ServiceTimeModel(intercept_ms=intercept, per_item_ms=slope, jitter_cv=jitter)
+
+
+def make_inputs(
+    specs: Sequence[TensorSpec], batch_size: int, *, seed: int = 0
+) -> dict[str, npt.NDArray[Any]]:
+    """Random inputs of the given batch size (dynamic dims as 1)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in specs:
+        dtype = _NUMPY_TYPES.get(spec.data_type)
+        if dtype is None:
+            raise BuildError(
+                PROFILE_FAILED, f"input {spec.name!r} of type {spec.data_type} cannot be generated"
+            )
+        shape = (batch_size, *(d if d > 0 else 1 for d in spec.dims))
+        out[spec.name] = rng.uniform(0.0, 1.0, size=shape).astype(dtype)
+    return out
+
+
+def measure(
+    grpc_url: str,
+    model_name: str,
+    inputs: Sequence[TensorSpec],
+    *,
+    batch_size: int,
+    concurrency: int,
+    duration_s: float,
+    max_requests: int,
+    warmup_requests: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Measurement:
+    """Closed-loop load for `duration_s` (or `max_requests`), `concurrency` workers; client-side latencies.
+
+    Raises:
+        BuildError: ProfileFailed when a request fails.
+    """
+    data = make_inputs(inputs, batch_size)
+    lock = threading.Lock()
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def request_inputs() -> list[grpcclient.InferInput]:
+        made = []
+        for spec in inputs:
+            tensor = grpcclient.InferInput(
+                spec.name, list(data[spec.name].shape), _WIRE_TYPES[spec.data_type]
+            )
+            tensor.set_data_from_numpy(data[spec.name])
+            made.append(tensor)
+        return made
+
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        for _ in range(warmup_requests):
+            client.infer(model_name, request_inputs())
+    deadline = clock() + duration_s
+
+    def worker() -> None:
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            while clock() < deadline:
+                with lock:
+                    if len(latencies) >= max_requests or errors:
+                        return
+                tensors = request_inputs()
+                start = clock()
+                try:
+                    client.infer(model_name, tensors)
+                except Exception as exc:  # tritonclient raises InferenceServerException and grpc errors
+                    with lock:
+                        errors.append(str(exc))
+                    return
+                elapsed_ms = (clock() - start) * 1000.0
+                with lock:
+                    latencies.append(elapsed_ms)
+
+    started = clock()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=duration_s + 60.0)
+    wall = clock() - started
+    if errors:
+        raise BuildError(
+            PROFILE_FAILED, f"inference failed while profiling batch size {batch_size}: {errors[0]}"
+        )
+    if not latencies:
+        raise BuildError(PROFILE_FAILED, f"no request completed while profiling batch size {batch_size}")
+    return Measurement(
+        batch_size=batch_size, concurrency=concurrency, latencies_ms=tuple(latencies), wall_s=wall
+    )
+
+
+def profile_engine(
+    engine_dir: Path, options: ProfileOptions, *, progress: Callable[[str], None] = lambda _: None
+) -> EngineProfile:
+    """Serve the engine in a local Triton and measure it at each batch size up to its max batch size.
+
+    Raises:
+        BuildError: ProfileFailed when Triton does not start or inference fails.
+    """
+    manifest = EngineManifest.model_validate_json((engine_dir / MANIFEST).read_text())
+    max_batch = int(manifest.request.get("maxBatchSize", 1))
+    sizes = tuple(b for b in options.batch_sizes if 1 <= b <= max_batch) or (1,)
+    measurements = []
+    try:
+        with TritonServer(
+            engine_dir / REPOSITORY, ready_timeout_s=options.ready_timeout_s, env=options.server_env
+        ) as server:
+            for b in sizes:
+                m = measure(
+                    server.grpc_url,
+                    manifest.model_name,
+                    manifest.inputs,
+                    batch_size=b,
+                    concurrency=options.concurrency,
+                    duration_s=options.duration_s,
+                    max_requests=options.max_requests,
+                    warmup_requests=options.warmup_requests,
+                )
+                point = summarize(m)
+                progress(
+                    f"batch {b}: {point.samples} requests, p50 {point.p50_ms:.2f} ms, "
+                    f"p99 {point.p99_ms:.2f} ms, "
+                    f"{point.throughput_per_s:.0f} items/s"
+                )
+                measurements.append(m)
+    except TritonStartError as exc:
+        raise BuildError(PROFILE_FAILED, f"Triton did not start on the engine: {exc}") from exc
+    finally:
+        # The Python backend's stub writes model.py's bytecode (it ignores PYTHONDONTWRITEBYTECODE);
+        # it is not part of the engine, whose files the manifest lists.
+        for cache in list((engine_dir / REPOSITORY).rglob("__pycache__")):
+            shutil.rmtree(cache, ignore_errors=True)
+    return EngineProfile(
+        engine_key=manifest.engine_key,
+        backend=manifest.triton_backend,
+        precision=str(manifest.request.get("precision", "")),
+        hardware=str(manifest.request.get("target", "cpu")),
+        max_batch_size=max_batch,
+        points=[summarize(m) for m in measurements],
+        service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),
+        method=(
+            f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
+            f"{options.duration_s:g} s per batch size, Triton 2.51 (nvidia-pytriton)"
+        ),
+    )

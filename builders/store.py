@@ -1,0 +1,171 @@
+"""The content-addressed engine store on disk (I/O module).
+
+Layout under the store root (a PVC in the cluster, a directory locally)::
+
+    engines/<engineKey>/                 one complete engine, published by rename
+        manifest.json                    EngineManifest (written last before publishing)
+        profile.json                     EngineProfile, when the build profiled it
+        repository/<modelName>/config.pbtxt
+        repository/<modelName>/1/model.onnx | model.plan | model.py + model.onnx
+    index/<indexKey>.json                {"engineKey": ...}: request -> engine
+    tmp/<random>/                        builds in progress; never read as engines
+
+Publishing writes everything into `tmp/`, fsyncs files and directories, then
+renames the directory to `engines/<key>` (atomic on one filesystem). A crashed
+build leaves only a `tmp/` directory, which no reader looks at. An engine is
+complete exactly when `engines/<key>/manifest.json` exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tailpilot.api.engine import TensorSpec
+
+MANIFEST = "manifest.json"
+PROFILE = "profile.json"
+REPOSITORY = "repository"
+
+
+class EngineManifest(BaseModel):
+    """Content of `manifest.json`: what the engine is and how it was made."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    engine_key: str = Field(alias="engineKey")
+    builder_version: str = Field(alias="builderVersion")
+    created_at: str = Field(alias="createdAt")
+    build_seconds: float = Field(alias="buildSeconds")
+    #: The BuildRequest, camelCase, as given.
+    request: dict[str, Any]
+    model_sha256: str = Field(alias="modelSha256")
+    calibration_sha256: str | None = Field(default=None, alias="calibrationSha256")
+    library_versions: dict[str, str] = Field(alias="libraryVersions")
+    triton_backend: str = Field(alias="tritonBackend")
+    model_name: str = Field(alias="modelName")
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    #: Relative path -> sha256 of every file of the engine except the manifest and profile.
+    files: dict[str, str]
+    #: How the engine was made (e.g. "onnxruntime graph optimization level extended", the trtexec command).
+    method: str = ""
+    #: The device the build ran on (GPU name, or "cpu").
+    built_on: str = Field(default="cpu", alias="builtOn")
+
+
+def fsync_tree(root: Path) -> None:
+    """Flush every file and directory under `root` to disk."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically (temp file in the same directory, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+class EngineStore:
+    """An engine store rooted at a directory."""
+
+    def __init__(self, root: Path | str) -> None:
+        """Use (and create when missing) the store at `root`."""
+        self.root = Path(root)
+        self.engines = self.root / "engines"
+        self.index = self.root / "index"
+        self.tmp = self.root / "tmp"
+
+    def engine_dir(self, key: str) -> Path:
+        """Where the engine with this key lives once published."""
+        return self.engines / key
+
+    def lookup(self, key: str) -> Path | None:
+        """Return the published engine's directory, or None when there is no complete engine with this key."""
+        path = self.engine_dir(key)
+        return path if (path / MANIFEST).is_file() else None
+
+    def lookup_index(self, index_key: str) -> str | None:
+        """Engine key recorded for this index key, if that engine is still complete in the store."""
+        try:
+            key = str(json.loads((self.index / f"{index_key}.json").read_text())["engineKey"])
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+        return key if self.lookup(key) else None
+
+    def record_index(self, index_key: str, engine_key: str) -> None:
+        """Point the index entry at an engine (atomic)."""
+        write_atomic(self.index / f"{index_key}.json", json.dumps({"engineKey": engine_key}) + "\n")
+
+    def read_manifest(self, key: str) -> EngineManifest:
+        """Read a published engine's manifest."""
+        return EngineManifest.model_validate_json((self.engine_dir(key) / MANIFEST).read_text())
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Path]:
+        """Yield a fresh directory under `tmp/` for one build; removed afterwards (published or not)."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="build-", dir=self.tmp))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def publish(self, staged: Path, key: str) -> Path:
+        """Atomically move a fully written engine directory into place; return its final path.
+
+        `staged` must contain `manifest.json`. When another build published the same key
+        first, its engine is kept (same key, same engine) and `staged` is left for cleanup.
+        """
+        if not (staged / MANIFEST).is_file():
+            raise ValueError(f"{staged} has no {MANIFEST}; refusing to publish an incomplete engine")
+        fsync_tree(staged)
+        self.engines.mkdir(parents=True, exist_ok=True)
+        final = self.engine_dir(key)
+        try:
+            os.rename(staged, final)
+        except OSError:
+            if self.lookup(key):  # lost a race with an identical build: fine
+                return final
+            raise
+        _fsync_dir(self.engines)
+        return final
+
+    def published_keys(self) -> list[str]:
+        """Keys of all complete engines."""
+        if not self.engines.is_dir():
+            return []
+        return sorted(p.name for p in self.engines.iterdir() if (p / MANIFEST).is_file())

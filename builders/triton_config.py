@@ -1,0 +1,147 @@
+"""Triton `config.pbtxt` generation from Triton's own model-config protobuf schema.
+
+Pure: no I/O, no clock, no environment. The message class comes from
+`tritonclient.grpc.model_config_pb2` (the generated code of Triton's
+`model_config.proto` shipped with tritonclient 2.51), so every field name and
+enum is checked by protobuf rather than by string templates. Nothing here
+imports onnx or onnxruntime, so the operator's manifest code can use it.
+
+The same message renders three ways:
+
+- `to_pbtxt`: the `config.pbtxt` file of a model repository entry;
+- `to_load_override_json`: the JSON that Triton's
+  `POST /v2/repository/models/NAME/load` accepts as `{"parameters": {"config": "<json>"}}`
+  (explicit model-control mode), used to change batching live;
+- `load_request_body`: that whole request body.
+
+TensorRT plans only run on the GPU product they were built for, so a TensorRT
+config records it as the model parameter `GPU_PRODUCT_PARAMETER`; the
+deployment pins its pods to that product with a node selector.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal, TypeAlias
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import TensorSpec
+
+#: The protobuf message type (`inference.ModelConfig`); untyped generated code, hence Any for mypy.
+ModelConfig: TypeAlias = Any
+
+#: Model parameter recording the GPU product (node label value) a TensorRT plan is bound to.
+GPU_PRODUCT_PARAMETER = "tailpilot.io/gpu-product"
+
+#: Triton backend name -> (platform, default model file name) in a model repository.
+BACKEND_FILES: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("onnxruntime_onnx", "model.onnx"),
+    "tensorrt": ("tensorrt_plan", "model.plan"),
+    "python": ("", "model.py"),
+}
+
+
+def render_model_config(
+    *,
+    name: str,
+    triton_backend: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    batching: BatchingConfig,
+    device: Literal["cpu", "gpu"],
+    gpu_product: str | None = None,
+) -> ModelConfig:
+    """Build the Triton model configuration of one model.
+
+    Args:
+        name: Model name in the repository (also the directory name).
+        triton_backend: "onnxruntime", "tensorrt" or "python".
+        inputs: Model inputs; dims exclude the batch dimension, -1 is dynamic.
+        outputs: Model outputs, same convention.
+        batching: Max batch size, preferred batch sizes, max queue delay and instances.
+        device: Where the instances run ("cpu" -> KIND_CPU, "gpu" -> KIND_GPU).
+        gpu_product: GPU product the engine is bound to; required for "tensorrt".
+
+    Returns:
+        A `model_config_pb2.ModelConfig` message.
+
+    Raises:
+        ValueError: On an unknown backend, a TensorRT config without GPU product or on the CPU,
+            no inputs or outputs, an unknown data type, or preferred batch sizes above the maximum.
+    """
+    if triton_backend not in BACKEND_FILES:
+        raise ValueError(
+            f"unknown Triton backend {triton_backend!r}; expected one of {sorted(BACKEND_FILES)}"
+        )
+    if triton_backend == "tensorrt" and (device != "gpu" or not gpu_product):
+        raise ValueError(
+            "a TensorRT plan runs only on the GPU product it was built for: need device='gpu' and gpu_product"
+        )
+    if not inputs or not outputs:
+        raise ValueError(f"model {name!r} needs at least one input and one output")
+    too_big = [b for b in batching.preferred_batch_sizes if b > batching.max_batch_size or b < 1]
+    if too_big:
+        raise ValueError(
+            f"preferred batch sizes {too_big} are outside 1..max_batch_size={batching.max_batch_size}"
+        )
+    platform, filename = BACKEND_FILES[triton_backend]
+    config = model_config_pb2.ModelConfig(
+        name=name,
+        backend=triton_backend,
+        platform=platform,
+        default_model_filename=filename,
+        max_batch_size=batching.max_batch_size,
+    )
+    config.input.extend(
+        model_config_pb2.ModelInput(name=t.name, data_type=_data_type(t), dims=list(t.dims)) for t in inputs
+    )
+    config.output.extend(
+        model_config_pb2.ModelOutput(name=t.name, data_type=_data_type(t), dims=list(t.dims)) for t in outputs
+    )
+    config.dynamic_batching.preferred_batch_size.extend(sorted(set(batching.preferred_batch_sizes)))
+    config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
+    group = model_config_pb2.ModelInstanceGroup
+    kind = group.KIND_GPU if device == "gpu" else group.KIND_CPU
+    config.instance_group.append(
+        model_config_pb2.ModelInstanceGroup(kind=kind, count=batching.instances_per_replica)
+    )
+    if gpu_product:
+        config.parameters[GPU_PRODUCT_PARAMETER].string_value = gpu_product
+    return config
+
+
+def _data_type(spec: TensorSpec) -> int:
+    try:
+        return int(model_config_pb2.DataType.Value(spec.data_type))
+    except ValueError as exc:
+        raise ValueError(f"tensor {spec.name!r}: unknown Triton data type {spec.data_type!r}") from exc
+
+
+def to_pbtxt(config: ModelConfig) -> str:
+    """Render the message as `config.pbtxt` text (protobuf text format)."""
+    return str(text_format.MessageToString(config))
+
+
+def from_pbtxt(text: str) -> ModelConfig:
+    """Parse `config.pbtxt` text back into a message (raises `text_format.ParseError` when invalid)."""
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def to_load_override_json(config: ModelConfig) -> str:
+    """Render the message as the JSON config string for Triton's model load API.
+
+    This is the value of `parameters.config` in the body of
+    `POST /v2/repository/models/NAME/load`; Triton parses it with protobuf's
+    JSON parser, which accepts the proto field names used here.
+    """
+    as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    return json.dumps(as_dict, sort_keys=True, separators=(",", ":"))
+
+
+def load_request_body(config: ModelConfig) -> dict[str, Any]:
+    """Build the whole JSON body of `POST /v2/repository/models/NAME/load` that applies `config`."""
+    return {"parameters": {"config": to_load_override_json(config)}}

@@ -1,0 +1,53 @@
+{{/* Chart name, truncated to 63 characters (a DNS label). */}}
+{{- define "tailpilot.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release + chart name unless the release name already contains it. */}}
+{{- define "tailpilot.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Standard labels of every object of the chart. */}}
+{{- define "tailpilot.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "tailpilot.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tailpilot
+{{- end }}
+
+{{/* Labels selecting the operator pod (immutable on the Deployment). */}}
+{{- define "tailpilot.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tailpilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* ServiceAccount name. */}}
+{{- define "tailpilot.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tailpilot.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* An image reference from repository, tag (default appVersion) and optional digest. */}}
+{{- define "tailpilot.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end }}

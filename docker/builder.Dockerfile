@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# The engine builder image: `tailpilot build` / `tailpilot profile` in build Jobs.
+#
+#   docker build -f docker/builder.Dockerfile -t ghcr.io/tailpilot/tailpilot-builder:0.1.0 .
+#
+# Base: NVIDIA's Triton 24.10 image (Triton 2.51 with the onnxruntime, tensorrt and python
+# backends, TensorRT 10.5 runtime, CUDA 12.6), so an engine is profiled in the same Triton that
+# serves it. trtexec comes from the matching TensorRT 24.10 image. The image's Python is 3.10;
+# TailPilot needs 3.11, which uv installs as a standalone interpreter into /opt/python.
+
+ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3
+ARG TENSORRT_IMAGE=nvcr.io/nvidia/tensorrt:24.10-py3
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.5.11
+
+FROM ${UV_IMAGE} AS uv
+FROM ${TENSORRT_IMAGE} AS tensorrt
+
+FROM ${TRITON_IMAGE}
+COPY --from=uv /uv /usr/local/bin/uv
+COPY --from=tensorrt /usr/src/tensorrt/bin/trtexec /usr/local/bin/trtexec
+ENV UV_PYTHON_INSTALL_DIR=/opt/python UV_NO_CACHE=1 UV_LINK_MODE=copy
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY controllers/ controllers/
+COPY builders/ builders/
+COPY bench/ bench/
+COPY e2e/__init__.py e2e/
+RUN uv python install 3.11 \
+ && uv venv --python 3.11 /opt/venv \
+ && VIRTUAL_ENV=/opt/venv uv pip install . "tritonclient[all]==2.51.0" \
+ && rm -rf /src
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+WORKDIR /
+# Triton's image user (UID 1000); the Job's securityContext runs as 1000 with a read-only root
+# filesystem, writing only to /tmp and the engine store mount.
+USER 1000:1000
+ENTRYPOINT ["tailpilot"]
+CMD ["build", "--help"]

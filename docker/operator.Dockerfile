@@ -1,0 +1,37 @@
+# syntax=docker/dockerfile:1
+# The TailPilot operator image: `tailpilot operator` (kopf) on a slim Python 3.11.
+#
+#   docker build -f docker/operator.Dockerfile -t ghcr.io/tailpilot/tailpilot-operator:0.1.0 .
+#
+# Two stages: wheels are built with the compiler toolchain, the runtime stage has only the venv.
+# The operator renders Triton's config.pbtxt with tritonclient's protobuf classes, so the grpc
+# extra of tritonclient is installed; the heavy Triton/pytriton extras are not.
+
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY controllers/ controllers/
+COPY builders/ builders/
+COPY bench/ bench/
+COPY e2e/__init__.py e2e/
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install . "tritonclient[grpc]==2.51.0"
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="tailpilot-operator" \
+      org.opencontainers.image.source="https://github.com/tailpilot/tailpilot" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# A fixed non-root UID (the chart's podSecurityContext runs as 65532) and a read-only root
+# filesystem: nothing is written outside /tmp (an emptyDir in the chart).
+USER 65532:65532
+EXPOSE 8080 8081 9090
+ENTRYPOINT ["tailpilot"]
+CMD ["operator"]

@@ -1,0 +1,157 @@
+"""Names shared by the API, the manifest builders, the controller and the chart.
+
+Label and annotation keys are built from the API group (as crate-operator's
+`constants.py` does), next to the standard `app.kubernetes.io/*` labels, so a
+rename of the group changes every key in one place. Condition types and
+reasons are CamelCase constants (as Kueue's are); the controller never writes
+a free-form reason.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- The API -----------------------------------------------------------------
+
+GROUP: Final = "tailpilot.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "InferenceService"
+LIST_KIND: Final = "InferenceServiceList"
+PLURAL: Final = "inferenceservices"
+SINGULAR: Final = "inferenceservice"
+#: KServe owns `isvc` (and `inferenceservice` under serving.kserve.io); ours must not clash.
+SHORT_NAMES: Final = ("tpisvc", "tpi")
+CATEGORIES: Final = ("tailpilot", "all")
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+#: Finalizer-free by design: children are garbage-collected through owner references.
+
+# --- Labels and annotations ----------------------------------------------------
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_VERSION: Final = "app.kubernetes.io/version"
+
+PART_OF: Final = "tailpilot"
+MANAGED_BY: Final = "tailpilot-operator"
+#: app.kubernetes.io/name of the serving pods (the application is Triton).
+APP_NAME_TRITON: Final = "triton"
+APP_NAME_BUILDER: Final = "tailpilot-builder"
+
+COMPONENT_SERVER: Final = "inference-server"
+COMPONENT_BUILD: Final = "engine-build"
+COMPONENT_MODEL_CONFIG: Final = "model-config"
+COMPONENT_MONITORING: Final = "monitoring"
+
+#: Value = name of the owning InferenceService; the key selects every child of one service
+#: and, by "key exists", every pod of any InferenceService (exclusive GPU placement).
+LABEL_ISVC: Final = f"{GROUP}/inferenceservice"
+LABEL_ENGINE_KEY: Final = f"{GROUP}/engine-key"
+LABEL_REQUEST_KEY: Final = f"{GROUP}/build-request-key"
+
+ANNOTATION_ENGINE_KEY: Final = f"{GROUP}/engine-key"
+ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
+#: Stable hash of a desired child object, compared with the live one to detect drift.
+ANNOTATION_DESIRED_HASH: Final = f"{GROUP}/desired-hash"
+ANNOTATION_BUILD_REQUEST: Final = f"{GROUP}/build-request"
+
+# --- Conditions ------------------------------------------------------------------
+
+CONDITION_READY: Final = "Ready"
+CONDITION_ENGINE_READY: Final = "EngineReady"
+CONDITION_ROLLOUT_READY: Final = "RolloutReady"
+CONDITION_SLO_MET: Final = "SLOMet"
+CONDITION_SCALING_ACTIVE: Final = "ScalingActive"
+CONDITION_DEGRADED: Final = "Degraded"
+CONDITION_TYPES: Final = (
+    CONDITION_READY,
+    CONDITION_ENGINE_READY,
+    CONDITION_ROLLOUT_READY,
+    CONDITION_SLO_MET,
+    CONDITION_SCALING_ACTIVE,
+    CONDITION_DEGRADED,
+)
+
+STATUS_TRUE: Final = "True"
+STATUS_FALSE: Final = "False"
+STATUS_UNKNOWN: Final = "Unknown"
+
+# Reasons (CamelCase, stable: users and alerts match on them).
+REASON_RECONCILING: Final = "Reconciling"
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_ENGINE_BUILDING: Final = "EngineBuilding"
+REASON_ENGINE_BUILT: Final = "EngineBuilt"
+REASON_ENGINE_CACHED: Final = "EngineCached"
+REASON_ENGINE_BUILD_FAILED: Final = "EngineBuildFailed"
+REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
+REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
+REASON_ROLLING_OUT: Final = "RollingOut"
+REASON_ROLLED_OUT: Final = "RolledOut"
+REASON_ROLLOUT_STALLED: Final = "RolloutStalled"
+REASON_SLO_MET: Final = "WithinSLO"
+REASON_SLO_VIOLATED: Final = "SLOViolated"
+REASON_NO_TRAFFIC: Final = "NoTraffic"
+REASON_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
+REASON_AUTOSCALING_ACTIVE: Final = "AutoscalingActive"
+REASON_AUTOSCALING_DRY_RUN: Final = "DryRun"
+REASON_AUTOSCALING_DISABLED: Final = "AutoscalingDisabled"
+REASON_ALL_READY: Final = "AllConditionsMet"
+REASON_NOT_READY: Final = "NotReady"
+
+# --- GPUs ----------------------------------------------------------------------------
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+#: Set by NVIDIA GPU feature discovery, e.g. "NVIDIA-H100-80GB-HBM3".
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_TAINT_KEY: Final = "nvidia.com/gpu"
+GPU_TAINT_VALUE: Final = "present"
+GPU_TAINT_EFFECT: Final = "NoSchedule"
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+
+#: Known GPU products (node label value -> memory in GiB); the semantic validation warns on others.
+KNOWN_GPU_PRODUCTS: Final[dict[str, int]] = {
+    "NVIDIA-H100-80GB-HBM3": 80,
+    "NVIDIA-H100-NVL": 94,
+    "NVIDIA-H200": 141,
+    "NVIDIA-A100-SXM4-80GB": 80,
+    "NVIDIA-A100-SXM4-40GB": 40,
+    "NVIDIA-A100-PCIE-40GB": 40,
+    "NVIDIA-A10G": 24,
+    "NVIDIA-L4": 24,
+    "NVIDIA-L40S": 48,
+    "Tesla-T4": 16,
+}
+
+# --- Alerts (Prometheus label names cannot hold "." or "/") ----------------------------------
+
+#: Label on every TailPilot alert; Alertmanager routes `tailpilot="operator"` to the operator's webhook.
+ALERT_ROUTE_LABEL: Final = "tailpilot"
+ALERT_ROUTE_VALUE: Final = "operator"
+#: Labels that carry the service's identity on series and alerts (set by the ServiceMonitor's relabeling).
+METRIC_LABEL_NAMESPACE: Final = "namespace"
+METRIC_LABEL_ISVC: Final = "inferenceservice"
+
+# --- Triton ----------------------------------------------------------------------------
+
+#: Triton 2.51 (the release the project's local Triton and tritonclient pin).
+DEFAULT_TRITON_IMAGE: Final = "nvcr.io/nvidia/tritonserver:24.10-py3"
+TRITON_HTTP_PORT: Final = 8000
+TRITON_GRPC_PORT: Final = 8001
+TRITON_METRICS_PORT: Final = 8002
+PORT_NAME_HTTP: Final = "http"
+PORT_NAME_GRPC: Final = "grpc"
+PORT_NAME_METRICS: Final = "metrics"
+
+#: Mount path of the engine store PVC in build Jobs and serving pods.
+ENGINE_STORE_MOUNT: Final = "/engines"
+#: Sub-directory of the store holding published engines: engines/<key>/repository/<model>/1/
+#: (the layout of tailpilot.builders.store; a test checks they agree).
+ENGINE_STORE_ENGINES_DIR: Final = "engines"
+ENGINE_STORE_REPOSITORY_DIR: Final = "repository"
+#: Where the build Job mounts pvc:// model sources (`tailpilot build --pvc-root`).
+PVC_SOURCE_ROOT: Final = "/mnt/pvc"
+#: Default name of the engine store PVC (one per namespace; the chart/docs explain how to create it).
+DEFAULT_ENGINE_STORE_CLAIM: Final = "tailpilot-engines"

@@ -1,0 +1,869 @@
+"""The InferenceService API (tailpilot.io/v1alpha1): the single source of the CRD.
+
+These pydantic models are the API. `tailpilot crds` (tailpilot.crdgen) turns
+them into the CRD's structural OpenAPI v3 schema: field descriptions become
+`kubectl explain` text, defaults/enums/bounds become schema keywords, and the
+cross-field rules below become CEL `x-kubernetes-validations`, so the API
+server itself rejects an invalid object with a message that names the field.
+
+Each cross-field rule exists twice, on purpose: as CEL (enforced by the API
+server) and as a pydantic validator with the same message (enforced when the
+operator, the tests or the examples parse a spec). Both read their message from
+one `Rule` value; `tests/api/invalid_specs.py` holds the table of invalid specs
+that both the pure tests and the cluster tests run.
+
+Python names are snake_case; JSON names are camelCase (alias generator), e.g.
+`spec.slo.p99_latency_ms` is `spec.slo.p99LatencyMs` on the object.
+
+How `kubectl scale` interacts with autoscaling (the `scale` subresource maps
+to `spec.replicas` / `status.replicas`):
+- `autoscaling.enabled: false`: `spec.replicas` is the replica count, like a
+  Deployment's; `kubectl scale` sets it.
+- `autoscaling.enabled: true` (default): the autoscaler owns the replica count
+  and only records it in `status.replicas`; a change of `spec.replicas` (e.g.
+  `kubectl scale`) is a one-off manual nudge: the operator applies it at once
+  and the autoscaler continues from there, subject to its stabilization windows.
+- In both cases `spec.replicas` must lie within [minReplicas, maxReplicas].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+from tailpilot.api import constants as c
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import ProfileSummary
+
+# --- Limits that keep CEL's estimated cost bounded and objects small -------------------------
+
+MAX_NAME_LENGTH = 46
+MAX_URI_LENGTH = 2048
+MAX_SHAPES = 16
+MAX_DIMS = 8
+MAX_PREFERRED_BATCH_SIZES = 16
+MAX_BATCH_SIZE = 4096
+MAX_TOLERATIONS = 32
+MAX_CONDITIONS = 16
+MAX_PROFILE_POINTS = 32
+MAX_TENSORS = 64
+SHA256_PATTERN = r"^[a-f0-9]{64}$"
+#: Schemes the builder's fetcher supports (tailpilot.builders.fetch); others are rejected at apply time.
+MODEL_URI_PATTERN = r"^(https://|s3://|pvc://)\S+$"
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cross-field rule: its CEL expression, the message both checks use, the field it names.
+
+    Attributes:
+        cel: the CEL expression, evaluated with `self` = the object the rule sits on.
+        message: the error message; it names the field by its full JSON path.
+        field_path: JSON path relative to the rule's object that the API server reports.
+    """
+
+    cel: str
+    message: str
+    field_path: str | None = None
+
+    def to_schema(self) -> dict[str, str]:
+        """Return the `x-kubernetes-validations` entry."""
+        entry = {"rule": self.cel, "message": self.message}
+        if self.field_path:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+
+def _validations(*rules: Rule) -> dict[str, Any]:
+    return {"x-kubernetes-validations": [r.to_schema() for r in rules]}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+def _fail(rule: Rule) -> ValueError:
+    return ValueError(rule.message)
+
+
+# --- spec.model -------------------------------------------------------------------------------
+
+
+class ModelFormat(StrEnum):
+    """Serialization format of the source model."""
+
+    ONNX = "onnx"
+
+
+class TensorOverride(_Model):
+    """One model input or output, overriding what is detected from the ONNX graph."""
+
+    name: str = Field(min_length=1, max_length=128, description="Tensor name as in the ONNX graph.")
+    data_type: str = Field(
+        pattern=r"^TYPE_[A-Z0-9]+$",
+        max_length=32,
+        description="Triton data type, e.g. TYPE_FP32, TYPE_INT64.",
+    )
+    dims: list[int] = Field(
+        max_length=MAX_DIMS,
+        description="Dimensions without the batch dimension; -1 marks a dynamic dimension.",
+    )
+
+
+RULE_HTTPS_SHA256 = Rule(
+    cel="!self.uri.startsWith('https://') || has(self.sha256)",
+    message="spec.model.sha256 is required when spec.model.uri is an https:// URL",
+    field_path=".sha256",
+)
+
+
+class ModelSpec(_Model):
+    """Where the ONNX model comes from."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_HTTPS_SHA256))
+
+    uri: str = Field(
+        max_length=MAX_URI_LENGTH,
+        pattern=MODEL_URI_PATTERN,
+        description=(
+            "Location of the model: https://host/path (requires sha256), s3://bucket/key, or "
+            "pvc://claim/path (a PersistentVolumeClaim in this namespace, mounted read-only in the build)."
+        ),
+    )
+    sha256: str | None = Field(
+        default=None,
+        pattern=SHA256_PATTERN,
+        description="Lower-case hex SHA-256 of the model file; the build fails if the bytes differ.",
+    )
+    format: ModelFormat = Field(default=ModelFormat.ONNX, description="Format of the model file.")
+    name: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="Model name served by Triton (the URL path clients call). Defaults to the object's name.",
+    )
+    inputs: list[TensorOverride] = Field(
+        default_factory=list,
+        json_schema_extra={"default": []},
+        max_length=MAX_TENSORS,
+        description="Input overrides; by default the inputs are read from the ONNX graph.",
+    )
+    outputs: list[TensorOverride] = Field(
+        default_factory=list,
+        json_schema_extra={"default": []},
+        max_length=MAX_TENSORS,
+        description="Output overrides; by default the outputs are read from the ONNX graph.",
+    )
+
+    @model_validator(mode="after")
+    def _https_needs_sha256(self) -> Self:
+        if self.uri.startswith("https://") and self.sha256 is None:
+            raise _fail(RULE_HTTPS_SHA256)
+        return self
+
+
+# --- spec.engine ------------------------------------------------------------------------------
+
+
+class Backend(StrEnum):
+    """Engine backend."""
+
+    TENSORRT = "tensorrt"
+    ONNXRUNTIME = "onnxruntime"
+
+
+class Precision(StrEnum):
+    """Numeric precision of the engine."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+
+class CalibrationSpec(_Model):
+    """INT8 calibration data: a .npz of representative inputs keyed by input name."""
+
+    uri: str = Field(
+        max_length=MAX_URI_LENGTH,
+        pattern=MODEL_URI_PATTERN,
+        description="Location of the calibration data (same schemes as spec.model.uri).",
+    )
+    sha256: str | None = Field(
+        default=None, pattern=SHA256_PATTERN, description="Lower-case hex SHA-256 of the calibration file."
+    )
+
+
+_Dims = Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1, max_length=MAX_DIMS)]
+
+RULE_SHAPE_LENGTHS = Rule(
+    cel="size(self.min) == size(self.opt) && size(self.opt) == size(self.max)",
+    message="spec.engine.shapes[].min, opt and max must have the same number of dimensions",
+    field_path=".opt",
+)
+RULE_SHAPE_ORDER = Rule(
+    cel=(
+        "size(self.min) != size(self.opt) || size(self.opt) != size(self.max) || "
+        f"[{', '.join(str(i) for i in range(MAX_DIMS))}].all(i, i >= size(self.min) || "
+        "(self.min[i] <= self.opt[i] && self.opt[i] <= self.max[i]))"
+    ),
+    message="spec.engine.shapes[] must satisfy min <= opt <= max in every dimension",
+    field_path=".opt",
+)
+
+
+class ShapeSpec(_Model):
+    """Dynamic-shape profile of one input (non-batch dimensions; the batch dimension follows batching)."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_SHAPE_LENGTHS, RULE_SHAPE_ORDER))
+
+    input: str = Field(min_length=1, max_length=128, description="Input name as in the ONNX graph.")
+    min: _Dims = Field(description="Smallest accepted size of each non-batch dimension.")
+    opt: _Dims = Field(description="Size the engine is optimized for, per non-batch dimension.")
+    max: _Dims = Field(description="Largest accepted size of each non-batch dimension.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not len(self.min) == len(self.opt) == len(self.max):
+            raise _fail(RULE_SHAPE_LENGTHS)
+        if any(not lo <= mid <= hi for lo, mid, hi in zip(self.min, self.opt, self.max, strict=True)):
+            raise _fail(RULE_SHAPE_ORDER)
+        return self
+
+
+RULE_INT8_CALIBRATION = Rule(
+    cel="!(self.backend == 'tensorrt' && self.precision == 'int8') || has(self.calibration)",
+    message="spec.engine.calibration is required when spec.engine.backend is tensorrt and precision is int8",
+    field_path=".calibration",
+)
+
+
+class EngineSpec(_Model):
+    """How the model is compiled into an engine (part of the engine key: a change rebuilds)."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_INT8_CALIBRATION))
+
+    backend: Backend = Field(
+        default=Backend.ONNXRUNTIME,
+        description="tensorrt (GPU only) builds a TensorRT plan; onnxruntime serves an optimized ONNX model.",
+    )
+    precision: Precision = Field(default=Precision.FP32, description="Numeric precision of the engine.")
+    calibration: CalibrationSpec | None = Field(
+        default=None, description="INT8 calibration data; required for tensorrt with precision int8."
+    )
+    shapes: list[ShapeSpec] = Field(
+        default_factory=list,
+        max_length=MAX_SHAPES,
+        description="Dynamic-shape profiles, one per input with dynamic non-batch dimensions.",
+        json_schema_extra={
+            "default": [],
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["input"],
+        },
+    )
+
+    @model_validator(mode="after")
+    def _checks(self) -> Self:
+        if self.backend is Backend.TENSORRT and self.precision is Precision.INT8 and self.calibration is None:
+            raise _fail(RULE_INT8_CALIBRATION)
+        names = [s.input for s in self.shapes]
+        if len(names) != len(set(names)):
+            raise ValueError("spec.engine.shapes[].input must be unique (Duplicate value)")
+        return self
+
+
+# --- spec.runtime -----------------------------------------------------------------------------
+
+
+class Device(StrEnum):
+    """Where the engine runs."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class ServingVariant(StrEnum):
+    """Which Triton backend serves the engine."""
+
+    NATIVE = "native"
+    PYTHON = "python"
+
+
+RULE_GPU_COUNT = Rule(
+    cel="self.count >= 1",
+    message="spec.runtime.gpu.count must be at least 1 when spec.runtime.device is gpu",
+    field_path=".count",
+)
+
+
+class GpuSpec(_Model):
+    """The GPUs of one replica."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_GPU_COUNT))
+
+    product: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description=(
+            f"GPU product as the node label {c.GPU_PRODUCT_LABEL} spells it, e.g. NVIDIA-H100-80GB-HBM3. "
+            "Pods and the build Job are pinned to it; a TensorRT engine only runs on the product it was "
+            "built for."
+        ),
+    )
+    count: int = Field(
+        default=1, ge=0, le=16, description=f"Whole GPUs per replica ({c.GPU_RESOURCE} limit)."
+    )
+    exclusive: bool = Field(
+        default=False,
+        description="When true, a replica never shares a node with pods of another InferenceService.",
+    )
+
+    @model_validator(mode="after")
+    def _count(self) -> Self:
+        if self.count < 1:
+            raise _fail(RULE_GPU_COUNT)
+        return self
+
+
+RULE_GPU_REQUIRED = Rule(
+    cel="self.device != 'gpu' || has(self.gpu)",
+    message="spec.runtime.gpu is required when spec.runtime.device is gpu",
+    field_path=".gpu",
+)
+RULE_GPU_FORBIDDEN = Rule(
+    cel="self.device != 'cpu' || !has(self.gpu)",
+    message="spec.runtime.gpu must not be set when spec.runtime.device is cpu",
+    field_path=".gpu",
+)
+
+
+class RuntimeSpec(_Model):
+    """Where and how the Triton replicas run."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_GPU_REQUIRED, RULE_GPU_FORBIDDEN))
+
+    device: Device = Field(default=Device.CPU, description="gpu or cpu.")
+    gpu: GpuSpec | None = Field(default=None, description="GPU placement; required when device is gpu.")
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Triton image; defaults to the operator's configured image (Triton 2.51).",
+    )
+    serving_variant: ServingVariant = Field(
+        default=ServingVariant.NATIVE,
+        description=(
+            "native: Triton's own onnxruntime/tensorrt backend; python: the optimized ONNX model wrapped "
+            "in a "
+            "Python-backend model (for Triton builds without those backends)."
+        ),
+    )
+    resources: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "Kubernetes ResourceRequirements of the Triton container (requests/limits). The GPU limit is "
+            "set from gpu.count and cannot be overridden here."
+        ),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={"default": {}},
+        description="Extra node labels the replicas require, merged with the GPU product selector.",
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        json_schema_extra={"default": []},
+        max_length=MAX_TOLERATIONS,
+        description="Extra Kubernetes tolerations, added to the GPU taint toleration.",
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None,
+        description="Kubernetes Affinity, merged with the exclusive-placement anti-affinity.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+    @model_validator(mode="after")
+    def _gpu(self) -> Self:
+        if self.device is Device.GPU and self.gpu is None:
+            raise _fail(RULE_GPU_REQUIRED)
+        if self.device is Device.CPU and self.gpu is not None:
+            raise _fail(RULE_GPU_FORBIDDEN)
+        return self
+
+
+# --- spec.batching ----------------------------------------------------------------------------
+
+
+class BatchingMode(StrEnum):
+    """Who decides the dynamic-batching settings."""
+
+    AUTO = "auto"
+    FIXED = "fixed"
+
+
+RULE_PREFERRED_LE_MAX = Rule(
+    cel="!has(self.preferredBatchSizes) || self.preferredBatchSizes.all(s, s <= self.maxBatchSize)",
+    message="spec.batching.preferredBatchSizes must all be less than or equal to spec.batching.maxBatchSize",
+    field_path=".preferredBatchSizes",
+)
+
+
+class BatchingSpec(_Model):
+    """Triton dynamic batching: fixed values, or bounds the operator tunes within (auto)."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_PREFERRED_LE_MAX))
+
+    mode: BatchingMode = Field(
+        default=BatchingMode.AUTO,
+        description=(
+            "auto: the operator tunes batch size and queue delay live within these bounds to hold the SLO; "
+            "fixed: exactly these values."
+        ),
+    )
+    max_batch_size: int = Field(
+        default=32,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="Largest batch Triton forms (the engine's batch dimension maximum; a change rebuilds).",
+    )
+    preferred_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]] = Field(
+        default_factory=list,
+        max_length=MAX_PREFERRED_BATCH_SIZES,
+        description="Batch sizes Triton prefers to form; each at most maxBatchSize.",
+        json_schema_extra={"default": [], "x-kubernetes-list-type": "set"},
+    )
+    max_queue_delay_microseconds: int = Field(
+        default=2000,
+        ge=0,
+        le=10_000_000,
+        description="Longest wait for a batch to fill, microseconds (an upper bound in auto mode).",
+    )
+    instances_per_replica: int = Field(
+        default=1, ge=1, le=16, description="Model instances (execution streams) per replica."
+    )
+
+    @model_validator(mode="after")
+    def _preferred(self) -> Self:
+        if any(s > self.max_batch_size for s in self.preferred_batch_sizes):
+            raise _fail(RULE_PREFERRED_LE_MAX)
+        if len(set(self.preferred_batch_sizes)) != len(self.preferred_batch_sizes):
+            raise ValueError("spec.batching.preferredBatchSizes must not repeat a value (Duplicate value)")
+        return self
+
+    def to_config(self) -> BatchingConfig:
+        """Return the batching this spec asks for, as the policy and config renderer take it."""
+        return BatchingConfig(
+            max_batch_size=self.max_batch_size,
+            preferred_batch_sizes=tuple(sorted(self.preferred_batch_sizes)),
+            max_queue_delay_us=self.max_queue_delay_microseconds,
+            instances_per_replica=self.instances_per_replica,
+        )
+
+
+# --- spec.slo ---------------------------------------------------------------------------------
+
+RULE_SLO_POSITIVE = Rule(
+    cel="self.p99LatencyMs > 0.0",
+    message="spec.slo.p99LatencyMs must be greater than 0",
+    field_path=".p99LatencyMs",
+)
+
+
+class SloSpec(_Model):
+    """The latency objective the operator holds."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_SLO_POSITIVE))
+
+    p99_latency_ms: float = Field(
+        le=600_000,
+        description="Target 99th-percentile request latency in milliseconds, measured at the server.",
+    )
+    max_queue_depth: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="Optional bound on pending requests per replica."
+    )
+    evaluation_window_seconds: int = Field(
+        default=60, ge=10, le=3600, description="Window over which P99 and queue depth are evaluated."
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> Self:
+        if not self.p99_latency_ms > 0:
+            raise _fail(RULE_SLO_POSITIVE)
+        return self
+
+
+# --- spec.autoscaling -------------------------------------------------------------------------
+
+RULE_MIN_LE_MAX = Rule(
+    cel="self.minReplicas <= self.maxReplicas",
+    message="spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas",
+    field_path=".minReplicas",
+)
+
+
+class AutoscalingSpec(_Model):
+    """Replica bounds and the autoscaler's pace."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_MIN_LE_MAX))
+
+    enabled: bool = Field(
+        default=True,
+        description="When false, spec.replicas is the replica count and batching is not tuned.",
+    )
+    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas.")
+    max_replicas: int = Field(default=4, ge=1, le=1000, description="Most replicas.")
+    dry_run: bool = Field(
+        default=False,
+        description="Decide and report (status.lastDecision, Events) but change nothing.",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300, ge=0, le=3600, description="A scale-down happens only if wanted for this long."
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=0, ge=0, le=3600, description="A scale-up happens only if wanted for this long."
+    )
+    max_scale_up_step: int = Field(
+        default=4, ge=1, le=100, description="Most replicas added by one decision."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise _fail(RULE_MIN_LE_MAX)
+        return self
+
+
+# --- spec.monitoring --------------------------------------------------------------------------
+
+
+class MonitoringSpec(_Model):
+    """Where metrics come from and which monitoring objects the operator creates."""
+
+    prometheus_url: str | None = Field(
+        default=None,
+        max_length=MAX_URI_LENGTH,
+        pattern=r"^https?://\S+$",
+        description="Prometheus to query; defaults to the operator's configured Prometheus.",
+    )
+    service_monitor: bool = Field(
+        default=True, description="Create a ServiceMonitor (when the prometheus-operator CRDs exist)."
+    )
+    prometheus_rule: bool = Field(
+        default=True,
+        description="Create a PrometheusRule with SLO burn-rate alerts (if prometheus-operator CRDs exist).",
+    )
+    scrape_interval_seconds: int = Field(
+        default=15, ge=1, le=300, description="Scrape interval of Triton's metrics."
+    )
+
+
+# --- spec -------------------------------------------------------------------------------------
+
+RULE_TENSORRT_GPU = Rule(
+    cel=(
+        "!has(self.engine) || self.engine.backend != 'tensorrt' || "
+        "(has(self.runtime) && self.runtime.device == 'gpu')"
+    ),
+    message="spec.engine.backend tensorrt requires spec.runtime.device gpu",
+    field_path=".engine.backend",
+)
+RULE_REPLICAS_IN_BOUNDS = Rule(
+    cel=(
+        "!has(self.replicas) || !has(self.autoscaling) || "
+        "(self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)"
+    ),
+    message="spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas",
+    field_path=".replicas",
+)
+
+
+def _section_default(model: type[_Model]) -> dict[str, Any]:
+    """CRD default of a section whose fields all have defaults: the fully defaulted section.
+
+    Not `{}`: the API server validates a CRD's default values (CEL included) without applying
+    the nested defaults first, so rules reading e.g. `self.device` would fail on `{}`.
+    """
+    return {"default": model().model_dump(by_alias=True, exclude_none=True, mode="json")}
+
+
+class InferenceServiceSpec(_Model):
+    """Desired state of an InferenceService."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_TENSORRT_GPU, RULE_REPLICAS_IN_BOUNDS))
+
+    model: ModelSpec = Field(description="The ONNX model to serve.")
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        json_schema_extra=_section_default(EngineSpec),
+        description="How the model becomes an engine.",
+    )
+    runtime: RuntimeSpec = Field(
+        default_factory=RuntimeSpec,
+        json_schema_extra=_section_default(RuntimeSpec),
+        description="Where and how replicas run.",
+    )
+    batching: BatchingSpec = Field(
+        default_factory=BatchingSpec,
+        json_schema_extra=_section_default(BatchingSpec),
+        description="Triton dynamic batching.",
+    )
+    slo: SloSpec = Field(description="The latency objective.")
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec,
+        json_schema_extra=_section_default(AutoscalingSpec),
+        description="Replica bounds and pace.",
+    )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec,
+        json_schema_extra=_section_default(MonitoringSpec),
+        description="Metrics and alerts.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description=(
+            "Replica count for the scale subresource (kubectl scale). With autoscaling disabled it is the "
+            "replica count; with autoscaling enabled a change is a one-off manual nudge the autoscaler "
+            "continues from. Must be within [minReplicas, maxReplicas]."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _cross(self) -> Self:
+        if self.engine.backend is Backend.TENSORRT and self.runtime.device is not Device.GPU:
+            raise _fail(RULE_TENSORRT_GPU)
+        a = self.autoscaling
+        if self.replicas is not None and not a.min_replicas <= self.replicas <= a.max_replicas:
+            raise _fail(RULE_REPLICAS_IN_BOUNDS)
+        return self
+
+    def model_name(self, isvc_name: str) -> str:
+        """Return the name Triton serves the model under."""
+        return self.model.name or isvc_name
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+class Condition(_Model):
+    """One aspect of the object's state (Kubernetes metav1.Condition)."""
+
+    type: str = Field(
+        max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9]*$", description="Condition type, e.g. Ready."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        max_length=128, pattern=r"^[A-Za-z][A-Za-z0-9]*$", description="CamelCase reason for the status."
+    )
+    message: str = Field(default="", max_length=4096, description="Human-readable detail.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation the condition was computed from."
+    )
+
+
+class EngineStatus(_Model):
+    """The engine being served."""
+
+    key: str = Field(max_length=128, description="Content-addressed engine key.")
+    request_key: str = Field(
+        default="", max_length=64, description="Key of the build request (names the build Job)."
+    )
+    artifact: str = Field(default="", max_length=MAX_URI_LENGTH, description="Where the engine is stored.")
+    built_at: datetime | None = Field(default=None, description="When the build Job finished.")
+    triton_backend: str = Field(default="", max_length=32, description="Triton backend serving the engine.")
+    cache_hit: bool = Field(default=False, description="True when the engine came from the store unchanged.")
+    inputs: list[TensorOverride] = Field(
+        default_factory=list, max_length=MAX_TENSORS, description="Model inputs as the build detected them."
+    )
+    outputs: list[TensorOverride] = Field(
+        default_factory=list, max_length=MAX_TENSORS, description="Model outputs as the build detected them."
+    )
+
+
+class BuildStatus(_Model):
+    """The engine build for the current spec (while it differs from the engine being served)."""
+
+    request_key: str = Field(max_length=64, description="Key of the build request; names the build Job.")
+    job_name: str = Field(default="", max_length=63, description="Name of the build Job.")
+    attempt: int = Field(default=1, ge=1, description="Attempt number; a failed build is retried with back-off.")
+    failed_pods: int = Field(default=0, ge=0, description="Failed build pods of the current attempt's Job.")
+    phase: str = Field(default="", max_length=32, description="Running, Succeeded, Failed or Retrying.")
+    reason: str = Field(default="", max_length=128, description="CamelCase reason of the last failure.")
+    message: str = Field(default="", max_length=4096, description="Message of the last failure.")
+
+
+class ServiceTimeStatus(_Model):
+    """Fitted per-batch execution time: interceptMs + perItemMs * batch size."""
+
+    intercept_ms: float = Field(ge=0, description="Fixed cost of one batch, ms.")
+    per_item_ms: float = Field(ge=0, description="Cost of each item in a batch, ms.")
+    jitter_cv: float = Field(default=0.0, ge=0, description="Coefficient of variation around the fit.")
+
+
+class ProfilePointStatus(_Model):
+    """Latency and throughput of the engine at one batch size."""
+
+    batch_size: int = Field(ge=1, description="Batch size.")
+    p99_ms: float = Field(ge=0, description="99th-percentile latency at this batch size, ms.")
+    throughput_per_s: float = Field(ge=0, description="Inferences per second at this batch size.")
+
+
+class ProfileStatus(_Model):
+    """Summary of the engine's measured profile (mirrors tailpilot.api.engine.ProfileSummary)."""
+
+    hardware: str = Field(max_length=128, description="cpu or the GPU product the engine was profiled on.")
+    service_time: ServiceTimeStatus = Field(description="Fitted service time per batch.")
+    points: list[ProfilePointStatus] = Field(
+        default_factory=list, max_length=MAX_PROFILE_POINTS, description="One entry per profiled batch size."
+    )
+
+    @classmethod
+    def from_summary(cls, summary: ProfileSummary) -> ProfileStatus:
+        """Convert the build result's summary."""
+        return cls.model_validate(summary.model_dump(by_alias=True))
+
+
+class BatchingStatus(_Model):
+    """Dynamic-batching settings in force."""
+
+    max_batch_size: int = Field(ge=1, description="Largest batch.")
+    preferred_batch_sizes: list[int] = Field(
+        default_factory=list, max_length=MAX_PREFERRED_BATCH_SIZES, description="Preferred batch sizes."
+    )
+    max_queue_delay_microseconds: int = Field(ge=0, description="Queue delay bound, microseconds.")
+    instances_per_replica: int = Field(default=1, ge=1, description="Model instances per replica.")
+
+    @classmethod
+    def from_config(cls, cfg: BatchingConfig) -> BatchingStatus:
+        """Convert the policy's batching value."""
+        return cls(
+            max_batch_size=cfg.max_batch_size,
+            preferred_batch_sizes=list(cfg.preferred_batch_sizes),
+            max_queue_delay_microseconds=cfg.max_queue_delay_us,
+            instances_per_replica=cfg.instances_per_replica,
+        )
+
+    def to_config(self) -> BatchingConfig:
+        """Convert back to the policy's batching value."""
+        return BatchingConfig(
+            max_batch_size=self.max_batch_size,
+            preferred_batch_sizes=tuple(self.preferred_batch_sizes),
+            max_queue_delay_us=self.max_queue_delay_microseconds,
+            instances_per_replica=self.instances_per_replica,
+        )
+
+
+class ObservedStatus(_Model):
+    """Service-level traffic measured over the SLO evaluation window."""
+
+    p99_ms: float | None = Field(default=None, ge=0, description="Observed service-level P99 latency, ms.")
+    queue_depth: float | None = Field(default=None, ge=0, description="Pending requests per replica.")
+    request_rate: float | None = Field(default=None, ge=0, description="Requests per second.")
+    at: datetime | None = Field(default=None, description="When the observation was taken.")
+
+
+class DecisionStatus(_Model):
+    """The autoscaler's last decision."""
+
+    action: str = Field(max_length=64, description="ScaleUp, ScaleDown, Rebatch, Hold, None, ...")
+    reason: str = Field(max_length=128, description="CamelCase reason.")
+    message: str = Field(default="", max_length=4096, description="Why, in words.")
+    time: datetime = Field(description="When it was decided.")
+    replicas: int | None = Field(default=None, ge=0, description="Target replicas of the decision.")
+    dry_run: bool = Field(default=False, description="True when the decision was only reported.")
+
+
+class InferenceServiceStatus(_Model):
+    """Observed state of an InferenceService, written only by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Last metadata.generation acted on."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Ready, EngineReady, RolloutReady, SLOMet, ScalingActive, Degraded.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    engine: EngineStatus | None = Field(default=None, description="The engine being served.")
+    build: BuildStatus | None = Field(default=None, description="The latest engine build for this spec.")
+    profile: ProfileStatus | None = Field(default=None, description="The engine's profile summary.")
+    replicas: int | None = Field(default=None, ge=0, description="Current replica count (scale subresource).")
+    ready_replicas: int | None = Field(default=None, ge=0, description="Ready replicas.")
+    selector: str | None = Field(
+        default=None, max_length=1024, description="Label selector of the replicas (scale subresource)."
+    )
+    batching: BatchingStatus | None = Field(default=None, description="Dynamic batching in force.")
+    observed: ObservedStatus | None = Field(default=None, description="Measured traffic.")
+    predicted_p99_ms: float | None = Field(
+        default=None, ge=0, description="P99 the policy predicts for the current replicas and batching, ms."
+    )
+    last_decision: DecisionStatus | None = Field(default=None, description="Last autoscaling decision.")
+
+
+# --- the object -------------------------------------------------------------------------------
+
+# Only the length is checked in CEL: a regex over metadata.name would push the rule's estimated cost
+# over the API server's limit. The DNS-1035 form (a Service needs it) is checked by api/validation.py.
+RULE_NAME = Rule(
+    cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+    message=f"metadata.name must be at most {MAX_NAME_LENGTH} characters (child objects append suffixes)",
+)
+
+
+class InferenceService(_Model):
+    """Serve an ONNX model on NVIDIA Triton within a P99 latency SLO, at the lowest cost."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_NAME))
+
+    api_version: Literal["tailpilot.io/v1alpha1"] = Field(
+        default="tailpilot.io/v1alpha1", description="APIVersion of the object."
+    )
+    kind: Literal["InferenceService"] = Field(default=c.KIND, description="Kind of the object.")
+    metadata: dict[str, Any] = Field(description="Standard object metadata.")
+    spec: InferenceServiceSpec = Field(description="Desired state.")
+    status: InferenceServiceStatus | None = Field(default=None, description="Observed state.")
+
+    @field_validator("metadata")
+    @classmethod
+    def _name(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        name = metadata.get("name")
+        if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+            raise _fail(RULE_NAME)
+        return metadata
+
+    @property
+    def name(self) -> str:
+        """metadata.name."""
+        return str(self.metadata["name"])
+
+    @property
+    def namespace(self) -> str:
+        """metadata.namespace ("default" when absent, as kubectl does)."""
+        return str(self.metadata.get("namespace") or "default")
+
+
+#: Every cross-field rule, for documentation and tests.
+ALL_RULES: tuple[Rule, ...] = (
+    RULE_NAME,
+    RULE_HTTPS_SHA256,
+    RULE_SHAPE_LENGTHS,
+    RULE_SHAPE_ORDER,
+    RULE_INT8_CALIBRATION,
+    RULE_GPU_COUNT,
+    RULE_GPU_REQUIRED,
+    RULE_GPU_FORBIDDEN,
+    RULE_PREFERRED_LE_MAX,
+    RULE_SLO_POSITIVE,
+    RULE_MIN_LE_MAX,
+    RULE_TENSORRT_GPU,
+    RULE_REPLICAS_IN_BOUNDS,
+)

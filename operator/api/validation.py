@@ -1,0 +1,144 @@
+"""Semantic checks the API server cannot do (no CEL access to other objects, build results, or catalogues).
+
+The CRD's schema and CEL rules reject malformed objects at `kubectl apply`.
+What remains needs knowledge the API server does not have: which GPU products
+exist, what the built engine accepts (its input names and dimensions, its
+maximum batch size), or regexes too costly for CEL. The operator runs these
+checks and, on any problem, sets a False condition (reason `InvalidSpec`) with
+the messages and creates nothing.
+
+All functions are pure: they take values and return a list of problems, each a
+(field, message) pair whose field is the JSON path on the object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from tailpilot.api import constants as c
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import BuildResult, TensorSpec
+from tailpilot.api.v1alpha1 import NAME_PATTERN, Backend, Device, InferenceServiceSpec, ServingVariant
+
+
+class Problem(NamedTuple):
+    """One semantic problem: the JSON path of the field and a message a user can act on."""
+
+    field: str
+    message: str
+
+
+def format_problems(problems: Iterable[Problem]) -> str:
+    """One condition message listing every problem."""
+    return "; ".join(f"{p.field}: {p.message}" for p in problems)
+
+
+def check_spec(
+    spec: InferenceServiceSpec,
+    *,
+    name: str,
+    known_gpu_products: Mapping[str, int] = c.KNOWN_GPU_PRODUCTS,
+) -> list[Problem]:
+    """Check what needs nothing but the object (and the GPU catalogue)."""
+    problems: list[Problem] = []
+    if not re.match(NAME_PATTERN, name):
+        problems.append(
+            Problem(
+                "metadata.name", f"{name!r} must start with a letter (it names a Service, a DNS-1035 label)"
+            )
+        )
+    gpu = spec.runtime.gpu
+    if spec.runtime.device is Device.GPU and gpu is not None and gpu.product not in known_gpu_products:
+        known = ", ".join(sorted(known_gpu_products))
+        problems.append(
+            Problem("spec.runtime.gpu.product", f"unknown GPU product {gpu.product!r} (known: {known})")
+        )
+    if spec.engine.backend is Backend.TENSORRT and spec.runtime.serving_variant is ServingVariant.PYTHON:
+        problems.append(
+            Problem(
+                "spec.runtime.servingVariant",
+                "python serves ONNX Runtime models only; a tensorrt engine needs servingVariant native",
+            )
+        )
+    resources = spec.runtime.resources or {}
+    for section in ("limits", "requests"):
+        if c.GPU_RESOURCE in (resources.get(section) or {}):
+            problems.append(
+                Problem(
+                    f"spec.runtime.resources.{section}",
+                    f"{c.GPU_RESOURCE} is set from spec.runtime.gpu.count; remove it here",
+                )
+            )
+    return problems
+
+
+def _check_shapes(spec: InferenceServiceSpec, inputs: Mapping[str, TensorSpec]) -> list[Problem]:
+    problems: list[Problem] = []
+    for i, shape in enumerate(spec.engine.shapes):
+        field = f"spec.engine.shapes[{i}]"
+        tensor = inputs.get(shape.input)
+        if tensor is None:
+            problems.append(
+                Problem(
+                    f"{field}.input",
+                    f"model has no input {shape.input!r} (inputs: {', '.join(sorted(inputs))})",
+                )
+            )
+            continue
+        if len(shape.min) != len(tensor.dims):
+            problems.append(
+                Problem(
+                    f"{field}.min",
+                    f"input {shape.input!r} has {len(tensor.dims)} non-batch dimensions, the profile has "
+                    f"{len(shape.min)}",
+                )
+            )
+            continue
+        for d, fixed in enumerate(tensor.dims):
+            if fixed != -1 and not shape.min[d] == shape.opt[d] == shape.max[d] == fixed:
+                problems.append(
+                    Problem(f"{field}.opt", f"dimension {d} of input {shape.input!r} is fixed at {fixed}")
+                )
+    return problems
+
+
+def check_against_build(spec: InferenceServiceSpec, *, result: BuildResult) -> list[Problem]:
+    """Check what needs the engine's declared inputs and outputs (known once the build reported them)."""
+    inputs = {t.name: t for t in result.inputs}
+    outputs = {t.name for t in result.outputs}
+    problems = _check_shapes(spec, inputs) if inputs else []
+    for kind, overrides, names in (
+        ("inputs", spec.model.inputs, set(inputs)),
+        ("outputs", spec.model.outputs, outputs),
+    ):
+        if not names:
+            continue
+        for i, tensor in enumerate(overrides):
+            if tensor.name not in names:
+                problems.append(
+                    Problem(f"spec.model.{kind}[{i}].name", f"model has no {kind[:-1]} {tensor.name!r}")
+                )
+    return problems
+
+
+def check_batching(batching: BatchingConfig, *, engine_max_batch_size: int) -> list[Problem]:
+    """Batch sizes must lie within the engine's batch-dimension profile (a TensorRT engine rejects others)."""
+    problems: list[Problem] = []
+    if batching.max_batch_size > engine_max_batch_size:
+        problems.append(
+            Problem(
+                "spec.batching.maxBatchSize",
+                f"{batching.max_batch_size} exceeds the engine's maximum batch size {engine_max_batch_size}",
+            )
+        )
+    outside = [s for s in batching.preferred_batch_sizes if s > engine_max_batch_size]
+    if outside:
+        problems.append(
+            Problem(
+                "spec.batching.preferredBatchSizes",
+                f"{outside} lie outside the engine's batch profile (max {engine_max_batch_size})",
+            )
+        )
+    return problems

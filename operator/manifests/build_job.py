@@ -1,0 +1,160 @@
+"""The engine build Job: `tailpilot build` for one BuildRequest, its result in the termination message.
+
+The Job is named from `BuildRequest.request_key()` (`<isvc>-build-<key[:10]>`),
+so a re-run or an operator restart finds the same Job instead of creating a
+second one; a spec change that alters the request gets a new name. The build
+container writes its `BuildResult` to /dev/termination-log
+(terminationMessagePolicy File), where the operator (or a KWOK stage that
+plays a build) reads it from the pod's status. Exit code 2 means an invalid
+request: the pod failure policy fails the Job at once instead of retrying.
+
+A build for a GPU target runs on the GPU product it is built for (one GPU):
+TensorRT plans are specific to it, and the profile must be measured there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from tailpilot.api import constants as c
+from tailpilot.api.engine import BuildRequest, ShapeProfile
+from tailpilot.api.v1alpha1 import Device, InferenceService
+from tailpilot.manifests import placement
+from tailpilot.manifests.meta import object_meta
+from tailpilot.manifests.security import container_security_context, pod_security_context
+from tailpilot.manifests.settings import ManifestSettings
+
+CONTAINER_NAME = "build"
+#: Exit code of `tailpilot build` for an invalid request (no retry helps).
+INVALID_REQUEST_EXIT_CODE = 2
+
+
+def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MOUNT) -> BuildRequest:
+    """Derive the BuildRequest from the spec: engine fields only, so batching-only changes keep the key."""
+    spec = isvc.spec
+    gpu = spec.runtime.gpu
+    return BuildRequest(
+        model_uri=spec.model.uri,
+        model_sha256=spec.model.sha256,
+        model_name=spec.model_name(isvc.name),
+        backend=spec.engine.backend.value,
+        precision=spec.engine.precision.value,
+        calibration_uri=spec.engine.calibration.uri if spec.engine.calibration else None,
+        calibration_sha256=spec.engine.calibration.sha256 if spec.engine.calibration else None,
+        shapes=tuple(
+            ShapeProfile(input=s.input, min=tuple(s.min), opt=tuple(s.opt), max=tuple(s.max))
+            for s in spec.engine.shapes
+        ),
+        max_batch_size=spec.batching.max_batch_size,
+        target=gpu.product if spec.runtime.device is Device.GPU and gpu else "cpu",
+        serving_variant=spec.runtime.serving_variant.value,
+        store=store,
+    )
+
+
+def build_job_name(*, isvc_name: str, request_key: str) -> str:
+    """`<isvc>-build-<key[:10]>` (at most 46 + 17 = 63 characters, a valid label value for job-name)."""
+    return f"{isvc_name}-build-{request_key[:10]}"
+
+
+def _pvc_claims(request: BuildRequest) -> list[str]:
+    uris = [request.model_uri] + ([request.calibration_uri] if request.calibration_uri else [])
+    return sorted({urlparse(u).netloc for u in uris if u.startswith("pvc://")})
+
+
+def _volumes(
+    request: BuildRequest, settings: ManifestSettings
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "engines", "persistentVolumeClaim": {"claimName": settings.engine_store_claim}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "engines", "mountPath": request.store},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    for i, claim in enumerate(_pvc_claims(request)):
+        volumes.append(
+            {"name": f"source-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+        mounts.append({"name": f"source-{i}", "mountPath": f"{c.PVC_SOURCE_ROOT}/{claim}", "readOnly": True})
+    if request.target != "cpu":
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def build_job(*, isvc: InferenceService, request: BuildRequest, settings: ManifestSettings) -> dict[str, Any]:
+    """Build the batch/v1 Job that builds (or finds cached) the engine for `request`."""
+    key = request.request_key()
+    on_gpu = request.target != "cpu"
+    volumes, mounts = _volumes(request, settings)
+    request_json = request.model_dump_json(by_alias=True, exclude_none=True)
+    labels = {c.LABEL_REQUEST_KEY: key}
+    meta = object_meta(
+        isvc=isvc,
+        name=build_job_name(isvc_name=isvc.name, request_key=key),
+        component=c.COMPONENT_BUILD,
+        app_name=c.APP_NAME_BUILDER,
+        extra_labels=labels,
+    )
+    pod_labels = {k: v for k, v in meta["labels"].items()}
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": settings.builder_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["tailpilot"],
+        "args": [
+            "build",
+            "--request",
+            request_json,
+            "--result-file",
+            "/dev/termination-log",
+            "--pvc-root",
+            c.PVC_SOURCE_ROOT,
+        ],
+        # The root filesystem is read-only: caches under $HOME go to the /tmp emptyDir.
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": mounts,
+        "securityContext": container_security_context(),
+        "resources": {"limits": {c.GPU_RESOURCE: 1}} if on_gpu else {},
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(settings.run_as_user),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if on_gpu:
+        pod_spec["nodeSelector"] = placement.node_selector(gpu_product=request.target, user={})
+        pod_spec["tolerations"] = placement.tolerations(gpu=True, user=[])
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": settings.build_backoff_limit,
+            "activeDeadlineSeconds": settings.build_deadline_seconds,
+            "ttlSecondsAfterFinished": settings.build_ttl_seconds,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER_NAME,
+                            "operator": "In",
+                            "values": [INVALID_REQUEST_EXIT_CODE],
+                        },
+                    },
+                    # Evictions and preemptions are not the build's fault: retry without counting.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                ]
+            },
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,226 @@
+"""The Triton Deployment of one InferenceService.
+
+Model repository: an init container assembles `/models/<model>/` in an
+emptyDir from the engine store (PVC, mounted read-only; the version directory
+is a symlink, so a multi-GB plan is not copied) and the ConfigMap's
+config.pbtxt. Triton runs with `--model-control-mode=explicit
+--load-model=<model>`, so the operator can reload the model with new batching
+in place (see DESIGN.md section 4), and with summary latencies on for the P99.
+
+Rollout: maxUnavailable 0 / maxSurge 1, so a Ready pod exists at every moment;
+the pod-template annotations carry the engine key and the rollout hash, so a
+new engine (or anything else that needs new pods) rolls, and a batching-only
+change does not.
+
+Security: the pod passes PodSecurity `restricted` (non-root, RuntimeDefault
+seccomp, no privilege escalation, no capabilities, read-only root filesystem
+with emptyDirs for /tmp, /dev/shm and the model repository).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import Device, InferenceService
+from tailpilot.manifests import placement
+from tailpilot.manifests.meta import object_meta, selector_labels, standard_labels
+from tailpilot.manifests.security import container_security_context, pod_security_context
+from tailpilot.manifests.settings import ManifestSettings
+from tailpilot.manifests.triton_configmap import CONFIG_KEY, configmap_name
+
+CONTAINER_NAME = "triton"
+MODEL_REPOSITORY = "/models"
+_PROBE_PERIOD_S = 10
+
+
+def engine_version_dir(*, engine_key: str, model_name: str, store: str = c.ENGINE_STORE_MOUNT) -> str:
+    """Path of the engine's version directory inside the mounted store (tailpilot.builders.store layout)."""
+    return f"{store}/{c.ENGINE_STORE_ENGINES_DIR}/{engine_key}/{c.ENGINE_STORE_REPOSITORY_DIR}/{model_name}/1"
+
+
+def _init_container(
+    *, image: str, model_name: str, engine_key: str, settings: ManifestSettings
+) -> dict[str, Any]:
+    target = f"{MODEL_REPOSITORY}/{model_name}"
+    script = (
+        "set -eu; "
+        f'test -d "{engine_version_dir(engine_key=engine_key, model_name=model_name)}" '
+        f'|| {{ echo "engine {engine_key} not found in the store" >&2; exit 1; }}; '
+        f'mkdir -p "{target}"; '
+        f'ln -sfn "{engine_version_dir(engine_key=engine_key, model_name=model_name)}" "{target}/1"; '
+        f'cp /config/{CONFIG_KEY} "{target}/{CONFIG_KEY}"'
+    )
+    return {
+        "name": "model-repository",
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["sh", "-c", script],
+        "volumeMounts": [
+            {"name": "engines", "mountPath": c.ENGINE_STORE_MOUNT, "readOnly": True},
+            {"name": "model-config", "mountPath": "/config", "readOnly": True},
+            {"name": "models", "mountPath": MODEL_REPOSITORY},
+        ],
+        "securityContext": container_security_context(),
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+    }
+
+
+def _resources(isvc: InferenceService) -> dict[str, Any]:
+    """User resources, with the GPU limit forced to gpu.count (drift on it is put back)."""
+    resources: dict[str, Any] = copy.deepcopy(dict(isvc.spec.runtime.resources or {}))
+    gpu = isvc.spec.runtime.gpu
+    for section in ("limits", "requests"):
+        if section in resources:
+            resources[section] = {k: v for k, v in dict(resources[section]).items() if k != c.GPU_RESOURCE}
+    if isvc.spec.runtime.device is Device.GPU and gpu is not None:
+        resources.setdefault("limits", {})[c.GPU_RESOURCE] = gpu.count
+    return resources
+
+
+def _probes(startup_seconds: int) -> dict[str, Any]:
+    def http(path: str) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": c.PORT_NAME_HTTP}}
+
+    return {
+        # Slow GPU pods (TensorRT plan loading) must not be killed while starting.
+        "startupProbe": {
+            **http("/v2/health/live"),
+            "periodSeconds": _PROBE_PERIOD_S,
+            "failureThreshold": max(1, startup_seconds // _PROBE_PERIOD_S),
+        },
+        "readinessProbe": {**http("/v2/health/ready"), "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**http("/v2/health/live"), "periodSeconds": _PROBE_PERIOD_S, "failureThreshold": 3},
+    }
+
+
+def triton_args(*, model_name: str) -> list[str]:
+    """Command-line arguments of tritonserver."""
+    return [
+        f"--model-repository={MODEL_REPOSITORY}",
+        "--model-control-mode=explicit",
+        f"--load-model={model_name}",
+        "--strict-readiness=true",
+        "--exit-on-error=true",
+        f"--http-port={c.TRITON_HTTP_PORT}",
+        f"--grpc-port={c.TRITON_GRPC_PORT}",
+        f"--metrics-port={c.TRITON_METRICS_PORT}",
+        "--allow-metrics=true",
+        "--metrics-config=summary_latencies=true",
+    ]
+
+
+def _triton_container(*, isvc: InferenceService, image: str, settings: ManifestSettings) -> dict[str, Any]:
+    on_gpu = isvc.spec.runtime.device is Device.GPU
+    return {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["tritonserver"],
+        "args": triton_args(model_name=isvc.spec.model_name(isvc.name)),
+        # The root filesystem is read-only: anything that writes under $HOME writes to the /tmp emptyDir.
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "ports": [
+            {"name": c.PORT_NAME_HTTP, "containerPort": c.TRITON_HTTP_PORT, "protocol": "TCP"},
+            {"name": c.PORT_NAME_GRPC, "containerPort": c.TRITON_GRPC_PORT, "protocol": "TCP"},
+            {"name": c.PORT_NAME_METRICS, "containerPort": c.TRITON_METRICS_PORT, "protocol": "TCP"},
+        ],
+        **_probes(settings.gpu_startup_seconds if on_gpu else settings.cpu_startup_seconds),
+        "resources": _resources(isvc),
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODEL_REPOSITORY},
+            {"name": "engines", "mountPath": c.ENGINE_STORE_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+        "securityContext": container_security_context(),
+    }
+
+
+def _volumes(isvc: InferenceService, settings: ManifestSettings) -> list[dict[str, Any]]:
+    return [
+        {"name": "models", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
+        {
+            "name": "engines",
+            "persistentVolumeClaim": {"claimName": settings.engine_store_claim, "readOnly": True},
+        },
+        {"name": "model-config", "configMap": {"name": configmap_name(isvc.name)}},
+    ]
+
+
+def triton_deployment(
+    *,
+    isvc: InferenceService,
+    engine_key: str,
+    rollout_hash: str,
+    replicas: int,
+    settings: ManifestSettings,
+) -> dict[str, Any]:
+    """Build the apps/v1 Deployment serving `engine_key` with `replicas` pods."""
+    spec = isvc.spec
+    gpu = spec.runtime.gpu
+    on_gpu = spec.runtime.device is Device.GPU and gpu is not None
+    image = spec.runtime.image or settings.triton_image
+    model_name = spec.model_name(isvc.name)
+    pod_labels = {
+        **standard_labels(isvc_name=isvc.name, component=c.COMPONENT_SERVER),
+        **selector_labels(isvc.name),
+        c.LABEL_ENGINE_KEY: engine_key[:63],
+    }
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(settings.run_as_user),
+        "initContainers": [
+            _init_container(image=image, model_name=model_name, engine_key=engine_key, settings=settings)
+        ],
+        "containers": [_triton_container(isvc=isvc, image=image, settings=settings)],
+        "volumes": _volumes(isvc, settings),
+        "terminationGracePeriodSeconds": 30,
+    }
+    selector = placement.node_selector(
+        gpu_product=gpu.product if on_gpu and gpu else None, user=spec.runtime.node_selector
+    )
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    tolerations = placement.tolerations(gpu=on_gpu, user=spec.runtime.tolerations)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    affinity = placement.affinity(
+        isvc_name=isvc.name, exclusive=bool(on_gpu and gpu and gpu.exclusive), user=spec.runtime.affinity
+    )
+    if affinity:
+        pod_spec["affinity"] = affinity
+    startup = settings.gpu_startup_seconds if on_gpu else settings.cpu_startup_seconds
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": object_meta(
+            isvc=isvc,
+            name=isvc.name,
+            component=c.COMPONENT_SERVER,
+            annotations={c.ANNOTATION_ENGINE_KEY: engine_key},
+        ),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(isvc.name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "revisionHistoryLimit": 3,
+            # A stalled rollout is reported after the slowest legitimate start plus a margin.
+            "progressDeadlineSeconds": startup + 300,
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {
+                        c.ANNOTATION_ENGINE_KEY: engine_key,
+                        c.ANNOTATION_CONFIG_HASH: rollout_hash,
+                        "kubectl.kubernetes.io/default-container": CONTAINER_NAME,
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }

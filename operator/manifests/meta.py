@@ -1,0 +1,107 @@
+"""Object metadata shared by every child: names, standard labels, owner references, the desired-state hash.
+
+Every child of an InferenceService carries the standard `app.kubernetes.io/*`
+labels plus `tailpilot.io/inferenceservice=<name>`, and one owner reference
+(controller, blockOwnerDeletion) so deleting the InferenceService garbage-
+collects it. `desired_hash` gives the controller a cheap drift check: it
+stores the hash of what it built in an annotation and compares it with the
+hash of what it would build now; a live object whose spec was hand-edited is
+caught by comparing the fields the builder sets (the controller's job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from tailpilot import __version__
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import InferenceService
+
+
+def standard_labels(*, isvc_name: str, component: str, app_name: str = c.APP_NAME_TRITON) -> dict[str, str]:
+    """Labels of a child object: app.kubernetes.io/* and the owning InferenceService's name."""
+    return {
+        c.LABEL_NAME: app_name,
+        c.LABEL_INSTANCE: isvc_name,
+        c.LABEL_COMPONENT: component,
+        c.LABEL_PART_OF: c.PART_OF,
+        c.LABEL_MANAGED_BY: c.MANAGED_BY,
+        c.LABEL_VERSION: __version__,
+        c.LABEL_ISVC: isvc_name,
+    }
+
+
+def selector_labels(isvc_name: str) -> dict[str, str]:
+    """Labels that select a service's Triton pods (immutable on a Deployment: never add keys here)."""
+    return {c.LABEL_NAME: c.APP_NAME_TRITON, c.LABEL_ISVC: isvc_name, c.LABEL_COMPONENT: c.COMPONENT_SERVER}
+
+
+def selector_string(isvc_name: str) -> str:
+    """Return the selector as a string, for status.selector (the scale subresource's labelSelectorPath)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(isvc_name).items()))
+
+
+def owner_reference(isvc: InferenceService) -> dict[str, Any]:
+    """Return the controller owner reference to the InferenceService (needs metadata.uid)."""
+    uid = isvc.metadata.get("uid")
+    if not uid:
+        raise ValueError(f"InferenceService {isvc.name!r} has no metadata.uid; owner references need it")
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": isvc.name,
+        "uid": str(uid),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def object_meta(
+    *,
+    isvc: InferenceService,
+    name: str,
+    component: str,
+    app_name: str = c.APP_NAME_TRITON,
+    extra_labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Metadata of a child: name, namespace, standard labels, owner reference."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": isvc.namespace,
+        "labels": {
+            **standard_labels(isvc_name=isvc.name, component=component, app_name=app_name),
+            **(extra_labels or {}),
+        },
+        "ownerReferences": [owner_reference(isvc)],
+    }
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def stable_hash(value: Any, length: int = 16) -> str:
+    """Hex SHA-256 of the canonical JSON of a value (sorted keys, no whitespace), truncated."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def desired_hash(obj: dict[str, Any]) -> str:
+    """Hash of a desired object, ignoring the hash annotation itself and server-set metadata."""
+    meta = dict(obj.get("metadata", {}))
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != c.ANNOTATION_DESIRED_HASH}
+    meta = {k: v for k, v in meta.items() if k in {"name", "namespace", "labels", "ownerReferences"}}
+    if annotations:
+        meta["annotations"] = annotations
+    return stable_hash(
+        {**{k: v for k, v in obj.items() if k not in {"metadata", "status"}}, "metadata": meta}
+    )
+
+
+def with_desired_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of obj with its desired hash in the `tailpilot.io/desired-hash` annotation."""
+    meta = dict(obj.get("metadata", {}))
+    meta["annotations"] = {**(meta.get("annotations") or {}), c.ANNOTATION_DESIRED_HASH: desired_hash(obj)}
+    return {**obj, "metadata": meta}

@@ -1,0 +1,63 @@
+"""Where pods go: GPU product pinning, the GPU taint toleration, exclusive placement, user extras.
+
+GPU nodes carry `nvidia.com/gpu.product=<product>` (GPU feature discovery)
+and usually the taint `nvidia.com/gpu=present:NoSchedule`. A TensorRT plan
+only runs on the product it was built for, so both the build Job and the
+serving pods select that product. Exclusive placement is a required pod
+anti-affinity against pods of *other* InferenceServices (label key exists,
+value not this one) per node, in every namespace; required anti-affinity is
+symmetric in the scheduler, so other services' pods also stay off our nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tailpilot.api import constants as c
+
+
+def gpu_toleration() -> dict[str, Any]:
+    """Tolerate the GPU taint whatever its value (clouds differ: "present", "true")."""
+    return {"key": c.GPU_TAINT_KEY, "operator": "Exists", "effect": c.GPU_TAINT_EFFECT}
+
+
+def node_selector(*, gpu_product: str | None, user: Mapping[str, str]) -> dict[str, str]:
+    """User selector plus the GPU product; the product wins if the user set the same key."""
+    merged = dict(user)
+    if gpu_product:
+        merged[c.GPU_PRODUCT_LABEL] = gpu_product
+    return merged
+
+
+def tolerations(*, gpu: bool, user: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """User tolerations plus the GPU taint toleration (once)."""
+    merged = [dict(t) for t in user]
+    if gpu and gpu_toleration() not in merged:
+        merged.append(gpu_toleration())
+    return merged
+
+
+def exclusive_anti_affinity_term(isvc_name: str) -> dict[str, Any]:
+    """Return a required anti-affinity term: no pod of another InferenceService (any namespace) per node."""
+    return {
+        "labelSelector": {
+            "matchExpressions": [
+                {"key": c.LABEL_ISVC, "operator": "Exists"},
+                {"key": c.LABEL_ISVC, "operator": "NotIn", "values": [isvc_name]},
+            ]
+        },
+        "namespaceSelector": {},
+        "topologyKey": c.HOSTNAME_LABEL,
+    }
+
+
+def affinity(*, isvc_name: str, exclusive: bool, user: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """User affinity with the exclusive anti-affinity term appended; None when both are empty."""
+    merged: dict[str, Any] = copy.deepcopy(dict(user or {}))
+    if exclusive:
+        anti = merged.setdefault("podAntiAffinity", {})
+        terms = anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+        terms.append(exclusive_anti_affinity_term(isvc_name))
+    return merged or None

@@ -1,0 +1,77 @@
+"""Operator-level settings the manifest builders need (set by the chart, passed in by the controller).
+
+A frozen value, so builders stay pure: the controller reads flags/environment
+once at start-up and hands this object to every builder call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tailpilot.api import constants as c
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestSettings:
+    """Everything a builder needs that is not on the InferenceService.
+
+    Attributes:
+        builder_image: Image of the engine build Job (`tailpilot build`).
+        triton_image: Default Triton image when spec.runtime.image is unset.
+        image_pull_policy: Pull policy of every container the operator creates.
+        engine_store_claim: PVC holding the engine store, in the service's namespace.
+        build_backoff_limit: Retries of a failed build pod before the Job fails.
+        build_deadline_seconds: activeDeadlineSeconds of a build Job.
+        build_ttl_seconds: ttlSecondsAfterFinished of a build Job; the operator reads the result first.
+        run_as_user: UID of every container (Triton's image runs as 1000).
+        gpu_startup_seconds: How long a GPU replica may take to start (TensorRT plans load slowly).
+        cpu_startup_seconds: How long a CPU replica may take to start.
+        shm_size: Size of /dev/shm (Triton's Python backend passes tensors through shared memory).
+        monitoring_labels: Extra labels on ServiceMonitors and PrometheusRules (e.g. a Prometheus's selector).
+        slo_error_budget: Fraction of evaluation time the P99 may exceed the SLO (burn-rate alerts).
+    """
+
+    builder_image: str
+    triton_image: str = c.DEFAULT_TRITON_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    engine_store_claim: str = c.DEFAULT_ENGINE_STORE_CLAIM
+    build_backoff_limit: int = 2
+    build_deadline_seconds: int = 3600
+    build_ttl_seconds: int = 86400
+    run_as_user: int = 1000
+    gpu_startup_seconds: int = 900
+    cpu_startup_seconds: int = 180
+    shm_size: str = "1Gi"
+    monitoring_labels: Mapping[str, str] = field(default_factory=dict)
+    slo_error_budget: float = 0.01
+
+
+# Environment variables the chart sets on the operator (templates/operator-deployment.yaml) that
+# feed these settings. The controller passes `os.environ` in; the parsing stays pure.
+ENV_BUILDER_IMAGE = "TAILPILOT_BUILDER_IMAGE"
+ENV_TRITON_IMAGE = "TAILPILOT_TRITON_IMAGE"
+ENV_ENGINE_STORE_CLAIM = "TAILPILOT_ENGINE_STORE_CLAIM"
+ENV_MONITORING_LABELS = "TAILPILOT_MONITORING_LABELS"
+
+
+def settings_from_env(environ: Mapping[str, str]) -> ManifestSettings:
+    """Build the settings from the operator's environment (a mapping, e.g. `os.environ`).
+
+    Raises:
+        ValueError: When the builder image is missing or the monitoring labels are not a JSON object
+            of strings.
+    """
+    builder_image = environ.get(ENV_BUILDER_IMAGE, "")
+    if not builder_image:
+        raise ValueError(f"{ENV_BUILDER_IMAGE} must name the engine builder image")
+    labels = json.loads(environ.get(ENV_MONITORING_LABELS) or "{}")
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError(f"{ENV_MONITORING_LABELS} must be a JSON object of strings, got {labels!r}")
+    return ManifestSettings(
+        builder_image=builder_image,
+        triton_image=environ.get(ENV_TRITON_IMAGE) or c.DEFAULT_TRITON_IMAGE,
+        engine_store_claim=environ.get(ENV_ENGINE_STORE_CLAIM) or c.DEFAULT_ENGINE_STORE_CLAIM,
+        monitoring_labels={str(k): str(v) for k, v in labels.items()},
+    )

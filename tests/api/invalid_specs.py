@@ -1,0 +1,211 @@
+"""Invalid InferenceService specs, each breaking one rule, with a substring the rejection must contain.
+
+A data table shared by the pure tests (pydantic models and a CRD-schema + CEL
+simulation, tests/api/test_invalid_specs.py) and the cluster test, which
+applies each spec to the real API server and checks `kubectl apply`'s error.
+The substring is chosen to appear both in the API server's message (field path
+or CEL message) and in the pydantic error rendered by `render_errors`.
+
+Use: `from tests.api.invalid_specs import INVALID_SPECS, VALID_SPECS, make_object`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+#: A minimal valid CPU spec.
+CPU_BASE: dict[str, Any] = {
+    "model": {"uri": "pvc://models/resnet50.onnx"},
+    "slo": {"p99LatencyMs": 50},
+}
+
+#: A valid GPU spec (TensorRT FP16 on H100).
+GPU_BASE: dict[str, Any] = {
+    "model": {
+        "uri": "https://models.example.com/resnet50.onnx",
+        "sha256": "0" * 64,
+    },
+    "engine": {
+        "backend": "tensorrt",
+        "precision": "fp16",
+        "shapes": [{"input": "input", "min": [3, 224, 224], "opt": [3, 224, 224], "max": [3, 224, 224]}],
+    },
+    "runtime": {"device": "gpu", "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 1, "exclusive": True}},
+    "batching": {"mode": "auto", "maxBatchSize": 32, "preferredBatchSizes": [8, 16]},
+    "slo": {"p99LatencyMs": 50, "maxQueueDepth": 16},
+    "autoscaling": {"minReplicas": 1, "maxReplicas": 8},
+}
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Return a deep copy of base with patch merged in (JSON merge patch: None deletes a key)."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def make_object(name: str, spec: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+    """Wrap a spec into a full InferenceService object."""
+    return {
+        "apiVersion": "tailpilot.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": copy.deepcopy(spec),
+    }
+
+
+def _shape(min_: list[int], opt: list[int], max_: list[int], name: str = "input") -> dict[str, Any]:
+    return {"engine": {"shapes": [{"input": name, "min": min_, "opt": opt, "max": max_}]}}
+
+
+VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
+    ("cpu-minimal", CPU_BASE),
+    ("gpu-tensorrt", GPU_BASE),
+    (
+        "gpu-tensorrt-int8",
+        merge(GPU_BASE, {"engine": {"precision": "int8", "calibration": {"uri": "s3://b/c.npz"}}}),
+    ),
+    ("cpu-int8-no-calibration", merge(CPU_BASE, {"engine": {"precision": "int8"}})),
+    (
+        "cpu-fixed-batching",
+        merge(CPU_BASE, {"batching": {"mode": "fixed", "maxBatchSize": 8, "preferredBatchSizes": [8]}}),
+    ),
+    (
+        "replicas-in-bounds",
+        merge(CPU_BASE, {"replicas": 3, "autoscaling": {"minReplicas": 2, "maxReplicas": 3}}),
+    ),
+    ("shape-ranges", merge(CPU_BASE, _shape([1, 16], [8, 128], [8, 512]))),
+]
+
+#: (name, spec, expected substring of the rejection). Names are unique; each breaks exactly one rule.
+INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "min-replicas-above-max",
+        merge(CPU_BASE, {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}),
+        "spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas",
+    ),
+    (
+        "preferred-batch-above-max",
+        merge(CPU_BASE, {"batching": {"maxBatchSize": 8, "preferredBatchSizes": [4, 16]}}),
+        "spec.batching.preferredBatchSizes must all be less than or equal to spec.batching.maxBatchSize",
+    ),
+    (
+        "shape-min-above-opt",
+        merge(CPU_BASE, _shape([3, 300], [3, 224], [3, 512])),
+        "min <= opt <= max in every dimension",
+    ),
+    (
+        "shape-opt-above-max",
+        merge(CPU_BASE, _shape([3, 64], [3, 1024], [3, 512])),
+        "min <= opt <= max in every dimension",
+    ),
+    (
+        "shape-dimension-count-mismatch",
+        merge(CPU_BASE, _shape([3, 64], [3, 128], [3, 256, 256])),
+        "min, opt and max must have the same number of dimensions",
+    ),
+    (
+        "tensorrt-on-cpu",
+        merge(GPU_BASE, {"runtime": {"device": "cpu", "gpu": None}}),
+        "spec.engine.backend tensorrt requires spec.runtime.device gpu",
+    ),
+    (
+        "tensorrt-int8-without-calibration",
+        merge(GPU_BASE, {"engine": {"precision": "int8"}}),
+        "spec.engine.calibration is required when spec.engine.backend is tensorrt and precision is int8",
+    ),
+    (
+        "https-model-without-sha256",
+        merge(CPU_BASE, {"model": {"uri": "https://models.example.com/m.onnx"}}),
+        "spec.model.sha256 is required when spec.model.uri is an https:// URL",
+    ),
+    (
+        "slo-zero",
+        merge(CPU_BASE, {"slo": {"p99LatencyMs": 0}}),
+        "spec.slo.p99LatencyMs must be greater than 0",
+    ),
+    (
+        "slo-negative",
+        merge(CPU_BASE, {"slo": {"p99LatencyMs": -5}}),
+        "spec.slo.p99LatencyMs must be greater than 0",
+    ),
+    (
+        "gpu-count-zero",
+        merge(GPU_BASE, {"runtime": {"gpu": {"count": 0}}}),
+        "spec.runtime.gpu.count must be at least 1 when spec.runtime.device is gpu",
+    ),
+    (
+        "gpu-device-without-gpu-section",
+        merge(GPU_BASE, {"runtime": {"gpu": None}}),
+        "spec.runtime.gpu is required when spec.runtime.device is gpu",
+    ),
+    (
+        "cpu-device-with-gpu-section",
+        merge(CPU_BASE, {"runtime": {"device": "cpu", "gpu": {"product": "NVIDIA-L4"}}}),
+        "spec.runtime.gpu must not be set when spec.runtime.device is cpu",
+    ),
+    (
+        "replicas-above-max",
+        merge(CPU_BASE, {"replicas": 9, "autoscaling": {"maxReplicas": 8}}),
+        "spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas",
+    ),
+    ("unknown-backend", merge(CPU_BASE, {"engine": {"backend": "tensorflow"}}), "spec.engine.backend"),
+    ("unknown-precision", merge(CPU_BASE, {"engine": {"precision": "fp8"}}), "spec.engine.precision"),
+    (
+        "http-model-uri",
+        merge(CPU_BASE, {"model": {"uri": "http://insecure.example.com/m.onnx"}}),
+        "spec.model.uri",
+    ),
+    (
+        "unsupported-uri-scheme",
+        merge(CPU_BASE, {"model": {"uri": "store://engines/m.onnx"}}),
+        "spec.model.uri",
+    ),
+    ("malformed-sha256", merge(CPU_BASE, {"model": {"sha256": "ABC123"}}), "spec.model.sha256"),
+    ("max-batch-zero", merge(CPU_BASE, {"batching": {"maxBatchSize": 0}}), "spec.batching.maxBatchSize"),
+    (
+        "negative-queue-delay",
+        merge(CPU_BASE, {"batching": {"maxQueueDelayMicroseconds": -1}}),
+        "spec.batching.maxQueueDelayMicroseconds",
+    ),
+    (
+        "duplicate-preferred-batch-size",
+        merge(CPU_BASE, {"batching": {"preferredBatchSizes": [8, 8]}}),
+        "spec.batching.preferredBatchSizes",
+    ),
+    (
+        "min-replicas-zero",
+        merge(CPU_BASE, {"autoscaling": {"minReplicas": 0}}),
+        "spec.autoscaling.minReplicas",
+    ),
+    ("missing-slo", merge(CPU_BASE, {"slo": None}), "spec.slo"),
+    ("shape-dimension-zero", merge(CPU_BASE, _shape([0], [1], [1])), "spec.engine.shapes[0].min[0]"),
+    (
+        "gpu-product-not-a-label-value",
+        merge(GPU_BASE, {"runtime": {"gpu": {"product": "NVIDIA H100"}}}),
+        "spec.runtime.gpu.product",
+    ),
+    (
+        "duplicate-shape-input",
+        merge(
+            CPU_BASE,
+            {
+                "engine": {
+                    "shapes": [
+                        {"input": "x", "min": [1], "opt": [2], "max": [4]},
+                        {"input": "x", "min": [1], "opt": [1], "max": [1]},
+                    ]
+                }
+            },
+        ),
+        "spec.engine.shapes",
+    ),
+    ("unknown-device", merge(CPU_BASE, {"runtime": {"device": "tpu"}}), "spec.runtime.device"),
+]

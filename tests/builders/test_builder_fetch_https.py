@@ -1,0 +1,111 @@
+"""https model downloads against a real TLS server on 127.0.0.1 with a CA made for the test.
+
+The client trusts the test CA through FetchOptions.ca_bundle (the CLI's
+--ca-bundle / TAILPILOT_CA_BUNDLE); certificate verification stays on.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import ssl
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tailpilot.api.engine import BuildOutcome, BuildRequest
+from tailpilot.builders.build import BuildSettings, run_build
+from tailpilot.builders.errors import MODEL_CHECKSUM_MISMATCH, MODEL_CHECKSUM_REQUIRED, MODEL_UNREACHABLE
+from tailpilot.builders.fetch import FetchOptions
+from tailpilot.builders.store import EngineStore
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (it is its own CA) and its key."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def https_root(
+    tls_files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, example_model: Path
+) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on 127.0.0.1 serving a directory holding the example model; yields (base URL, dir)."""
+    root = tmp_path_factory.mktemp("www")
+    (root / "model.onnx").write_bytes(example_model.read_bytes())
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*tls_files)
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root))
+    )
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def settings(ca: Path | None) -> BuildSettings:
+    return BuildSettings(fetch=FetchOptions(ca_bundle=str(ca) if ca else None, timeout_s=10))
+
+
+def test_https_model_with_trusted_ca_and_right_sha256_builds(
+    https_root: tuple[str, Path], tls_files: tuple[Path, Path], make_request: Callable[..., BuildRequest]
+) -> None:
+    base, root = https_root
+    digest = hashlib.sha256((root / "model.onnx").read_bytes()).hexdigest()
+    request = make_request(model_uri=f"{base}/model.onnx", model_sha256=digest)
+    result = run_build(request, settings(tls_files[0]), progress=lambda _: None, profiler=None)
+    assert result.outcome == BuildOutcome.SUCCEEDED, result.message
+
+
+@pytest.mark.parametrize(
+    ("path", "sha", "trust", "reason", "phrase"),
+    [
+        ("model.onnx", "0" * 64, True, MODEL_CHECKSUM_MISMATCH, "expects " + "0" * 64),
+        ("model.onnx", None, True, MODEL_CHECKSUM_REQUIRED, "sha256 is mandatory"),
+        ("missing.onnx", "0" * 64, True, MODEL_UNREACHABLE, "HTTP 404"),
+        ("model.onnx", "0" * 64, False, MODEL_UNREACHABLE, "CERTIFICATE_VERIFY_FAILED"),
+    ],
+)
+def test_https_failures_name_the_problem_and_publish_nothing(
+    https_root: tuple[str, Path],
+    tls_files: tuple[Path, Path],
+    make_request: Callable[..., BuildRequest],
+    store: Path,
+    path: str,
+    sha: str | None,
+    trust: bool,
+    reason: str,
+    phrase: str,
+) -> None:
+    base, _ = https_root
+    request = make_request(model_uri=f"{base}/{path}", model_sha256=sha)
+    result = run_build(
+        request, settings(tls_files[0] if trust else None), progress=lambda _: None, profiler=None
+    )
+    assert (result.outcome, result.reason) == (BuildOutcome.FAILED, reason), result.message
+    assert phrase in result.message
+    assert EngineStore(store).published_keys() == []

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tailpilot.builders.perf_analyzer import parse_csv, perf_analyzer_command
+from tailpilot.builders.profiler import Measurement, fit_service_time, summarize
+from tailpilot.builders.triton_server import TritonPorts, make_backend_dir, tritonserver_command
+
+
+def synthetic(batch: int, mean: float, cv: float, n: int = 2000, seed: int = 0) -> Measurement:
+    lat = np.random.default_rng(seed + batch).normal(mean, mean * cv, n)
+    return Measurement(
+        batch_size=batch,
+        concurrency=1,
+        latencies_ms=tuple(float(x) for x in lat),
+        wall_s=float(lat.sum()) / 1000,
+    )
+
+
+def test_fit_recovers_intercept_slope_and_jitter() -> None:
+    a, c = 1.5, 0.75
+    model = fit_service_time([synthetic(b, a + c * b, 0.1) for b in (1, 2, 4, 8, 16)])
+    assert model.intercept_ms == pytest.approx(a, abs=0.05)
+    assert model.per_item_ms == pytest.approx(c, abs=0.01)
+    assert model.jitter_cv == pytest.approx(0.1, abs=0.01)
+
+
+def test_fit_clamps_negative_coefficients() -> None:
+    falling = fit_service_time([synthetic(1, 5.0, 0.0), synthetic(16, 4.0, 0.0)])
+    assert falling.per_item_ms == 0.0
+    assert 4.0 < falling.intercept_ms < 5.0
+    steep = fit_service_time([synthetic(1, 1.0, 0.0), synthetic(2, 3.0, 0.0)])
+    assert steep.intercept_ms == 0.0
+    # Relative least squares through the origin: minimise sum(((c*b - y) / y)^2).
+    assert steep.per_item_ms == pytest.approx((1 * 1 / 1 + 2 * 3 / 9) / (1 / 1 + 4 / 9))
+    single = fit_service_time([synthetic(4, 8.0, 0.0)])
+    assert (single.intercept_ms, single.per_item_ms) == (0.0, pytest.approx(2.0))
+
+
+def test_fit_weighs_relative_error_so_small_batches_are_not_drowned() -> None:
+    # Exact line through b=1 and b=4; b=16 twice as slow as the line says.
+    a, c = 2.0, 1.0
+    points = [synthetic(1, a + c, 0.0), synthetic(4, a + 4 * c, 0.0), synthetic(16, 2 * (a + 16 * c), 0.0)]
+    fit = fit_service_time(points)
+    relative_error_b1 = abs(fit.mean_ms(1) - (a + c)) / (a + c)
+    unweighted_slope, unweighted_intercept = np.polyfit([1, 4, 16], [a + c, a + 4 * c, 2 * (a + 16 * c)], 1)
+    unweighted_error_b1 = abs(unweighted_intercept + unweighted_slope - (a + c)) / (a + c)
+    assert relative_error_b1 < unweighted_error_b1
+
+
+def test_summarize_counts_items_not_requests() -> None:
+    m = Measurement(
+        batch_size=4, concurrency=2, latencies_ms=tuple(float(x) for x in range(1, 101)), wall_s=2.0
+    )
+    point = summarize(m)
+    assert point.throughput_per_s == pytest.approx(100 * 4 / 2.0)
+    assert point.p50_ms == pytest.approx(50.5)
+    assert point.p99_ms == pytest.approx(99.01)
+    assert (point.samples, point.concurrency) == (100, 2)
+
+
+def test_tritonserver_command_binds_localhost_and_enables_summaries(tmp_path: Path) -> None:
+    cmd = tritonserver_command(
+        binary=Path("/t/tritonserver"),
+        model_repository=Path("/repo"),
+        backend_directory=Path("/b"),
+        ports=TritonPorts(http=8000, grpc=8001, metrics=8002),
+        explicit_models=["a", "b"],
+    )
+    assert cmd[0] == "/t/tritonserver"
+    for flag in (
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+        "--http-port=8000",
+        "--metrics-config=summary_latencies=true",
+        "--model-control-mode=explicit",
+        "--load-model=a",
+        "--load-model=b",
+    ):
+        assert flag in cmd
+    default_mode = tritonserver_command(
+        binary=Path("/t"),
+        model_repository=Path("/r"),
+        backend_directory=Path("/b"),
+        ports=TritonPorts(1, 2, 3),
+    )
+    assert not any(a.startswith("--model-control-mode") for a in default_mode)
+    backends = make_backend_dir(tmp_path / "backends")
+    links = sorted(p.name for p in (backends / "python").iterdir())
+    assert links == ["libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
+    assert all(
+        (backends / "python" / name).is_symlink() and (backends / "python" / name).exists() for name in links
+    )
+
+
+def test_perf_analyzer_command_and_csv() -> None:
+    cmd = perf_analyzer_command(
+        binary="pa",
+        model="m",
+        grpc_url="127.0.0.1:9",
+        batch_size=4,
+        concurrency=2,
+        window_ms=1000,
+        csv_path=Path("/o.csv"),
+    )
+    assert cmd == ["pa", "-m", "m", "-u", "127.0.0.1:9", "-i", "grpc", "-b", "4", "--concurrency-range", "2",
+                   "--measurement-interval", "1000", "-s", "1000", "-r", "6",
+                   "--percentile=99", "-f", "/o.csv"]  # fmt: skip
+    text = (
+        "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+        "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"
+        "p50 latency,p90 latency,p95 latency,p99 latency\n"
+        "2,265.019,40,1647,185,93,10273,790,5,7348,15563,21292,151337\n"
+    )
+    result = parse_csv(text, batch_size=4)
+    assert (result.concurrency, result.throughput_per_s) == (2, 265.019)
+    assert (result.p50_ms, result.p95_ms, result.p99_ms) == (7.348, 21.292, 151.337)

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import TensorSpec
+from tailpilot.builders.triton_config import (
+    GPU_PRODUCT_PARAMETER,
+    from_pbtxt,
+    load_request_body,
+    render_model_config,
+    to_load_override_json,
+    to_pbtxt,
+)
+
+INPUTS = [TensorSpec(name="input", data_type="TYPE_FP32", dims=(3, 64, 64))]
+OUTPUTS = [
+    TensorSpec(name="logits", data_type="TYPE_FP32", dims=(10,)),
+    TensorSpec(name="ids", data_type="TYPE_INT64", dims=(-1,)),
+]
+BATCHING = BatchingConfig(
+    max_batch_size=16, preferred_batch_sizes=(8, 4, 8), max_queue_delay_us=1500, instances_per_replica=2
+)
+
+
+def render(**overrides: object) -> object:
+    args: dict[str, object] = {
+        "name": "resnet",
+        "triton_backend": "onnxruntime",
+        "inputs": INPUTS,
+        "outputs": OUTPUTS,
+        "batching": BATCHING,
+        "device": "cpu",
+    }
+    args.update(overrides)
+    return render_model_config(**args)  # type: ignore[arg-type]
+
+
+def test_pbtxt_round_trips_with_every_setting() -> None:
+    parsed = from_pbtxt(to_pbtxt(render()))
+    assert parsed.name == "resnet"
+    assert parsed.backend == "onnxruntime"
+    assert parsed.platform == "onnxruntime_onnx"
+    assert parsed.default_model_filename == "model.onnx"
+    assert parsed.max_batch_size == 16
+    assert list(parsed.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert parsed.dynamic_batching.max_queue_delay_microseconds == 1500
+    assert [(g.kind, g.count) for g in parsed.instance_group] == [
+        (model_config_pb2.ModelInstanceGroup.KIND_CPU, 2)
+    ]
+    assert [(t.name, t.data_type, list(t.dims)) for t in parsed.input] == [
+        ("input", model_config_pb2.TYPE_FP32, [3, 64, 64])
+    ]
+    assert [(t.name, t.data_type, list(t.dims)) for t in parsed.output] == [
+        ("logits", model_config_pb2.TYPE_FP32, [10]),
+        ("ids", model_config_pb2.TYPE_INT64, [-1]),
+    ]
+    assert GPU_PRODUCT_PARAMETER not in parsed.parameters
+
+
+def test_tensorrt_config_is_pinned_to_its_gpu_product() -> None:
+    config = render(triton_backend="tensorrt", device="gpu", gpu_product="NVIDIA-H100-80GB-HBM3")
+    parsed = from_pbtxt(to_pbtxt(config))
+    assert parsed.platform == "tensorrt_plan"
+    assert parsed.default_model_filename == "model.plan"
+    assert parsed.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+    assert parsed.parameters[GPU_PRODUCT_PARAMETER].string_value == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_python_variant_uses_model_py() -> None:
+    parsed = from_pbtxt(to_pbtxt(render(triton_backend="python")))
+    assert (parsed.backend, parsed.platform, parsed.default_model_filename) == ("python", "", "model.py")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"triton_backend": "tensorrt", "device": "gpu"}, "GPU product"),
+        ({"triton_backend": "tensorrt", "device": "cpu", "gpu_product": "NVIDIA-A10"}, "GPU product"),
+        ({"triton_backend": "openvino"}, "unknown Triton backend"),
+        (
+            {"batching": BatchingConfig(max_batch_size=4, preferred_batch_sizes=(8,))},
+            "preferred batch sizes [8]",
+        ),
+        ({"inputs": [TensorSpec(name="x", data_type="TYPE_FLOAT", dims=(1,))]}, "TYPE_FLOAT"),
+        ({"outputs": []}, "at least one input and one output"),
+    ],
+)
+def test_invalid_configs_are_refused(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        render(**overrides)
+
+
+def test_load_override_json_parses_back_to_the_same_config() -> None:
+    config = render()
+    text = to_load_override_json(config)
+    assert json.loads(text)["max_batch_size"] == 16
+    assert json_format.Parse(text, model_config_pb2.ModelConfig()) == config
+    body = load_request_body(config)
+    assert json.loads(body["parameters"]["config"]) == json.loads(text)

@@ -1,0 +1,271 @@
+"""The Helm chart: lint, template, values schema, RBAC, CRD copy, README drift."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from tailpilot import crdgen
+
+REPO = crdgen.REPO_ROOT
+CHART = REPO / "charts" / "tailpilot"
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The pinned helm (installed once into the cache by e2e/install-helm.sh)."""
+    out = subprocess.run(
+        ["bash", str(REPO / "e2e" / "install-helm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    path = out.stdout.strip().splitlines()[-1]
+    assert Path(path).is_file()
+    return path
+
+
+def _run(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def template(helm: str, *sets: str) -> list[dict[str, Any]]:
+    args = ["template", "rel", str(CHART), "--namespace", "tp-system"]
+    for s in sets:
+        args += ["--set", s]
+    out = _run(helm, *args)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _load_gen_readme() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_readme", CHART / "gen_readme.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_install_helm_is_idempotent_and_pinned(helm: str) -> None:
+    again = subprocess.run(
+        ["bash", str(REPO / "e2e" / "install-helm.sh")], capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0 and again.stdout.strip() == helm
+    assert _run(helm, "version", "--short").stdout.startswith("v4.1.4")
+
+
+def test_lint_strict(helm: str) -> None:
+    out = _run(helm, "lint", "--strict", str(CHART))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_default_render(helm: str) -> None:
+    docs = template(helm)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "Service",
+        "ServiceAccount",
+    ]
+    (dep,) = _by_kind(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (ctr,) = pod["containers"]
+    sc = ctr["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090, "webhook": 8081}
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["TAILPILOT_LIVENESS"] == "http://0.0.0.0:8080/healthz"
+    assert ctr["args"] == ["operator"]
+    assert env["TAILPILOT_BUILDER_IMAGE"] == "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
+    assert ctr["image"] == "ghcr.io/tailpilot/tailpilot-operator:0.1.0"
+    assert dep["spec"]["replicas"] == 1
+
+
+def test_crds_opt_in_and_kept(helm: str) -> None:
+    assert not _by_kind(template(helm), "CustomResourceDefinition")
+    assert not _by_kind(template(helm, "crds.enabled=false"), "CustomResourceDefinition")
+    (crd,) = _by_kind(template(helm, "crds.enabled=true"), "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["spec"] == crdgen.crd_spec()
+    (unkept,) = _by_kind(template(helm, "crds.enabled=true", "crds.keep=false"), "CustomResourceDefinition")
+    assert "annotations" not in unkept["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("replicaCount=2", "replicaCount"),
+        ("logLevel=verbose", "logLevel"),
+        ("crds.enabled=yes", "crds"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("containerSecurityContext.allowPrivilegeEscalation=true", "allowPrivilegeEscalation"),
+        ("podSecurityContext.runAsUser=0", "runAsUser"),
+        ("webhook.port=70000", "port"),
+        ("engineStore.claimName=Not_A_Name", "claimName"),
+        ("typoValue=1", "typoValue"),
+    ],
+)
+def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
+    out = _run(helm, "template", "rel", str(CHART), "--set", setting)
+    assert out.returncode != 0
+    assert complaint in out.stderr, out.stderr
+
+
+def test_secret_role_only_with_a_token_secret(helm: str) -> None:
+    assert not _by_kind(template(helm), "Role")
+    docs = template(helm, "webhook.tokenSecret.name=am-token")
+    (role,) = _by_kind(docs, "Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["am-token"], "verbs": ["get"]}
+    ]
+    (binding,) = _by_kind(docs, "RoleBinding")
+    assert binding["subjects"][0]["namespace"] == "tp-system"
+
+
+EXPECTED_RULES = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("tailpilot.io", "inferenceservices"): {"get", "list", "watch", "patch"},
+    ("tailpilot.io", "inferenceservices/status"): {"patch"},
+    ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "configmaps"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("policy", "poddisruptionbudgets"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("monitoring.coreos.com", "servicemonitors"): {"create", "get", "list", "watch", "patch", "delete"},
+    ("monitoring.coreos.com", "prometheusrules"): {"create", "get", "list", "watch", "patch", "delete"},
+}
+
+
+def _grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+def test_cluster_role_is_least_privilege(helm: str) -> None:
+    (role,) = _by_kind(template(helm), "ClusterRole")
+    text = (CHART / "templates" / "operator-clusterrole.yaml").read_text()
+    assert "*" not in text
+    assert _grants(role) == EXPECTED_RULES
+    # Every rule is preceded by a comment saying why.
+    rules = text.split("rules:", 1)[1]
+    assert rules.count("- apiGroups:") == rules.count("  # ") == len(role["rules"])
+
+
+def _child_kinds() -> set[tuple[str, str]]:
+    """(apiVersion, kind) of every object the manifest builders make for a GPU service."""
+    from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
+    from tailpilot.api.v1alpha1 import InferenceService
+    from tailpilot.manifests import (
+        build_job,
+        deployment,
+        pdb,
+        prometheus_rule,
+        service,
+        service_monitor,
+        triton_configmap,
+    )
+    from tailpilot.manifests.settings import ManifestSettings
+
+    obj = yaml.safe_load((REPO / "examples" / "gpu-tensorrt-h100.yaml").read_text())
+    obj["metadata"]["uid"] = "u1"
+    isvc = InferenceService.model_validate(obj)
+    settings = ManifestSettings(builder_image="b:1")
+    tensor = TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224))
+    result = BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key="k",
+        triton_backend="tensorrt",
+        inputs=(tensor,),
+        outputs=(tensor,),
+    )
+    children = [
+        build_job.build_job(isvc=isvc, request=build_job.make_build_request(isvc=isvc), settings=settings),
+        triton_configmap.triton_configmap(isvc=isvc, result=result, batching=isvc.spec.batching.to_config()),
+        deployment.triton_deployment(
+            isvc=isvc, engine_key="k", rollout_hash="h", replicas=1, settings=settings
+        ),
+        service.triton_service(isvc=isvc),
+        pdb.triton_pdb(isvc=isvc),
+        service_monitor.service_monitor(isvc=isvc, settings=settings),
+        prometheus_rule.prometheus_rule(isvc=isvc, settings=settings),
+    ]
+    return {(child["apiVersion"], child["kind"]) for child in children}
+
+
+def test_cluster_role_covers_every_child_the_builders_make(helm: str) -> None:
+    (role,) = _by_kind(template(helm), "ClusterRole")
+    grants = _grants(role)
+    plural = {"Job": "jobs", "ConfigMap": "configmaps", "Deployment": "deployments", "Service": "services"}
+    plural |= {"PodDisruptionBudget": "poddisruptionbudgets", "ServiceMonitor": "servicemonitors"}
+    plural |= {"PrometheusRule": "prometheusrules"}
+    for api_version, kind in _child_kinds():
+        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+        assert {"create", "get", "delete"} <= grants[(group, plural[kind])], kind
+
+
+def test_templates_are_named_component_kind() -> None:
+    for path in (CHART / "templates").glob("*.yaml"):
+        assert re.fullmatch(r"[a-z]+-[a-z]+\.yaml", path.name), path.name
+
+
+def test_every_value_is_documented() -> None:
+    gen = _load_gen_readme()
+    text = (CHART / "values.yaml").read_text()
+    docs = gen.documented_keys(text)
+    values = yaml.safe_load(text)
+    for leaf in gen.leaf_paths(values):
+        parts = leaf.split(".")
+        assert any(".".join(parts[:i]) in docs for i in range(len(parts), 0, -1)), f"{leaf} is undocumented"
+
+
+def test_readme_matches_generator() -> None:
+    gen = _load_gen_readme()
+    assert (CHART / "README.md").read_text() == gen.render((CHART / "values.yaml").read_text()), (
+        "run `python charts/tailpilot/gen_readme.py --write`"
+    )
+
+
+def test_chart_env_feeds_the_manifest_settings(helm: str) -> None:
+    from tailpilot.manifests.settings import settings_from_env
+
+    (dep,) = _by_kind(template(helm, "prometheus.monitoringLabels.release=prom"), "Deployment")
+    env = {
+        e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e
+    }
+    settings = settings_from_env(env)
+    assert settings.builder_image == "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
+    assert settings.triton_image == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert settings.engine_store_claim == "tailpilot-engines"
+    assert dict(settings.monitoring_labels) == {"release": "prom"}
+
+
+def test_namespaces_and_verbosity_become_operator_flags(helm: str) -> None:
+    (dep,) = _by_kind(template(helm, "watchNamespaces={ml,prod}", "logLevel=debug"), "Deployment")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["operator", "--namespace=ml", "--namespace=prod", "--verbose"]

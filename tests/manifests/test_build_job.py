@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import json
+
+from tailpilot.api import constants as c
+from tailpilot.api.engine import BuildRequest
+from tailpilot.manifests.build_job import build_job, build_job_name, make_build_request
+
+from .fixtures import H100, SETTINGS, assert_mounts_resolve, assert_restricted, make_isvc
+
+
+def _job(builder):  # type: ignore[no-untyped-def]
+    isvc = builder.obj()
+    return build_job(isvc=isvc, request=make_build_request(isvc=isvc), settings=SETTINGS)
+
+
+def test_request_key_ignores_batching_only_changes() -> None:
+    base = make_isvc("a").gpu().tensorrt()
+    key = make_build_request(isvc=base.obj()).request_key()
+    rebatched = make_isvc("a").gpu().tensorrt().preferred(4, 8).queue_delay(100).slo(10)
+    assert make_build_request(isvc=rebatched.obj()).request_key() == key
+    assert make_build_request(isvc=make_isvc("a").gpu().tensorrt("fp32").obj()).request_key() != key
+    assert make_build_request(isvc=make_isvc("a").gpu().tensorrt().max_batch(64).obj()).request_key() != key
+    assert (
+        make_build_request(isvc=make_isvc("a").gpu(product="NVIDIA-L4").tensorrt().obj()).request_key() != key
+    )
+
+
+def test_request_carries_the_spec() -> None:
+    req = make_build_request(isvc=make_isvc("a").gpu().tensorrt().max_batch(16).obj())
+    assert (req.backend, req.precision, req.target, req.max_batch_size) == ("tensorrt", "fp16", H100, 16)
+    assert req.model_name == "a" and req.store == c.ENGINE_STORE_MOUNT
+    assert make_build_request(isvc=make_isvc("b").obj()).target == "cpu"
+
+
+def test_job_name_and_command() -> None:
+    isvc = make_isvc("resnet").gpu().tensorrt().obj()
+    request = make_build_request(isvc=isvc)
+    job = build_job(isvc=isvc, request=request, settings=SETTINGS)
+    assert job["metadata"]["name"] == f"resnet-build-{request.request_key()[:10]}"
+    assert len(build_job_name(isvc_name="x" * 46, request_key=request.request_key())) == 63
+    ctr = job["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["terminationMessagePolicy"] == "File"
+    args = ctr["args"]
+    assert args[0] == "build" and args[args.index("--result-file") + 1] == "/dev/termination-log"
+    assert BuildRequest.model_validate(json.loads(args[args.index("--request") + 1])) == request
+    assert job["metadata"]["labels"][c.LABEL_REQUEST_KEY] == request.request_key()
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-resnet"
+    spec = job["spec"]
+    assert spec["backoffLimit"] == SETTINGS.build_backoff_limit
+    assert spec["activeDeadlineSeconds"] == SETTINGS.build_deadline_seconds
+    assert spec["ttlSecondsAfterFinished"] == SETTINGS.build_ttl_seconds
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_gpu_build_is_pinned_to_the_product() -> None:
+    pod = _job(make_isvc("a").gpu(count=4).tensorrt())["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {c.GPU_PRODUCT_LABEL: H100}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert_restricted(pod)
+    assert_mounts_resolve(pod)
+
+
+def test_cpu_build_has_no_gpu_and_mounts_sources() -> None:
+    pod = _job(make_isvc("a").model(uri="pvc://models/m.onnx"))["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+    assert pod["containers"][0]["resources"] == {}
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {SETTINGS.engine_store_claim, "models"}
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {c.ENGINE_STORE_MOUNT, f"{c.PVC_SOURCE_ROOT}/models", "/tmp"} <= mounts
+    assert_restricted(pod)
+    assert_mounts_resolve(pod)

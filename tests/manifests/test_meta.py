@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+from tailpilot.api import constants as c
+from tailpilot.builders.store import REPOSITORY, EngineStore
+from tailpilot.manifests.meta import (
+    desired_hash,
+    object_meta,
+    owner_reference,
+    selector_string,
+    with_desired_hash,
+)
+from tailpilot.manifests.triton_configmap import triton_configmap
+
+from .fixtures import build_result, make_isvc
+
+
+def test_owner_reference_is_controller() -> None:
+    ref = owner_reference(make_isvc("a").obj())
+    assert ref == {
+        "apiVersion": "tailpilot.io/v1alpha1",
+        "kind": "InferenceService",
+        "name": "a",
+        "uid": "uid-a",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def test_owner_reference_needs_uid() -> None:
+    isvc = make_isvc("a").obj()
+    no_uid = isvc.model_copy(update={"metadata": {"name": "a"}})
+    with pytest.raises(ValueError, match="uid"):
+        owner_reference(no_uid)
+
+
+def test_object_meta_labels() -> None:
+    meta = object_meta(isvc=make_isvc("a", "ns1").obj(), name="a-x", component="thing")
+    assert meta["namespace"] == "ns1"
+    assert meta["labels"][c.LABEL_ISVC] == "a"
+    assert meta["labels"][c.LABEL_MANAGED_BY] == c.MANAGED_BY
+    assert meta["labels"][c.LABEL_COMPONENT] == "thing"
+    assert selector_string("a") == (
+        "app.kubernetes.io/component=inference-server,app.kubernetes.io/name=triton,tailpilot.io/inferenceservice=a"
+    )
+
+
+def test_desired_hash_tracks_content_not_itself() -> None:
+    isvc = make_isvc("a").max_batch(8).obj()
+    cm = triton_configmap(isvc=isvc, result=build_result(), batching=isvc.spec.batching.to_config())
+    stamped = with_desired_hash(cm)
+    assert stamped["metadata"]["annotations"][c.ANNOTATION_DESIRED_HASH] == desired_hash(cm)
+    assert desired_hash(stamped) == desired_hash(cm)
+    live = {**stamped, "status": {}, "metadata": {**stamped["metadata"], "resourceVersion": "42", "uid": "x"}}
+    assert desired_hash(live) == desired_hash(cm)
+    changed = {**cm, "data": {"config.pbtxt": cm["data"]["config.pbtxt"] + "\n"}}
+    assert desired_hash(changed) != desired_hash(cm)
+
+
+def test_store_layout_matches_builder(tmp_path) -> None:
+    store = EngineStore(tmp_path)
+    assert store.engine_dir("k") == tmp_path / c.ENGINE_STORE_ENGINES_DIR / "k"
+    assert REPOSITORY == c.ENGINE_STORE_REPOSITORY_DIR
+
+
+def test_settings_from_env_rejects_bad_input() -> None:
+    from tailpilot.manifests.settings import settings_from_env
+
+    with pytest.raises(ValueError, match="TAILPILOT_BUILDER_IMAGE"):
+        settings_from_env({})
+    with pytest.raises(ValueError, match="JSON object"):
+        settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", "TAILPILOT_MONITORING_LABELS": "[1]"})
+    settings = settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", "TAILPILOT_TRITON_IMAGE": ""})
+    assert settings.triton_image == c.DEFAULT_TRITON_IMAGE and settings.monitoring_labels == {}
