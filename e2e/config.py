@@ -87,3 +87,12 @@ class Ports:
 def state_dir() -> Path:
     """Per-checkout state: certificates, kubeconfigs, etcd data, PIDs and logs (git-ignored)."""
     return Path(os.environ.get("TAILPILOT_CLUSTER_DIR", REPO_ROOT / ".cluster"))
+
+
+def tool(name: str) -> str | None:
+    """Path of a command, looking first next to the running Python (the project's .venv/bin)."""
+    import shutil
+    import sys
+
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which(name, path=search)

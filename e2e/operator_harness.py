@@ -52,8 +52,15 @@ class OperatorProcess:
     """`tailpilot operator` as a child process; a context manager."""
 
     def __init__(
-        self, cluster: LocalCluster, *, namespace: str, log_dir: Path, extra_args: Sequence[str] = ()
+        self,
+        cluster: LocalCluster,
+        *,
+        namespace: str,
+        log_dir: Path,
+        extra_args: Sequence[str] = (),
+        kubeconfig: Path | None = None,
     ):
+        self.kubeconfig = kubeconfig or cluster.paths.kubeconfig
         self.cluster = cluster
         self.namespace = namespace
         self.log_file = log_dir / f"operator-{namespace}.log"
@@ -89,10 +96,12 @@ class OperatorProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, "KUBECONFIG": str(self.cluster.paths.kubeconfig)},
+                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
             )
         try:
-            eventually(self._exited_or_ready, timeout=timeout, description=f"operator ready ({self.log_file})")
+            eventually(
+                self._exited_or_ready, timeout=timeout, description=f"operator ready ({self.log_file})"
+            )
         except BaseException:
             self.kill()
             raise
