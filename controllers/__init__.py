@@ -1,0 +1,1 @@
+"""Cluster-facing code: the kopf operator, the reconciler, and the Prometheus/Triton/Alertmanager adapters."""

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
+
 from tailpilot.api.engine import BuildOutcome, BuildResult
 
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]*$")

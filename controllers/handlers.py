@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+
 from tailpilot.api import constants as c
 from tailpilot.controllers.reconciler import Reconciler
 
@@ -74,26 +75,21 @@ def register(registry: kopf.OperatorRegistry, *, reconciler: Reconciler, wakeups
     def on_service_event(name: str, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, name)
 
-    def wake_owner(labels: Mapping[str, str], namespace: str | None) -> None:
-        wakeups.wake(namespace, labels.get(c.LABEL_ISVC))
-
     managed = {c.LABEL_ISVC: kopf.PRESENT}
 
-    @kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry)
-    def on_job_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-        wake_owner(labels, namespace)
+    def on_child_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        wakeups.wake(namespace, labels.get(c.LABEL_ISVC))
 
-    @kopf.on.event("apps", "v1", "deployments", labels=managed, registry=registry)
-    def on_deployment_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-        wake_owner(labels, namespace)
+    for group, plural in CHILD_RESOURCES:
+        kopf.on.event(group, "v1", plural, labels=managed, registry=registry)(on_child_event)
 
-    @kopf.on.event("", "v1", "pods", labels=managed, registry=registry)
-    def on_pod_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-        wake_owner(labels, namespace)
 
-    for plural, group in (("configmaps", ""), ("services", ""), ("poddisruptionbudgets", "policy")):
-        version = "v1"
-
-        @kopf.on.event(group, version, plural, labels=managed, registry=registry)
-        def on_child_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-            wake_owner(labels, namespace)
+#: Children whose changes (a build pod finishing, a replica becoming ready, a hand edit) wake the owner.
+CHILD_RESOURCES = (
+    ("batch", "jobs"),
+    ("apps", "deployments"),
+    ("", "pods"),
+    ("", "configmaps"),
+    ("", "services"),
+    ("policy", "poddisruptionbudgets"),
+)

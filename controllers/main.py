@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import kopf
 from kubernetes import client, config
+
 from tailpilot.api import constants as c
 from tailpilot.controllers.handlers import Wakeups, register
 from tailpilot.controllers.kubeapi import Kube

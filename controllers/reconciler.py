@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
+
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec

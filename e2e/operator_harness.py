@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+
 from tailpilot.api.engine import BuildResult
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT

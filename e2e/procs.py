@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
 #: Components started by this Python process, by PID: kept referenced so they are not reported as
 #: leaked while they run on purpose after `start()` returns, and reaped when `stop()` ends them.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}

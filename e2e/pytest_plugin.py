@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.kube import api_client
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from kubernetes import client
+
 from tailpilot_e2e.wait import eventually
 
 pytestmark = pytest.mark.cluster

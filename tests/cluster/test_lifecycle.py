@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from tailpilot_e2e.cluster import COMPONENTS, ClusterPaths, LocalCluster
 from tailpilot_e2e.config import Binaries, Ports
 from tailpilot_e2e.fleet import NodePool

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
+
 from tailpilot_e2e.wait import eventually
 
 pytestmark = pytest.mark.cluster

@@ -7,6 +7,7 @@ import json
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from tailpilot_e2e.kube import token_client
 from tailpilot_e2e.wait import eventually
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+
 from tailpilot.api.engine import (
     BuildOutcome,
     BuildResult,

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from kubernetes import client
+
 from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, play_build
 from tailpilot_e2e.wait import eventually
 

@@ -1,4 +1,4 @@
-"""ServiceMonitor and PrometheusRule: created when the prometheus-operator CRDs exist, skipped cleanly otherwise.
+"""ServiceMonitor and PrometheusRule: created when the prometheus-operator CRDs exist, skipped otherwise.
 
 The CRDs are the upstream ones (prometheus-operator's Go module at the pinned version).
 """

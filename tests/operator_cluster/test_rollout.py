@@ -7,6 +7,7 @@ import json
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_build, running_build_pod
 from tailpilot_e2e.wait import eventually
 
