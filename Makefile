@@ -60,9 +60,26 @@ lint: venv ## ruff, mypy --strict, import-linter layers, CRD drift
 test: tools lint ## every test tier; starts and stops what it needs
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
+# `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
-bench: venv ## the policy benchmark (full; ~15 min)
-	$(PY) -m tailpilot.bench.run
+bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace (~10 min)
+	$(PY) -P -m tailpilot.bench.run
+
+.PHONY: bench-quick
+bench-quick: venv ## a one-minute subset of the policy benchmark
+	$(PY) -P -m tailpilot.bench.run --quick
+
+.PHONY: bench-validate
+bench-validate: venv system-deps ## the simulator against real Triton at three load levels
+	$(PY) -P -m tailpilot.bench.validate --out docs/benchmarks/validation.md
+
+.PHONY: bench-engine
+bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by real Triton
+	$(PY) -P -m tailpilot.builders.benchmark
+
+.PHONY: bench-scale
+bench-scale: tools ## 500 InferenceServices on a dedicated local cluster: time to Ready, RSS, writes at rest
+	$(PY) -P -m tailpilot_e2e.bench_scale
 
 .PHONY: demo
 demo: tools ## the main job on the local cluster

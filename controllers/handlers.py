@@ -1,6 +1,6 @@
 """kopf wiring: one long-lived reconcile loop per InferenceService, woken by events.
 
-Why a daemon per object instead of on.create/on.update handlers: the
+Why a loop per object instead of on.create/on.update handlers: the
 reconciler is level-based (it reads everything each pass), so it only needs
 "something changed, look again" signals. Raw watch events (`on.event`) of the
 InferenceService and of its children give exactly that without kopf writing
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import Executor
 from typing import Any
 
 import kopf
@@ -25,24 +25,72 @@ from tailpilot.controllers.reconciler import Reconciler
 log = logging.getLogger("tailpilot.handlers")
 
 
-@dataclass
-class Wakeups:
-    """One asyncio.Event per service: set it to make that service's loop reconcile now."""
+class ServiceLoops:
+    """One asyncio task per InferenceService that reconciles it whenever woken, and on a timer.
 
-    events: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    Why not kopf daemons: kopf puts a finalizer on every object that has a
+    daemon, so a service deleted while the operator is down would hang in
+    Terminating (and its namespace with it). These tasks need no finalizer:
+    children are garbage-collected through their owner references.
+    """
 
-    def get(self, namespace: str, name: str) -> asyncio.Event:  # noqa: D102
-        return self.events.setdefault((namespace, name), asyncio.Event())
+    def __init__(self, *, reconciler: Reconciler, executor: Executor):
+        self._reconciler = reconciler
+        self._executor = executor
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._wakeups: dict[tuple[str, str], asyncio.Event] = {}
 
-    def wake(self, namespace: str | None, name: str | None) -> None:  # noqa: D102
-        if namespace and name and (namespace, name) in self.events:
-            self.events[(namespace, name)].set()
+    def ensure(self, namespace: str, name: str) -> None:
+        """Start the loop of a service if it is not running, and make it reconcile now."""
+        key = (namespace, name)
+        task = self._tasks.get(key)
+        if task is None or task.done():
+            self._wakeups[key] = asyncio.Event()
+            self._tasks[key] = asyncio.create_task(
+                self._loop(namespace, name), name=f"reconcile {namespace}/{name}"
+            )
+        self._wakeups[key].set()
 
-    def forget(self, namespace: str, name: str) -> None:  # noqa: D102
-        self.events.pop((namespace, name), None)
+    def wake(self, namespace: str | None, name: str | None) -> None:
+        """Make a running loop reconcile now (events of children)."""
+        if namespace and name and (namespace, name) in self._wakeups:
+            self._wakeups[(namespace, name)].set()
+
+    def stop(self, namespace: str, name: str) -> None:
+        """Stop the loop of a deleted service."""
+        task = self._tasks.pop((namespace, name), None)
+        self._wakeups.pop((namespace, name), None)
+        if task is not None:
+            task.cancel()
+
+    async def stop_all(self) -> None:
+        """Cancel every loop (operator shutdown)."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _loop(self, namespace: str, name: str) -> None:
+        wake = self._wakeups[(namespace, name)]
+        loop = asyncio.get_running_loop()
+        while True:
+            wake.clear()
+            try:
+                result = await loop.run_in_executor(
+                    self._executor, self._reconciler.reconcile, namespace, name
+                )
+                delay = result.requeue_after
+            except Exception:  # noqa: BLE001 - one bad pass must not end the loop
+                log.exception("reconcile of %s/%s failed; retrying", namespace, name)
+                delay = 5.0
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
 
 
-def register(registry: kopf.OperatorRegistry, *, reconciler: Reconciler, wakeups: Wakeups) -> None:
+def register(registry: kopf.OperatorRegistry, *, loops: ServiceLoops) -> None:
     """Register the handlers on an explicit registry (no module-level global state)."""
 
     @kopf.on.login(registry=registry)
@@ -51,37 +99,24 @@ def register(registry: kopf.OperatorRegistry, *, reconciler: Reconciler, wakeups
         # credentials the `kubernetes` client finds (in-cluster, else the kubeconfig).
         return kopf.login_via_client(**kwargs)
 
-    @kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, registry=registry, cancellation_timeout=10.0)
-    async def serve(name: str, namespace: str | None, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        namespace = namespace or "default"
-        wake = wakeups.get(namespace, name)
-        try:
-            while not stopped:
-                wake.clear()
-                try:
-                    result = await asyncio.to_thread(reconciler.reconcile, namespace, name)
-                    delay = result.requeue_after
-                except Exception:  # noqa: BLE001 - one bad pass must not end the loop
-                    log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-                    delay = 5.0
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
-        finally:
-            wakeups.forget(namespace, name)
-
     @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry)
-    def on_service_event(name: str, namespace: str | None, **_: Any) -> None:
-        wakeups.wake(namespace, name)
+    async def on_service_event(type: str | None, name: str, namespace: str | None, **_: Any) -> None:  # noqa: A002
+        if type == "DELETED":
+            loops.stop(namespace or "default", name)
+        else:  # initial listing (None), ADDED, MODIFIED
+            loops.ensure(namespace or "default", name)
 
     managed = {c.LABEL_ISVC: kopf.PRESENT}
 
-    def on_child_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-        wakeups.wake(namespace, labels.get(c.LABEL_ISVC))
+    async def on_child_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        loops.wake(namespace, labels.get(c.LABEL_ISVC))
 
     for group, plural in CHILD_RESOURCES:
         kopf.on.event(group, "v1", plural, labels=managed, registry=registry)(on_child_event)
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_loops(**_: Any) -> None:
+        await loops.stop_all()
 
 
 #: Children whose changes (a build pod finishing, a replica becoming ready, a hand edit) wake the owner.

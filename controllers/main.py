@@ -8,12 +8,13 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import kopf
 from kubernetes import client, config
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.handlers import Wakeups, register
+from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.kubeapi import Kube
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.settings import OperatorSettings
@@ -67,6 +68,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=env("TAILPILOT_LIVENESS", "http://127.0.0.1:8080/healthz"),
         help="kopf liveness endpoint URL",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(env("TAILPILOT_WORKERS", "16")),
+        help="reconciles running at once (each blocks on API calls in a worker thread)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(list(argv))
 
@@ -107,7 +114,8 @@ def run(
     kube = Kube(_api_client())
     reconciler = Reconciler(kube, build_settings(args))
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler=reconciler, wakeups=Wakeups())
+    executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
+    register(registry, loops=ServiceLoops(reconciler=reconciler, executor=executor))
 
     settings = kopf.OperatorSettings()
     settings.posting.level = logging.WARNING
@@ -126,11 +134,15 @@ def run(
             ready_flag=ready_flag,
         )
     )
+    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `tailpilot operator`."""
     args = parse_args(argv)
     kopf.configure(verbose=args.verbose)
+    if not args.verbose:
+        # kopf logs every handled watch event at INFO; at 500 services that is noise, not news.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     run(args)
     return 0

@@ -88,7 +88,9 @@ class LocalCluster:
         ports: Ports | None = None,
         binaries: Binaries | None = None,
         fleet: tuple[fleet_mod.NodePool, ...] = fleet_mod.DEFAULT_FLEET,
+        audit_log: bool = False,
     ):
+        self.audit_log = audit_log
         self.paths = paths or ClusterPaths(state_dir())
         self.ports = ports or Ports.from_env()
         self.binaries = binaries or Binaries.from_cache()
@@ -177,6 +179,7 @@ class LocalCluster:
                     "--profiling=false",
                     "--event-ttl=1h",
                     "--v=1",
+                    *self._audit_flags(),
                 ],
                 [p.apiserver],
                 self.apiserver_ready,
@@ -244,6 +247,18 @@ class LocalCluster:
                 ready_timeout_s=30,
             ),
         ]
+
+    def _audit_flags(self) -> list[str]:
+        """Log every request's metadata (who, verb, resource) when auditing is on, e.g. for write-rate benchmarks."""
+        if not self.audit_log:
+            return []
+        policy = self.paths.root / "audit-policy.yaml"
+        policy.write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata"}],
+        }))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.paths.root / 'logs' / 'audit.log'}",
+                "--audit-log-maxsize=512"]
 
     def _write_kubeconfigs(self) -> None:
         pk = self.paths.pki

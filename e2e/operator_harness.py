@@ -74,9 +74,7 @@ class OperatorProcess:
         self.port = free_port()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         argv = [
-            sys.executable,
-            "-m",
-            "tailpilot.cli",
+            str(Path(sys.executable).parent / "tailpilot"),  # the console script users run
             "operator",
             "--namespace",
             self.namespace,

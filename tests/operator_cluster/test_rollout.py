@@ -175,3 +175,36 @@ def test_drift_is_corrected_and_delete_removes_children(k8s, namespace, operator
         return not left
 
     eventually(children_gone, timeout=90, description="every child garbage-collected")
+
+
+def test_a_service_deleted_while_the_operator_is_down_goes_away(k8s, namespace, operator, example):
+    """No finalizer: deletion never waits for the operator, and owner references clean up the children."""
+    core = client.CoreV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    apply(k8s, isvc)
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    obj = eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready=True")
+    assert not obj["metadata"].get("finalizers"), obj["metadata"]
+    operator.stop()
+
+    client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", name
+    )
+
+    def gone():
+        try:
+            custom_object(k8s, namespace, name)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    eventually(gone, timeout=30, description="deleted without the operator")
+    selector = f"tailpilot.io/inferenceservice={name}"
+    eventually(
+        lambda: (
+            not client.AppsV1Api(k8s).list_namespaced_deployment(namespace, label_selector=selector).items
+        ),
+        timeout=60,
+        description="Deployment garbage-collected",
+    )

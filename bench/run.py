@@ -1,0 +1,114 @@
+"""`python -P -m tailpilot.bench.run [--quick] [--seed N] [--trace FILE --profile profile.json]`.
+
+Runs the whole comparison (every trace x Ts x policy) in one seeded run, prints the table
+and writes docs/benchmarks/{README.md,results.csv,plot-*.png}.  `-P` keeps Python from
+putting the working directory first on sys.path, where the repository's `operator/`
+folder would shadow the standard library's `operator` module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
+from tailpilot.bench.report import markdown, plot_timelines, text_table, write_csv
+from tailpilot.bench.suite import Setup, run_suite
+
+REPO = Path(__file__).resolve().parent.parent
+PLOT_TRACES = ("T5-step", "T6-spike", "T8-azure-code")
+QUICK_TRACES = ("T1-poisson", "T5-step", "T6-spike", "T8-azure-code")
+
+
+def git_commit(repo: Path) -> str:
+    """HEAD's hash (+ "-dirty"), or a note when there is no commit or no git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return "none (no commit yet)"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (git unavailable)"
+
+
+def default_slo_ms(profile_path: Path) -> float:
+    """SLO for a profile: 4x the mean time of a quarter-size batch (1000 ms for the default profile)."""
+    p = load_profile(profile_path)
+    return float(4.0 * p.service_time.mean_ms(max(1, p.max_batch_size // 4)))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -P -m tailpilot.bench.run", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="CI smoke subset: 4 traces, 20 min, Ts=30 s")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trace", type=Path, help="arrival file (one timestamp per line, or Azure CSV)")
+    ap.add_argument("--profile", type=Path, default=DEFAULT_PROFILE, help="engine profile.json")
+    ap.add_argument("--slo-ms", type=float, help="P99 SLO (default: derived from the profile)")
+    ap.add_argument("--duration-s", type=float, help="trace length (default 3600, quick 1200)")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    profile = load_profile(args.profile)
+    slo = args.slo_ms or default_slo_ms(args.profile)
+    duration = args.duration_s or (1200.0 if args.quick else 3600.0)
+    setup = Setup(
+        profile=profile,
+        slo_ms=slo,
+        seed=args.seed,
+        duration_s=duration,
+        ts_values=(30.0,) if args.quick else (5.0, 30.0, 90.0),
+        traces=QUICK_TRACES if args.quick else Setup.traces,
+        trace_file=args.trace,
+    )
+    plot_ts = 30.0
+    result = run_suite(
+        setup, jobs=args.jobs, plot_traces=() if args.no_write else (*PLOT_TRACES, "custom"), plot_ts=plot_ts
+    )
+    print(text_table(result.rows))
+    for note in result.skipped:
+        print("not run:", note)
+    for note in result.errors:
+        print("error:", note[:300])
+    elapsed = time.monotonic() - started
+    print(f"{len(result.rows)} rows in {elapsed:.1f} s")
+    if args.no_write:
+        return 0
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(result.rows, out / "results.csv")
+    plots = plot_timelines(result, setup=setup, out_dir=out, ts=plot_ts)
+    command = "python -P -m tailpilot.bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    (out / "README.md").write_text(
+        markdown(
+            result,
+            setup=setup,
+            command=command.strip(),
+            commit=git_commit(REPO),
+            date=date,
+            elapsed_s=time.monotonic() - started,
+            plots=plots,
+        )
+    )
+    print(f"wrote {out}/README.md, results.csv and {len(plots)} plots")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,500 @@
+"""Seeded discrete-event simulator of a fleet of Triton replicas behind a Kubernetes Service.
+
+Model (each choice is deliberate; see docs/benchmarks/README.md):
+
+* Requests of batch size 1 arrive at the times given (a sorted array); the Service sends
+  each to a ready replica, round robin by default (kube-proxy in IPVS `rr` mode; its
+  iptables mode is random, which is no better) or to the replica with the fewest
+  requests pending (`least_pending`).  With no ready replica the request fails.
+* Each replica has one FIFO queue and `instances_per_replica` model instances that run
+  batches in parallel (a GPU runs concurrent instances with some overlap; full overlap is
+  the simplification).  When an instance is free the dynamic-batcher rule of
+  `tailpilot.bench.batcher` decides whether a batch leaves now or waits for the delay.
+* A batch of b takes (a + c*b) * X ms, with a, c from the engine profile's
+  `ServiceTimeModel` and X lognormal with mean 1 and CV `jitter_cv`.
+* A replica asked for at t serves from t + Ts (Ts = start-up time) and costs from t.  A
+  replica removed while starting is cancelled; a ready one stops taking traffic, finishes
+  what it holds, then goes (its cost stops when it is removed from the Service).
+* A batching change reaches every replica `reload_s` after the decision (Triton's live
+  reload took 1.5 s with no failed request on these machines) and applies to new batches.
+* The controller runs every `tick_s`; it reads the fleet only through `FleetView`, which
+  exposes what Prometheus would (Triton counters, summary quantiles, gauges sampled every
+  `scrape_s`, busy fraction) — never the simulator's internals.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from tailpilot.api.autoscaling import BatchingConfig, Observation
+from tailpilot.api.engine import ServiceTimeModel
+from tailpilot.bench.batcher import batch_cap, batch_to_send
+from tailpilot.bench.observe import PodWindow, merge_pod_windows, pod_window
+
+# Event kinds; the number also orders simultaneous events (completions free instances first).
+_DONE, _READY, _REBATCH, _TIMER, _SCRAPE, _TICK = range(6)
+
+_STARTING, _SERVING, _DRAINING, _GONE = range(4)
+
+Balancer = Literal["round_robin", "least_pending"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a controller wants: replicas and batching."""
+
+    replicas: int
+    batching: BatchingConfig
+
+
+class Controller(Protocol):
+    """An autoscaling policy run inside the simulator."""
+
+    @property
+    def tick_s(self) -> float:
+        """Seconds between two decisions."""
+        ...
+
+    def initial(self) -> Target:
+        """Fleet at t=0 (replicas start ready)."""
+        ...
+
+    def decide(self, view: FleetView) -> Target:
+        """Target after looking at the fleet at `view.now_s`."""
+        ...
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Fleet parameters that do not depend on the policy."""
+
+    service: ServiceTimeModel
+    duration_s: float
+    startup_s: float
+    seed: int = 0
+    balancer: Balancer = "round_robin"
+    scrape_s: float = 1.0
+    reload_s: float = 1.5
+    min_replicas: int = 1
+    max_replicas: int = 64
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything a run produced, as arrays (one row per request, batch or sample)."""
+
+    arrival_s: npt.NDArray[np.float64]
+    start_s: npt.NDArray[np.float64]
+    done_s: npt.NDArray[np.float64]  # inf for failed requests
+    batch_start_s: npt.NDArray[np.float64]
+    batch_size: npt.NDArray[np.int64]
+    sample_s: npt.NDArray[np.float64]
+    sample_ready: npt.NDArray[np.int64]
+    sample_provisioned: npt.NDArray[np.int64]
+    #: (time, old replica target, new replica target) for each change of the replica target.
+    actions: list[tuple[float, int, int]]
+    #: (time the change was decided, batching) for each change of batching, first entry at t=0.
+    batching_changes: list[tuple[float, BatchingConfig]]
+    replica_seconds: float
+    duration_s: float
+
+    @property
+    def latency_s(self) -> npt.NDArray[np.float64]:
+        """Server-side latency per request (inf when it failed)."""
+        return self.done_s - self.arrival_s
+
+
+class _Replica:
+    __slots__ = ("idx", "queue", "free", "state", "requested_at", "ended_at", "timer_at", "executing")
+
+    def __init__(self, idx: int, requested_at: float, instances: int, state: int) -> None:
+        self.idx = idx
+        self.queue: deque[int] = deque()
+        self.free = instances
+        self.state = state
+        self.requested_at = requested_at
+        self.ended_at = math.inf
+        self.timer_at = -1.0
+        self.executing = 0  # requests in running batches
+
+
+@dataclass
+class _Samples:
+    t: list[float] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+    inflight: list[int] = field(default_factory=list)
+    ready: list[int] = field(default_factory=list)
+    provisioned: list[int] = field(default_factory=list)
+    busy_cum: list[float] = field(default_factory=list)
+    capacity_cum: list[float] = field(default_factory=list)
+
+
+class Simulation:
+    """One run of one controller on one arrival sequence."""
+
+    def __init__(
+        self, *, arrivals_s: npt.NDArray[np.float64], config: SimConfig, controller: Controller
+    ) -> None:
+        self._cfg = config
+        self._ctl = controller
+        self._arr: list[float] = [float(x) for x in np.asarray(arrivals_s, dtype=np.float64)]
+        n = len(self._arr)
+        self._start: list[float] = [math.inf] * n
+        self._done: list[float] = [math.inf] * n
+        self._pod: list[int] = [-1] * n
+        self._completed: list[int] = []  # request ids in completion order
+        self._b_start: list[float] = []
+        self._b_size: list[int] = []
+        self._exec_done_t: list[float] = []  # batch completions, in time order
+        self._exec_done_pod: list[int] = []
+        # (time, kind, sequence, replica of a batch, payload): the sequence breaks ties.
+        self._heap: list[tuple[float, int, int, _Replica | None, object]] = []
+        self._seq = 0
+        self._replicas: list[_Replica] = []
+        self._serving: list[_Replica] = []
+        self._rr = 0
+        self._busy_s = 0.0
+        self._capacity_s = 0.0
+        self._samples = _Samples()
+        self._actions: list[tuple[float, int, int]] = []
+        self._rng = np.random.default_rng(config.seed)
+        self._jitter: list[float] = []
+        self._jitter_i = 0
+        init = controller.initial()
+        self._set_batching(init.batching)
+        self._batch_changes: list[tuple[float, BatchingConfig]] = [(0.0, init.batching)]
+        self._target = self._clamp(init.replicas)
+        for _ in range(self._target):
+            self._add_replica(0.0, ready_now=True)
+        self.now_s = 0.0
+
+    # ----------------------------------------------------------------- helpers
+    def _clamp(self, replicas: int) -> int:
+        return max(self._cfg.min_replicas, min(self._cfg.max_replicas, replicas))
+
+    def _push(self, t: float, kind: int, obj: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, None, obj))
+
+    def _refill_jitter(self) -> None:
+        cv = self._cfg.service.jitter_cv
+        if cv <= 0:
+            self._jitter = [1.0] * 4096
+        else:
+            sigma2 = math.log1p(cv * cv)
+            draws = self._rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), 4096)
+            self._jitter = [float(x) for x in draws]
+        self._jitter_i = 0
+
+    def _add_replica(self, t: float, *, ready_now: bool) -> None:
+        rep = _Replica(len(self._replicas), t, self._batching.instances_per_replica, _STARTING)
+        self._replicas.append(rep)
+        if ready_now or self._cfg.startup_s <= 0:
+            rep.state = _SERVING
+            self._serving.append(rep)
+        else:
+            self._push(t + self._cfg.startup_s, _READY, rep)
+
+    def _scale_to(self, t: float, target: int) -> None:
+        live = [r for r in self._replicas if r.state in (_STARTING, _SERVING)]
+        if target > len(live):
+            for _ in range(target - len(live)):
+                self._add_replica(t, ready_now=False)
+            return
+        excess = len(live) - target
+        # Cancel replicas still starting (newest first) before removing serving ones.
+        for rep in sorted((r for r in live if r.state == _STARTING), key=lambda r: -r.requested_at):
+            if excess == 0:
+                return
+            rep.state, rep.ended_at = _GONE, t
+            excess -= 1
+        for rep in sorted(self._serving, key=lambda r: (len(r.queue) + r.executing, -r.idx))[:excess]:
+            rep.state, rep.ended_at = _DRAINING, t
+            self._serving.remove(rep)
+            self._maybe_gone(rep)
+
+    def _maybe_gone(self, rep: _Replica) -> None:
+        if rep.state == _DRAINING and not rep.queue and rep.executing == 0:
+            rep.state = _GONE
+
+    def _pick(self) -> _Replica | None:
+        serving = self._serving
+        if not serving:
+            return None
+        if self._cfg.balancer == "least_pending":
+            return min(serving, key=lambda r: len(r.queue) + r.executing)
+        self._rr += 1
+        return serving[self._rr % len(serving)]
+
+    def _set_batching(self, cfg: BatchingConfig) -> None:
+        self._batching = cfg
+        self._cap = batch_cap(cfg)
+        self._delay_s = cfg.max_queue_delay_us / 1e6
+        self._a_ms = self._cfg.service.intercept_ms
+        self._c_ms = self._cfg.service.per_item_ms
+
+    def _dispatch(self, rep: _Replica, t: float) -> None:
+        q = rep.queue
+        arr = self._arr
+        while rep.free > 0 and q:
+            queued = len(q)
+            if self._delay_s == 0.0:
+                # Delay 0: the delay is always exceeded, so whatever is pending goes (fast path).
+                k = queued if queued < self._cap else self._cap
+            else:
+                k = batch_to_send(queued=queued, oldest_wait_s=t - arr[q[0]], cfg=self._batching)
+            if k == 0:
+                due = arr[q[0]] + self._delay_s
+                if rep.timer_at != due:
+                    rep.timer_at = due
+                    self._push(due, _TIMER, rep)
+                return
+            if k == 1:
+                batch = [q.popleft()]
+                self._start[batch[0]] = t
+            else:
+                batch = [q.popleft() for _ in range(k)]
+                st = self._start
+                for r in batch:
+                    st[r] = t
+            if self._jitter_i >= len(self._jitter):
+                self._refill_jitter()
+            svc = (self._a_ms + self._c_ms * k) * self._jitter[self._jitter_i] / 1000.0
+            self._jitter_i += 1
+            rep.free -= 1
+            rep.executing += k
+            self._busy_s += svc
+            self._b_start.append(t)
+            self._b_size.append(k)
+            self._seq += 1
+            heapq.heappush(self._heap, (t + svc, _DONE, self._seq, rep, batch))
+
+    # ------------------------------------------------------------- event loop
+    def run(self) -> SimResult:
+        """Run to the end of the arrivals and of the work they caused."""
+        end = self._cfg.duration_s
+        self._push(self._cfg.scrape_s, _SCRAPE, None)
+        self._push(self._ctl.tick_s, _TICK, None)
+        arr, heap, n, i = self._arr, self._heap, len(self._arr), 0
+        pod, done, completed = self._pod, self._done, self._completed
+        exec_t, exec_pod = self._exec_done_t, self._exec_done_pod
+        heappop, inf = heapq.heappop, math.inf
+        while True:
+            next_arrival = arr[i] if i < n else inf
+            if heap and heap[0][0] <= next_arrival:
+                t, kind, _, rep, obj = heappop(heap)
+                self.now_s = t
+                if kind == _DONE:
+                    # Hot path: a batch finished; record it and refill the freed instance.
+                    assert rep is not None and isinstance(obj, list)
+                    for r in obj:
+                        done[r] = t
+                    completed.extend(obj)
+                    exec_t.append(t)
+                    exec_pod.append(rep.idx)
+                    rep.free += 1
+                    rep.executing -= len(obj)
+                    if rep.queue:
+                        self._dispatch(rep, t)
+                    elif rep.state == _DRAINING:
+                        self._maybe_gone(rep)
+                elif t > end and kind in (_SCRAPE, _TICK):
+                    continue
+                else:
+                    self._handle(t, kind, obj)
+            elif i < n:
+                t = next_arrival
+                self.now_s = t
+                target = self._pick()
+                if target is not None:
+                    pod[i] = target.idx
+                    target.queue.append(i)
+                    if target.free > 0:
+                        self._dispatch(target, t)
+                i += 1
+            else:
+                break
+        return self._result()
+
+    def _handle(self, t: float, kind: int, obj: object) -> None:
+        if kind == _TIMER:
+            rep = obj
+            assert isinstance(rep, _Replica)
+            rep.timer_at = -1.0
+            self._dispatch(rep, t)
+        elif kind == _READY:
+            rep = obj
+            assert isinstance(rep, _Replica)
+            if rep.state == _STARTING:
+                rep.state = _SERVING
+                self._serving.append(rep)
+        elif kind == _REBATCH:
+            assert isinstance(obj, BatchingConfig)
+            self._apply_batching(t, obj)
+        elif kind == _SCRAPE:
+            self._scrape(t)
+            self._push(t + self._cfg.scrape_s, _SCRAPE, None)
+        elif kind == _TICK:
+            self._tick(t)
+            self._push(t + self._ctl.tick_s, _TICK, None)
+
+    def _apply_batching(self, t: float, cfg: BatchingConfig) -> None:
+        delta = cfg.instances_per_replica - self._batching.instances_per_replica
+        self._set_batching(cfg)
+        for rep in self._replicas:
+            if rep.state != _GONE:
+                rep.free += delta
+                rep.timer_at = -1.0
+                self._dispatch(rep, t)
+
+    def _scrape(self, t: float) -> None:
+        s = self._samples
+        live = [r for r in self._replicas if r.state != _GONE]
+        s.t.append(t)
+        s.queued.append(sum(len(r.queue) for r in live))
+        s.inflight.append(sum(len(r.queue) + r.executing for r in live))
+        s.ready.append(len(self._serving))
+        s.provisioned.append(sum(1 for r in live if r.state != _DRAINING))
+        self._capacity_s += len(self._serving) * self._batching.instances_per_replica * self._cfg.scrape_s
+        s.busy_cum.append(self._busy_s)
+        s.capacity_cum.append(self._capacity_s)
+
+    def _tick(self, t: float) -> None:
+        want = self._ctl.decide(FleetView(self, t))
+        target = self._clamp(want.replicas)
+        if target != self._target:
+            self._actions.append((t, self._target, target))
+            self._target = target
+            self._scale_to(t, target)
+        pending = self._batch_changes[-1][1]
+        if want.batching != pending:
+            self._batch_changes.append((t, want.batching))
+            self._push(t + self._cfg.reload_s, _REBATCH, want.batching)
+
+    def _result(self) -> SimResult:
+        end = self._cfg.duration_s
+        cost = sum(max(0.0, min(r.ended_at, end) - r.requested_at) for r in self._replicas)
+        s = self._samples
+        return SimResult(
+            arrival_s=np.asarray(self._arr, dtype=np.float64),
+            start_s=np.asarray(self._start, dtype=np.float64),
+            done_s=np.asarray(self._done, dtype=np.float64),
+            batch_start_s=np.asarray(self._b_start, dtype=np.float64),
+            batch_size=np.asarray(self._b_size, dtype=np.int64),
+            sample_s=np.asarray(s.t, dtype=np.float64),
+            sample_ready=np.asarray(s.ready, dtype=np.int64),
+            sample_provisioned=np.asarray(s.provisioned, dtype=np.int64),
+            actions=list(self._actions),
+            batching_changes=list(self._batch_changes),
+            replica_seconds=cost,
+            duration_s=end,
+        )
+
+
+class FleetView:
+    """What a controller may read at one instant: Prometheus-like signals, nothing else."""
+
+    def __init__(self, sim: Simulation, now_s: float) -> None:
+        self._sim = sim
+        self.now_s = now_s
+
+    @property
+    def ready_replicas(self) -> int:
+        """Replicas in the Service's endpoints."""
+        return len(self._sim._serving)
+
+    @property
+    def target_replicas(self) -> int:
+        """Replicas last asked for (ready, starting)."""
+        return self._sim._target
+
+    @property
+    def batching(self) -> BatchingConfig:
+        """Batching last asked for (may still be reloading)."""
+        return self._sim._batch_changes[-1][1]
+
+    def _sample_slice(self, window_s: float) -> slice:
+        s = self._sim._samples
+        k = max(1, round(window_s / self._sim._cfg.scrape_s))
+        return slice(max(0, len(s.t) - k), len(s.t))
+
+    def mean_inflight(self, window_s: float) -> float:
+        """Mean total requests queued or executing across the fleet (sampled gauge)."""
+        sl = self._sample_slice(window_s)
+        vals = self._sim._samples.inflight[sl]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    def mean_queued(self, window_s: float) -> float:
+        """Mean total of `nv_inference_pending_request_count` across the fleet."""
+        sl = self._sample_slice(window_s)
+        vals = self._sim._samples.queued[sl]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    def utilization(self, window_s: float) -> float:
+        """Fraction of the ready instances' time spent executing (a GPU-utilization gauge)."""
+        s = self._sim._samples
+        if len(s.t) < 2:
+            return 0.0
+        sl = self._sample_slice(window_s)
+        j0 = max(0, sl.start - 1)
+        cap = s.capacity_cum[-1] - s.capacity_cum[j0]
+        busy = s.busy_cum[-1] - s.busy_cum[j0]
+        return min(1.0, busy / cap) if cap > 0 else 0.0
+
+    def pod_windows(self, window_s: float) -> list[PodWindow]:
+        """Per-pod Triton metrics over the last `window_s` (counter deltas, summary quantiles)."""
+        sim = self._sim
+        t0 = self.now_s - window_s
+        comp = sim._completed
+        j = bisect.bisect_left(comp, t0, key=sim._done.__getitem__)
+        ids = comp[j:]
+        b = bisect.bisect_left(sim._exec_done_t, t0)
+        live = [r for r in sim._replicas if r.state in (_SERVING, _DRAINING)]
+        execs: dict[int, int] = {}
+        for p in sim._exec_done_pod[b:]:
+            execs[p] = execs.get(p, 0) + 1
+        windows = []
+        if ids:
+            pods = np.asarray([sim._pod[r] for r in ids], dtype=np.int64)
+            arr = np.asarray([sim._arr[r] for r in ids], dtype=np.float64)
+            st = np.asarray([sim._start[r] for r in ids], dtype=np.float64)
+            dn = np.asarray([sim._done[r] for r in ids], dtype=np.float64)
+        for rep in live:
+            if ids:
+                m = pods == rep.idx
+                a_p, s_p, d_p = arr[m], st[m], dn[m]
+            else:
+                a_p = s_p = d_p = np.empty(0)
+            windows.append(
+                pod_window(
+                    pod=f"replica-{rep.idx}",
+                    arrival_s=a_p,
+                    start_s=s_p,
+                    done_s=d_p,
+                    exec_count=execs.get(rep.idx, 0),
+                    pending=len(rep.queue),
+                )
+            )
+        return windows
+
+    def observation(self, window_s: float) -> Observation:
+        """Service-level observation merged from per-pod metrics, as the controller builds it."""
+        return merge_pod_windows(
+            self.pod_windows(window_s),
+            window_s=window_s,
+            now_s=self.now_s,
+            ready_replicas=self.ready_replicas,
+        )
+
+
+def simulate(*, arrivals_s: npt.NDArray[np.float64], config: SimConfig, controller: Controller) -> SimResult:
+    """Run one controller on one arrival sequence."""
+    return Simulation(arrivals_s=arrivals_s, config=config, controller=controller).run()

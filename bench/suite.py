@@ -1,0 +1,277 @@
+"""The benchmark suite: every trace x start-up time x policy, in one seeded, parallel run.
+
+Pure orchestration over the simulator; the entry point (`tailpilot.bench.run`) does the
+printing and file writing.  Work is split in two phases, both spread over worker
+processes: the oracle's per-window needs per trace, then one simulation per
+(trace, Ts, policy).  Every random stream is seeded from (seed, trace), and every policy on
+a trace sees the same arrivals and the same service-time jitter sequence, so the results
+do not depend on the number of workers or on scheduling.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tailpilot.api.engine import EngineProfile
+from tailpilot.bench.baselines import AUTOSCALERS, BaselineParams, Static, load_test_targets
+from tailpilot.bench.engine_profiles import batching_candidates, default_batching, replica_capacity
+from tailpilot.bench.metrics import RunMetrics, Timeline, summarize, timeline
+from tailpilot.bench.oracle import ScheduledOracle, WindowNeed, window_needs
+from tailpilot.bench.simulator import Controller, SimConfig, Target, simulate
+from tailpilot.bench.traces import TRACE_NAMES, TraceSpec, build_trace, read_arrivals, step_onsets
+
+STATIC_POLICIES = ("static-peak", "static-mean")
+ORACLES = ("oracle-fluid", "oracle-realizable")
+TAILPILOT = "tailpilot"
+#: TailPilot given a profile whose service times are 30% too low (the engine is slower than
+#: profiled): how much of its result depends on knowing the simulator's exact model.
+TAILPILOT_OPTIMISTIC = "tailpilot-profile-0.7x"
+OPTIMISTIC_FACTOR = 0.7
+#: Policies whose run does not depend on Ts (they never start a replica).
+TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
+
+
+def policy_names(*, with_tailpilot: bool) -> list[str]:
+    """Table order."""
+    names = [*STATIC_POLICIES, *AUTOSCALERS]
+    if with_tailpilot:
+        names += [TAILPILOT, TAILPILOT_OPTIMISTIC]
+    return [*names, *ORACLES]
+
+
+def tailpilot_available() -> bool:
+    """Whether `tailpilot.policy` imports (it is another engineer's package)."""
+    try:
+        import tailpilot.bench.tailpilot_policy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything that defines a benchmark run."""
+
+    profile: EngineProfile
+    slo_ms: float
+    seed: int = 1
+    duration_s: float = 3600.0
+    ts_values: tuple[float, ...] = (5.0, 30.0, 90.0)
+    traces: tuple[str, ...] = TRACE_NAMES
+    #: Replicas whose capacity the traces are scaled to (peaks at 90% of it).
+    ref_replicas: int = 4
+    #: Upper replica bound of every policy (and of the oracle's search): a quota, not a target.
+    max_replicas: int = 32
+    #: An arrival file to run instead of the built-in traces (name "custom").
+    trace_file: Path | None = None
+    policies: tuple[str, ...] | None = None
+
+    @property
+    def capacity_rps(self) -> float:
+        """Reference fleet capacity within the SLO."""
+        return float(self.ref_replicas * replica_capacity(self.profile, self.slo_ms))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of results.csv (plus what the markdown table shows)."""
+
+    trace: str
+    ts_s: float
+    policy: str
+    metrics: RunMetrics
+    oracle_ratio: float
+
+
+@dataclass
+class SuiteResult:
+    """Rows, trace descriptions, and timelines for the plotted traces."""
+
+    rows: list[Row]
+    trace_params: dict[str, str]
+    trace_requests: dict[str, int]
+    baseline: BaselineParams
+    timelines: dict[tuple[str, float, str], Timeline] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _trace(setup: Setup, name: str) -> TraceSpec:
+    if setup.trace_file is not None:
+        arr = read_arrivals(setup.trace_file)
+        return TraceSpec(name, arr[arr < setup.duration_s], f"file {setup.trace_file.name}, unscaled")
+    return build_trace(name, capacity_rps=setup.capacity_rps, duration_s=setup.duration_s, seed=setup.seed)
+
+
+def _trace_seed(setup: Setup, name: str) -> int:
+    idx = TRACE_NAMES.index(name) if name in TRACE_NAMES else len(TRACE_NAMES)
+    return setup.seed * 1000 + idx
+
+
+def _needs(task: tuple[Setup, str]) -> tuple[str, list[WindowNeed]]:
+    setup, name = task
+    spec = _trace(setup, name)
+    needs = window_needs(
+        spec.arrivals,
+        duration_s=setup.duration_s,
+        service=setup.profile.service_time,
+        slo_ms=setup.slo_ms,
+        candidates=batching_candidates(setup.profile, setup.slo_ms),
+        max_replicas=setup.max_replicas,
+        seed=_trace_seed(setup, name),
+    )
+    return name, needs
+
+
+def baseline_params(setup: Setup, initial_replicas: int) -> BaselineParams:
+    """Model-derived knobs of the baselines (load test at 70% of one replica's capacity)."""
+    batching = default_batching(setup.profile, setup.slo_ms)
+    rate = 0.7 * replica_capacity(setup.profile, setup.slo_ms)
+    queued, inflight = load_test_targets(
+        service=setup.profile.service_time, batching=batching, rate=rate, seed=setup.seed
+    )
+    return BaselineParams(
+        slo_ms=setup.slo_ms,
+        batching=batching,
+        initial_replicas=initial_replicas,
+        min_replicas=1,
+        max_replicas=setup.max_replicas,
+        profile_max_batch=setup.profile.max_batch_size,
+        queue_per_replica=max(1.0, round(queued, 2)),
+        concurrency_per_replica=max(1.0, round(inflight, 2)),
+    )
+
+
+def scale_profile(profile: EngineProfile, factor: float) -> EngineProfile:
+    """The same profile with every time multiplied by `factor` (throughputs divided by it)."""
+    st = profile.service_time
+    points = [
+        p.model_copy(
+            update={
+                "p50_ms": p.p50_ms * factor,
+                "p95_ms": p.p95_ms * factor,
+                "p99_ms": p.p99_ms * factor,
+                "throughput_per_s": p.throughput_per_s / factor,
+            }
+        )
+        for p in profile.points
+    ]
+    return profile.model_copy(
+        update={
+            "service_time": st.model_copy(
+                update={"intercept_ms": st.intercept_ms * factor, "per_item_ms": st.per_item_ms * factor}
+            ),
+            "points": points,
+            "method": f"{profile.method} [times x{factor:g} for a robustness run]",
+        }
+    )
+
+
+def make_controller(
+    setup: Setup, *, policy: str, ts: float, needs: Sequence[WindowNeed], params: BaselineParams
+) -> Controller:
+    """The controller for one policy."""
+    if policy == "static-peak":
+        peak = max(range(len(needs)), key=lambda k: needs[k].replicas)
+        return Static(replicas=needs[peak].replicas, batching=needs[peak].batching)
+    if policy == "static-mean":
+        mean = math.ceil(float(np.mean([n.replicas for n in needs])))
+        return Static(replicas=mean, batching=params.batching)
+    if policy == "oracle-fluid":
+        return ScheduledOracle(needs, lead_s=0.0)
+    if policy == "oracle-realizable":
+        return ScheduledOracle(needs, lead_s=ts)
+    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC):
+        from tailpilot.bench.tailpilot_policy import TailPilot
+        from tailpilot.policy import PolicyConfig
+
+        config = PolicyConfig(p99_target_ms=setup.slo_ms, min_replicas=1, max_replicas=setup.max_replicas)
+        profile = setup.profile if policy == TAILPILOT else scale_profile(setup.profile, OPTIMISTIC_FACTOR)
+        return TailPilot(
+            profile=profile, config=config, initial=Target(params.initial_replicas, params.batching)
+        )
+    return AUTOSCALERS[policy](params)
+
+
+def _run(
+    task: tuple[Setup, str, float, str, list[WindowNeed], BaselineParams, bool],
+) -> tuple[str, float, str, RunMetrics, Timeline | None, list[str]]:
+    setup, name, ts, policy, needs, params, want_timeline = task
+    spec = _trace(setup, name)
+    ctl = make_controller(setup, policy=policy, ts=ts, needs=needs, params=params)
+    startup = 0.0 if policy == "oracle-fluid" else ts
+    res = simulate(
+        arrivals_s=spec.arrivals,
+        config=SimConfig(
+            service=setup.profile.service_time,
+            duration_s=setup.duration_s,
+            startup_s=startup,
+            seed=_trace_seed(setup, name),
+            max_replicas=setup.max_replicas,
+        ),
+        controller=ctl,
+    )
+    metrics = summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
+    errors: list[str] = list(getattr(ctl, "errors", []))
+    notes = (
+        [
+            f"{policy} on {name}, Ts={ts:g} s: {len(errors)} decisions raised (previous target kept); "
+            f"first: {errors[0][:600]}"
+        ]
+        if errors
+        else []
+    )
+    return name, ts, policy, metrics, timeline(res) if want_timeline else None, notes
+
+
+def run_suite(
+    setup: Setup, *, jobs: int = 2, plot_traces: Sequence[str] = (), plot_ts: float = 30.0
+) -> SuiteResult:
+    """Run everything; deterministic for a given `setup` whatever `jobs` is."""
+    names = list(setup.traces) if setup.trace_file is None else ["custom"]
+    with_tp = tailpilot_available()
+    policies = [
+        p for p in policy_names(with_tailpilot=with_tp) if setup.policies is None or p in setup.policies
+    ]
+    skipped = [] if with_tp else [f"{TAILPILOT}: tailpilot.policy not importable"]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(max(1, jobs)) as pool:
+        needs = dict(pool.map(_needs, [(setup, n) for n in names], chunksize=1))
+        params = {n: baseline_params(setup, needs[n][0].replicas) for n in names}
+        tasks = []
+        for n in names:
+            for policy in policies:
+                for ts in setup.ts_values[:1] if policy in TS_INDEPENDENT else setup.ts_values:
+                    plot = n in plot_traces and (ts == plot_ts or policy in TS_INDEPENDENT)
+                    tasks.append((setup, n, ts, policy, needs[n], params[n], plot))
+        # Longest first keeps both workers busy to the end.
+        outs = pool.map(_run, tasks, chunksize=1)
+    by_key = {(n, ts, p): m for n, ts, p, m, _, _ in outs}
+    result = SuiteResult(
+        rows=[], trace_params={}, trace_requests={}, baseline=params[names[0]], skipped=skipped
+    )
+    for n, _ts, p, _, tl, notes in outs:
+        result.errors.extend(notes)
+        if tl is not None:
+            result.timelines[(n, plot_ts, p)] = tl
+    for n in names:
+        spec = _trace(setup, n)
+        result.trace_params[n] = spec.params
+        result.trace_requests[n] = int(spec.arrivals.size)
+        for ts in setup.ts_values:
+            oracle = by_key.get((n, ts, "oracle-realizable"))
+            for p in policies:
+                m = by_key[(n, setup.ts_values[0] if p in TS_INDEPENDENT else ts, p)]
+                ratio = (
+                    m.replica_seconds / oracle.replica_seconds
+                    if oracle and oracle.replica_seconds
+                    else math.nan
+                )
+                result.rows.append(Row(trace=n, ts_s=ts, policy=p, metrics=m, oracle_ratio=ratio))
+    return result

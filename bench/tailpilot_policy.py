@@ -1,0 +1,71 @@
+"""TailPilot's real policy (`tailpilot.policy`) run unchanged inside the simulator.
+
+Each tick the simulated pods' Triton metrics over the evaluation window become the
+policy's `PodMetrics` (rates per second, the pod's summary quantiles), are merged by the
+policy's own `observation_from_pod_metrics`, and go to `decide`; the returned state is kept
+for the next tick exactly as the operator keeps it on the object.  No SLO alert is
+simulated (`alert_active=False`).
+
+If the policy raises, the adapter keeps the previous target (as the operator's timer
+would, retrying next period) and records the error with its input, so the report shows
+it instead of the benchmark crashing.
+"""
+
+from __future__ import annotations
+
+from tailpilot.api.engine import EngineProfile
+from tailpilot.bench.observe import PodWindow
+from tailpilot.bench.simulator import FleetView, Target
+from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, observation_from_pod_metrics
+
+
+def pod_metrics(w: PodWindow, *, window_s: float, now_s: float) -> PodMetrics:
+    """The policy's per-pod input from a simulated pod window."""
+    q = w.request_summary_us
+    return PodMetrics(
+        pod=w.pod,
+        request_rate=w.success_count / window_s,
+        p99_us=q.get(0.99),
+        pending_requests=float(w.pending_request_count),
+        queue_duration_us_rate=w.queue_duration_us / window_s,
+        compute_duration_us_rate=w.compute_infer_duration_us / window_s,
+        inference_count_rate=w.inference_count / window_s,
+        exec_count_rate=w.exec_count / window_s,
+        failure_rate=0.0,
+        last_sample_s=now_s,
+        request_duration_us_rate=w.request_duration_us / window_s,
+        quantiles_us=tuple((k, v) for k, v in q.items() if k != 0.99),
+    )
+
+
+class TailPilot:
+    """Controller adapter around `tailpilot.policy.decide`."""
+
+    def __init__(
+        self, *, profile: EngineProfile, config: PolicyConfig, initial: Target, window_s: float = 60.0
+    ) -> None:
+        self._profile, self._config, self._window_s = profile, config, window_s
+        self._initial = initial
+        self._state = PolicyState.initial(replicas=initial.replicas, batching=initial.batching)
+        self.tick_s = config.control_period_s
+        self.reasons: list[str] = []
+        self.errors: list[str] = []
+        self._last = initial
+
+    def initial(self) -> Target:
+        return self._initial
+
+    def decide(self, view: FleetView) -> Target:
+        now = view.now_s
+        pods = [pod_metrics(w, window_s=self._window_s, now_s=now) for w in view.pod_windows(self._window_s)]
+        try:
+            obs = observation_from_pod_metrics(pods=pods, window_s=self._window_s, now_s=now)
+            decision, self._state = decide(
+                config=self._config, profile=self._profile, observation=obs, state=self._state, now_s=now
+            )
+        except (ArithmeticError, ValueError) as exc:
+            self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; pods={pods!r}")
+            return self._last
+        self.reasons.append(decision.reason)
+        self._last = Target(decision.replicas, decision.batching)
+        return self._last

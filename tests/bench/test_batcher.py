@@ -1,0 +1,119 @@
+"""The simulator's dynamic batcher against hand-worked cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import ServiceTimeModel
+from tailpilot.bench.baselines import Static
+from tailpilot.bench.batcher import batch_to_send
+from tailpilot.bench.simulator import FleetView, SimConfig, SimResult, Target, simulate
+
+# 100 ms per batch whatever its size, no jitter: every time below is exact.
+FLAT = ServiceTimeModel(intercept_ms=100.0, per_item_ms=0.0, jitter_cv=0.0)
+
+
+def run(
+    arrivals: list[float], cfg: BatchingConfig, *, replicas: int = 1, duration_s: float = 5.0
+) -> SimResult:
+    return simulate(
+        arrivals_s=np.asarray(arrivals),
+        config=SimConfig(service=FLAT, duration_s=duration_s, startup_s=0.0),
+        controller=Static(replicas=replicas, batching=cfg),
+    )
+
+
+def test_rule_sends_largest_preferred_size_reached_before_the_delay():
+    cfg = BatchingConfig(max_batch_size=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=100_000)
+    assert batch_to_send(queued=3, oldest_wait_s=0.01, cfg=cfg) == 0
+    assert batch_to_send(queued=5, oldest_wait_s=0.01, cfg=cfg) == 4
+    assert batch_to_send(queued=20, oldest_wait_s=0.01, cfg=cfg) == 8
+    assert batch_to_send(queued=5, oldest_wait_s=0.1, cfg=cfg) == 5  # delay exceeded: all pending
+
+
+def test_rule_without_delay_sends_what_is_queued_up_to_max_batch():
+    cfg = BatchingConfig(max_batch_size=4)
+    assert batch_to_send(queued=1, oldest_wait_s=0.0, cfg=cfg) == 1
+    assert batch_to_send(queued=9, oldest_wait_s=0.0, cfg=cfg) == 4
+
+
+def test_batch_forms_at_the_preferred_size():
+    cfg = BatchingConfig(max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_us=500_000)
+    res = run([0.0, 0.01, 0.02, 0.03], cfg)
+    assert res.batch_size.tolist() == [4]
+    assert res.start_s.tolist() == pytest.approx([0.03] * 4)
+    assert res.done_s.tolist() == pytest.approx([0.13] * 4)
+
+
+def test_queue_delay_releases_a_partial_batch():
+    cfg = BatchingConfig(max_batch_size=8, max_queue_delay_us=50_000)
+    res = run([0.0, 0.01, 0.02], cfg)
+    assert res.batch_size.tolist() == [3]
+    assert res.start_s.tolist() == pytest.approx([0.05] * 3)
+
+
+def test_max_batch_caps_the_batch():
+    cfg = BatchingConfig(max_batch_size=4)
+    # The first request runs alone (0-0.1 s); six queue behind it and leave as 4 then 2.
+    res = run([0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06], cfg)
+    assert res.batch_size.tolist() == [1, 4, 2]
+    assert res.batch_start_s.tolist() == pytest.approx([0.0, 0.1, 0.2])
+
+
+def test_instances_run_batches_in_parallel():
+    two = BatchingConfig(max_batch_size=1, instances_per_replica=2)
+    one = BatchingConfig(max_batch_size=1, instances_per_replica=1)
+    assert run([0.0, 0.0], two).done_s.tolist() == pytest.approx([0.1, 0.1])
+    assert run([0.0, 0.0], one).done_s.tolist() == pytest.approx([0.1, 0.2])
+
+
+class _ScaleUpAtFirstTick:
+    tick_s = 1.0
+
+    def initial(self) -> Target:
+        return Target(1, BatchingConfig(max_batch_size=1))
+
+    def decide(self, view: FleetView) -> Target:
+        return Target(2, BatchingConfig(max_batch_size=1))
+
+
+def test_new_replica_serves_only_after_its_startup_time_and_costs_from_the_request():
+    # One request every 50 ms for 10 s; one replica (10/s) cannot keep up with 20/s.
+    arrivals = np.arange(0.0, 10.0, 0.05)
+    res = simulate(
+        arrivals_s=arrivals,
+        config=SimConfig(service=FLAT, duration_s=10.0, startup_s=5.0),
+        controller=_ScaleUpAtFirstTick(),
+    )
+    ready = dict(zip(res.sample_s.tolist(), res.sample_ready.tolist(), strict=True))
+    assert ready[5.0] == 1 and ready[6.0] == 2
+    assert res.actions == [(1.0, 1, 2)]
+    assert res.replica_seconds == pytest.approx(10.0 + 9.0)
+    # Nothing starts on the second replica before t = 6 s: until then starts are 100 ms apart.
+    starts = np.sort(res.start_s[res.start_s < 6.0])
+    assert np.all(np.diff(starts) >= 0.1 - 1e-9)
+    assert np.any(np.diff(np.sort(res.start_s[res.start_s >= 6.0])) < 0.1 - 1e-9)
+
+
+def test_batching_change_applies_to_new_batches_after_reload():
+    class Rebatch:
+        tick_s = 1.0
+
+        def initial(self) -> Target:
+            return Target(1, BatchingConfig(max_batch_size=1))
+
+        def decide(self, view: FleetView) -> Target:
+            return Target(1, BatchingConfig(max_batch_size=8))
+
+    arrivals = np.arange(0.0, 6.0, 0.02)  # 50/s on a replica serving 10 batches/s
+    res = simulate(
+        arrivals_s=arrivals,
+        config=SimConfig(service=FLAT, duration_s=6.0, startup_s=0.0, reload_s=1.5),
+        controller=Rebatch(),
+    )
+    before = res.batch_size[res.batch_start_s < 2.5 - 1e-9]
+    after = res.batch_size[res.batch_start_s > 2.6]
+    assert before.max() == 1
+    assert after.max() == 8

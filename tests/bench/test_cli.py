@@ -1,0 +1,28 @@
+"""The command end to end on someone's own arrival file (small, so it stays fast)."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from tailpilot.bench.run import main
+
+
+@pytest.mark.slow
+def test_run_on_an_arrival_file_writes_table_csv_readme_and_plot(tmp_path, capsys):
+    arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / 15.0, 2000))
+    trace = tmp_path / "arrivals.txt"
+    trace.write_text("\n".join(f"{t:.6f}" for t in arrivals[arrivals < 120]))
+    out = tmp_path / "out"
+    assert main(["--trace", str(trace), "--duration-s", "120", "--out", str(out), "--jobs", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "oracle-realizable" in printed
+    with (out / "results.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["trace"] for r in rows} == {"custom"}
+    assert {r["ts_s"] for r in rows} == {"5", "30", "90"}
+    readme = (out / "README.md").read_text()
+    assert "- Commit: `" in readme and "arrivals.txt" in readme
+    assert (out / "plot-custom-ts30.png").stat().st_size > 10_000
