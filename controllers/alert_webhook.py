@@ -1,0 +1,163 @@
+"""Alertmanager webhook receiver: authenticated, typed, counted.
+
+Alertmanager (webhook_config, payload version "4") POSTs a JSON group of
+alerts. Each alert that names an InferenceService (labels `namespace` and
+`inferenceservice`, the labels TailPilot's generated PrometheusRule puts on
+its burn-rate alerts) becomes an `AlertNotification` handed to `on_alert`:
+a firing one makes the operator re-evaluate at once in its aggressive mode,
+a resolved one returns it to normal.
+
+Security: the receiver requires `Authorization: Bearer <token>` (Alertmanager's
+`http_config.authorization.credentials`), compared in constant time; an empty
+token is refused at construction. Unauthenticated requests get 401, malformed
+ones 400 (nothing is passed on), and every request is counted by result in
+`tailpilot_webhook_requests_total`.
+
+`on_alert` is awaited before the response (a failure answers 500, so
+Alertmanager retries); it should only record the alert and schedule the
+re-evaluation, not run it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aiohttp import web
+
+from tailpilot.controllers.metrics import OperatorMetrics, WebhookResult
+
+#: Largest accepted body; Alertmanager groups are far smaller.
+MAX_BODY_BYTES = 1 << 20
+#: Label carrying the InferenceService name on TailPilot's alerts, and the relabelled pod label as a fallback.
+SERVICE_LABELS = ("inferenceservice", "tailpilot_io_inferenceservice")
+
+
+class MalformedPayload(ValueError):
+    """The body is not an Alertmanager webhook payload (version 4)."""
+
+
+@dataclass(frozen=True)
+class AlertNotification:
+    """One alert about one InferenceService."""
+
+    status: Literal["firing", "resolved"]
+    alertname: str
+    namespace: str
+    inferenceservice: str
+    severity: str
+    starts_at: str = ""
+    fingerprint: str = ""
+
+
+def _str_map(value: object, what: str) -> Mapping[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise MalformedPayload(f"{what} must be an object of strings")
+    return value
+
+
+def parse_payload(body: bytes) -> list[AlertNotification]:
+    """Parse an Alertmanager webhook body into the notifications that name an InferenceService.
+
+    Alerts without a namespace or service label are not TailPilot's and are skipped.
+
+    Raises:
+        MalformedPayload: On invalid JSON, a version other than "4", or a wrong structure.
+    """
+    try:
+        doc: Any = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedPayload(f"body is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise MalformedPayload("body must be a JSON object")
+    if doc.get("version") != "4":
+        raise MalformedPayload(f"unsupported payload version {doc.get('version')!r}; expected '4'")
+    alerts = doc.get("alerts")
+    if not isinstance(alerts, list):
+        raise MalformedPayload("'alerts' must be a list")
+    common = _str_map(doc.get("commonLabels", {}), "commonLabels")
+    out: list[AlertNotification] = []
+    for alert in alerts:
+        if not isinstance(alert, dict):
+            raise MalformedPayload("every alert must be an object")
+        status = alert.get("status")
+        if status not in ("firing", "resolved"):
+            raise MalformedPayload(f"alert status {status!r} is neither 'firing' nor 'resolved'")
+        labels = {**common, **_str_map(alert.get("labels", {}), "labels")}
+        service = next((labels[k] for k in SERVICE_LABELS if labels.get(k)), "")
+        namespace = labels.get("namespace", "")
+        if not service or not namespace:
+            continue
+        out.append(
+            AlertNotification(
+                status=status,
+                alertname=labels.get("alertname", ""),
+                namespace=namespace,
+                inferenceservice=service,
+                severity=labels.get("severity", ""),
+                starts_at=str(alert.get("startsAt", "")),
+                fingerprint=str(alert.get("fingerprint", "")),
+            )
+        )
+    return out
+
+
+def _authorized(header: str | None, token: bytes) -> bool:
+    if not header or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token)
+
+
+def make_webhook_app(
+    *,
+    token: str,
+    on_alert: Callable[[AlertNotification], Awaitable[None]],
+    metrics: OperatorMetrics,
+    path: str = "/alerts",
+) -> web.Application:
+    """Build the aiohttp application serving the webhook at `path` (POST) and `/healthz` (GET).
+
+    Raises:
+        ValueError: When `token` is empty (an unauthenticated receiver is never served).
+    """
+    if not token:
+        raise ValueError("the webhook needs a non-empty bearer token")
+    secret = token.encode()
+
+    async def receive(request: web.Request) -> web.Response:
+        if not _authorized(request.headers.get("Authorization"), secret):
+            metrics.record_webhook(WebhookResult.UNAUTHORIZED)
+            return web.json_response(
+                {"error": "missing or invalid bearer token"},
+                status=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            notifications = parse_payload(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            metrics.record_webhook(WebhookResult.MALFORMED)
+            return web.json_response({"error": f"body larger than {MAX_BODY_BYTES} bytes"}, status=413)
+        except MalformedPayload as exc:
+            metrics.record_webhook(WebhookResult.MALFORMED)
+            return web.json_response({"error": str(exc)}, status=400)
+        try:
+            for notification in notifications:
+                await on_alert(notification)
+        except Exception as exc:  # noqa: BLE001 - answered as 500 so Alertmanager retries
+            metrics.record_webhook(WebhookResult.ERROR)
+            return web.json_response({"error": f"handling failed: {exc}"}, status=500)
+        metrics.record_webhook(WebhookResult.ACCEPTED)
+        return web.json_response({"accepted": len(notifications)})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.router.add_post(path, receive)
+    app.router.add_get("/healthz", healthz)
+    return app

@@ -1,0 +1,295 @@
+"""Live batching changes on every ready Triton pod, verified, and rolled back on refusal.
+
+Triton in explicit model-control mode reloads a model with a new configuration
+when it receives `POST /v2/repository/models/NAME/load` with
+`{"parameters": {"config": "<json>"}}` (the JSON from
+`tailpilot.builders.triton_config.to_load_override_json`). The reload keeps the
+old model serving until the new one is ready (~1.5 s on the CPU, zero failed
+requests measured under load); an invalid config answers HTTP 500 and the old
+model keeps serving.
+
+The rollout, pod by pod:
+
+1. Read every pod's current config (`GET /v2/models/NAME/config`): the rollback
+   target. A pod that cannot be read aborts the change before anything moves.
+2. Canary: apply to the first pod and verify by reading the config back (the
+   batching fields and every field the override sets must match). If it is
+   refused, nothing else was touched.
+3. Apply to the remaining pods concurrently, verifying each.
+4. If any pod refused or failed verification, reload every pod already changed
+   with its previous config, and report which pods were changed, refused, or
+   rolled back, and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class BatchingReason:
+    """CamelCase outcomes of a batching change (also the `result` label of the operator metric)."""
+
+    APPLIED = "Applied"
+    NO_PODS = "NoReadyPods"
+    UNREACHABLE = "PodUnreachable"
+    REFUSED = "RefusedByTriton"
+    VERIFY_FAILED = "VerifyFailed"
+    ROLLED_BACK = "RolledBack"
+    ROLLBACK_FAILED = "RollbackFailed"
+    INVALID_CONFIG = "InvalidConfig"
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """What happened on one pod."""
+
+    pod_url: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class BatchingApplyResult:
+    """The outcome of one change across pods.
+
+    Attributes:
+        ok: Every pod runs the new config (verified).
+        reason: `BatchingReason.APPLIED`, or the first failure's reason.
+        message: Human-readable summary.
+        applied: Pods now running the new config.
+        rolled_back: Pods changed, then restored to their previous config.
+        failed: Pods that refused, failed verification, were unreachable, or could not be restored.
+    """
+
+    ok: bool
+    reason: str
+    message: str
+    applied: tuple[str, ...] = ()
+    rolled_back: tuple[str, ...] = ()
+    failed: tuple[PodOutcome, ...] = ()
+
+
+class _PodError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _same(want: object, have: object) -> bool:
+    """Tell whether `have` contains `want`.
+
+    Dicts compare as subsets, lists element-wise, scalars as lower-cased strings
+    (protobuf's JSON renders 64-bit integers as strings).
+    """
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_same(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(_same(a, b) for a, b in zip(want, have, strict=True))
+        )
+    return str(want).lower() == str(have).lower()
+
+
+def batching_fields(config: Mapping[str, Any]) -> tuple[str, tuple[str, ...], str]:
+    """Return (max batch size, preferred sizes, max queue delay us), Triton's defaults for absent fields."""
+    dynamic = config.get("dynamic_batching") or {}
+    return (
+        str(config.get("max_batch_size", 0)),
+        tuple(str(p) for p in dynamic.get("preferred_batch_size", [])),
+        str(dynamic.get("max_queue_delay_microseconds", 0)),
+    )
+
+
+def verify_config(want: Mapping[str, Any], have: Mapping[str, Any]) -> str:
+    """Return "" when `have` (read back from Triton) runs `want`, else what differs.
+
+    Triton completes a dynamic-batching config without preferred sizes with
+    `preferred_batch_size: [max_batch_size]`, so that read-back also matches.
+    """
+    want_fields, have_fields = batching_fields(want), batching_fields(have)
+    if not want_fields[1] and have_fields[1] == (want_fields[0],):
+        have_fields = (have_fields[0], (), have_fields[2])
+    if want_fields != have_fields:
+        return f"batching reads back as {have_fields}, wanted {want_fields}"
+    for key, value in want.items():
+        if key == "dynamic_batching":
+            continue  # compared above, with Triton's completion
+        if not _same(value, have.get(key)):
+            got, wanted = json.dumps(have.get(key))[:200], json.dumps(value)[:200]
+            return f"field {key!r} reads back as {got}, wanted {wanted}"
+    return ""
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        if isinstance(body, dict) and "error" in body:
+            return str(body["error"])
+    except ValueError:
+        pass
+    return response.text[:300]
+
+
+async def _get_config(client: httpx.AsyncClient, pod_url: str, model: str) -> dict[str, Any]:
+    try:
+        response = await client.get(f"{pod_url.rstrip('/')}/v2/models/{model}/config")
+    except httpx.HTTPError as exc:
+        raise _PodError(BatchingReason.UNREACHABLE, f"reading config: {exc!r}") from exc
+    if response.status_code != 200:
+        raise _PodError(
+            BatchingReason.UNREACHABLE, f"reading config: HTTP {response.status_code} {_error_text(response)}"
+        )
+    body = response.json()
+    if not isinstance(body, dict):
+        raise _PodError(BatchingReason.UNREACHABLE, "reading config: not a JSON object")
+    return body
+
+
+async def _load(client: httpx.AsyncClient, pod_url: str, model: str, config_json: str) -> None:
+    try:
+        response = await client.post(
+            f"{pod_url.rstrip('/')}/v2/repository/models/{model}/load",
+            json={"parameters": {"config": config_json}},
+        )
+    except httpx.HTTPError as exc:
+        raise _PodError(BatchingReason.UNREACHABLE, f"loading: {exc!r}") from exc
+    if response.status_code != 200:
+        raise _PodError(BatchingReason.REFUSED, f"HTTP {response.status_code}: {_error_text(response)}")
+
+
+async def _apply_one(
+    client: httpx.AsyncClient, pod_url: str, model: str, config_json: str, want: dict[str, Any]
+) -> None:
+    await _load(client, pod_url, model, config_json)
+    have = await _get_config(client, pod_url, model)
+    difference = verify_config(want, have)
+    if difference:
+        raise _PodError(BatchingReason.VERIFY_FAILED, difference)
+
+
+async def _read_all(
+    client: httpx.AsyncClient, pod_urls: Sequence[str], model: str
+) -> tuple[dict[str, dict[str, Any]], list[PodOutcome]]:
+    reads = await asyncio.gather(*(_get_config(client, u, model) for u in pod_urls), return_exceptions=True)
+    previous: dict[str, dict[str, Any]] = {}
+    unreadable: list[PodOutcome] = []
+    for url, read in zip(pod_urls, reads, strict=True):
+        if isinstance(read, _PodError):
+            unreadable.append(PodOutcome(url, read.reason, read.message))
+        elif isinstance(read, BaseException):
+            raise read
+        else:
+            previous[url] = read
+    return previous, unreadable
+
+
+async def _rollout(
+    client: httpx.AsyncClient, pod_urls: Sequence[str], model: str, config_json: str, want: dict[str, Any]
+) -> tuple[list[str], list[PodOutcome]]:
+    """Canary first, then the rest concurrently; returns (pods changed, failures)."""
+    changed: list[str] = []
+    failures: list[PodOutcome] = []
+    batches = [list(pod_urls[:1]), list(pod_urls[1:])]
+    for batch in batches:
+        outcomes = await asyncio.gather(
+            *(_apply_one(client, u, model, config_json, want) for u in batch), return_exceptions=True
+        )
+        for url, outcome in zip(batch, outcomes, strict=True):
+            if outcome is None:
+                changed.append(url)
+            elif isinstance(outcome, _PodError):
+                failures.append(PodOutcome(url, outcome.reason, outcome.message))
+                # A reload that answered but reads back wrong did change the pod: restore it too.
+                if outcome.reason == BatchingReason.VERIFY_FAILED:
+                    changed.append(url)
+            else:
+                raise outcome
+        if failures:
+            break  # a refused canary leaves every other pod untouched
+    return changed, failures
+
+
+async def _rollback(
+    client: httpx.AsyncClient, changed: Sequence[str], model: str, previous: Mapping[str, dict[str, Any]]
+) -> tuple[list[str], list[PodOutcome]]:
+    restores = await asyncio.gather(
+        *(_load(client, u, model, json.dumps(previous[u])) for u in changed), return_exceptions=True
+    )
+    rolled_back: list[str] = []
+    failures: list[PodOutcome] = []
+    for url, restore in zip(changed, restores, strict=True):
+        if restore is None:
+            rolled_back.append(url)
+        elif isinstance(restore, _PodError):
+            failures.append(PodOutcome(url, BatchingReason.ROLLBACK_FAILED, restore.message))
+        else:
+            raise restore
+    return rolled_back, failures
+
+
+async def apply_batching(
+    client: httpx.AsyncClient,
+    *,
+    pod_urls: Sequence[str],
+    model_name: str,
+    config_json: str,
+) -> BatchingApplyResult:
+    """Apply a model config override to every pod; verify; roll back the changed pods if one refuses.
+
+    Args:
+        client: HTTP client (its timeout must cover a reload, a few seconds).
+        pod_urls: Base HTTP URLs of the ready Triton pods, e.g. "http://10.0.0.5:8000".
+        model_name: The model's name in Triton's repository.
+        config_json: The complete model config as JSON (`to_load_override_json`).
+
+    Returns:
+        Which pods run the new config, which were rolled back, which failed and why.
+    """
+    try:
+        want = json.loads(config_json)
+    except json.JSONDecodeError as exc:
+        return BatchingApplyResult(ok=False, reason=BatchingReason.INVALID_CONFIG, message=f"not JSON: {exc}")
+    if not isinstance(want, dict):
+        return BatchingApplyResult(
+            ok=False, reason=BatchingReason.INVALID_CONFIG, message="not a JSON object"
+        )
+    if not pod_urls:
+        return BatchingApplyResult(ok=False, reason=BatchingReason.NO_PODS, message="no ready pods to change")
+
+    previous, unreadable = await _read_all(client, pod_urls, model_name)
+    if unreadable:
+        return BatchingApplyResult(
+            ok=False,
+            reason=BatchingReason.UNREACHABLE,
+            message=f"{len(unreadable)} of {len(pod_urls)} pods could not be read; nothing changed",
+            failed=tuple(unreadable),
+        )
+    changed, failures = await _rollout(client, pod_urls, model_name, config_json, want)
+    if not failures:
+        return BatchingApplyResult(
+            ok=True,
+            reason=BatchingReason.APPLIED,
+            message=f"new batching on all {len(changed)} pods, verified",
+            applied=tuple(changed),
+        )
+    rolled_back, rollback_failures = await _rollback(client, changed, model_name, previous)
+    first = failures[0]
+    return BatchingApplyResult(
+        ok=False,
+        reason=BatchingReason.ROLLBACK_FAILED if rollback_failures else first.reason,
+        message=(
+            f"{first.pod_url} {first.reason}: {first.message}; "
+            f"rolled back {len(rolled_back)} of {len(changed)} changed pods"
+        ),
+        rolled_back=tuple(rolled_back),
+        failed=tuple(failures + rollback_failures),
+    )

@@ -1,0 +1,102 @@
+"""The operator's own Prometheus metrics, on a registry the caller owns.
+
+Everything lives on one `CollectorRegistry` created per `OperatorMetrics`
+instance (never prometheus_client's global default registry), so tests and
+several operator instances in one process never share counters. Serve it with
+`prometheus_client.make_asgi_app(registry=...)`, `start_http_server(port,
+registry=...)` or `render()` from any HTTP handler.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from tailpilot.api.autoscaling import Decision
+
+#: Content type of `render()`'s body.
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class WebhookResult:
+    """Values of the `result` label of `tailpilot_webhook_requests_total`."""
+
+    ACCEPTED = "accepted"
+    UNAUTHORIZED = "unauthorized"
+    MALFORMED = "malformed"
+    ERROR = "error"
+
+
+class OperatorMetrics:
+    """Counters and gauges of the autoscaler, the webhook and batching actuation."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Create the metrics on `registry` (a fresh one when None)."""
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.decisions = Counter(
+            "tailpilot_decisions",
+            "Autoscaling decisions by service, action and reason.",
+            ["namespace", "service", "action", "reason"],
+            registry=self.registry,
+        )
+        self.predicted_p99 = Gauge(
+            "tailpilot_predicted_p99_ms",
+            "P99 latency (ms) the policy predicts for its decision.",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.observed_p99 = Gauge(
+            "tailpilot_observed_p99_ms",
+            "Service-level P99 latency (ms) estimated from Triton's per-pod summaries.",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.replicas = Gauge(
+            "tailpilot_target_replicas",
+            "Replicas the policy decided on.",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.webhook_requests = Counter(
+            "tailpilot_webhook_requests",
+            "Alertmanager webhook requests by result (accepted, unauthorized, malformed, error).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.batching_changes = Counter(
+            "tailpilot_batching_changes",
+            "Live batching changes by result (applied, refused, rolled_back, ...).",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def record_decision(
+        self, *, namespace: str, service: str, decision: Decision, observed_p99_ms: float | None
+    ) -> None:
+        """Count a decision and update the service's gauges."""
+        self.decisions.labels(namespace, service, decision.action.value, decision.reason).inc()
+        self.replicas.labels(namespace, service).set(decision.replicas)
+        if decision.predicted_p99_ms is not None:
+            self.predicted_p99.labels(namespace, service).set(decision.predicted_p99_ms)
+        if observed_p99_ms is not None:
+            self.observed_p99.labels(namespace, service).set(observed_p99_ms)
+
+    def record_webhook(self, result: str) -> None:
+        """Count one webhook request by its result (a `WebhookResult` value)."""
+        self.webhook_requests.labels(result).inc()
+
+    def record_batching_change(self, result: str) -> None:
+        """Count one batching actuation by its result (e.g. `BatchingApplyResult.reason`)."""
+        self.batching_changes.labels(result).inc()
+
+    def forget_service(self, *, namespace: str, service: str) -> None:
+        """Drop a deleted service's gauges (counters keep their history until restart)."""
+        for gauge in (self.predicted_p99, self.observed_p99, self.replicas):
+            try:
+                gauge.remove(namespace, service)
+            except KeyError:
+                pass  # never set for this service
+
+    def render(self) -> bytes:
+        """Render the registry in Prometheus' text exposition format (`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)

@@ -1,0 +1,218 @@
+"""Observation of one InferenceService from Prometheus (Triton's per-pod metrics).
+
+Split in three so the I/O is thin:
+
+- `build_queries` (pure): one PromQL instant query per signal, each aggregated
+  `by (pod)` over the service's pods, selected by the namespace label and the
+  relabelled pod label `tailpilot.io/inferenceservice` (both label names are
+  parameters);
+- `parse_vector` / `pod_metrics_from_results` (pure): Prometheus' JSON answers
+  into `PodMetrics`;
+- `observe_service` (async, httpx): runs the queries concurrently at `now_s`
+  and merges the pods with `tailpilot.policy.observation_from_pod_metrics`
+  (rate-weighted mixture P99, never an average of quantiles).
+
+Pods are discovered from `nv_inference_pending_request_count`, a gauge every
+loaded model exports from its first scrape: a pod is current when an instant
+query of that gauge returns it (Prometheus marks the series of a target that
+went away or failed its scrape as stale, and instant queries skip stale
+series), and the age of its newest sample comes from `timestamp()` of the
+gauge. Range queries (`rate`) still return pods that disappeared inside the
+window; they are dropped, not counted as replicas. Counters are turned
+into per-second rates with `rate(...[window])`; Triton does not reset them on
+a model reload, and `rate` handles pod restarts. The P99 is the newest value of
+Triton's summary (its own sliding window); all quantiles are fetched so the
+merge can fit each pod's tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tailpilot.api.autoscaling import Observation
+from tailpilot.policy import PodMetrics, observation_from_pod_metrics
+
+#: Prometheus label holding the pod's `tailpilot.io/inferenceservice` label after kubernetes_sd relabelling.
+DEFAULT_SERVICE_LABEL = "tailpilot_io_inferenceservice"
+DEFAULT_NAMESPACE_LABEL = "namespace"
+DEFAULT_POD_LABEL = "pod"
+
+#: PodMetrics field -> Triton counter whose per-second rate it is.
+RATE_COUNTERS: Mapping[str, str] = {
+    "request_rate": "nv_inference_request_success",
+    "failure_rate": "nv_inference_request_failure",
+    "inference_count_rate": "nv_inference_count",
+    "exec_count_rate": "nv_inference_exec_count",
+    "request_duration_us_rate": "nv_inference_request_duration_us",
+    "queue_duration_us_rate": "nv_inference_queue_duration_us",
+    "compute_duration_us_rate": "nv_inference_compute_infer_duration_us",
+}
+PENDING_GAUGE = "nv_inference_pending_request_count"
+LATENCY_SUMMARY = "nv_inference_request_summary_us"
+
+
+class ObservationError(RuntimeError):
+    """Prometheus could not be queried or answered with an error; the caller treats it as missing data."""
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which series belong to one service."""
+
+    namespace: str
+    service: str
+    namespace_label: str = DEFAULT_NAMESPACE_LABEL
+    service_label: str = DEFAULT_SERVICE_LABEL
+    pod_label: str = DEFAULT_POD_LABEL
+
+    def matchers(self) -> str:
+        """PromQL label matchers, with values escaped."""
+        ns = f'{self.namespace_label}="{_escape(self.namespace)}"'
+        return f'{ns},{self.service_label}="{_escape(self.service)}"'
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _window(window_s: float) -> str:
+    return f"{max(1, round(window_s))}s"
+
+
+def build_queries(selector: Selector, *, window_s: float) -> dict[str, str]:
+    """Return one PromQL instant query per signal, keyed by PodMetrics field, "quantiles", "last_sample"."""
+    sel = selector.matchers()
+    by = f"by ({selector.pod_label})"
+    w = _window(window_s)
+    queries = {field: f"sum {by} (rate({metric}{{{sel}}}[{w}]))" for field, metric in RATE_COUNTERS.items()}
+    queries["pending_requests"] = f"sum {by} ({PENDING_GAUGE}{{{sel}}})"
+    # max over models/versions in a pod: conservative when a pod serves more than one.
+    queries["quantiles"] = f"max by ({selector.pod_label}, quantile) ({LATENCY_SUMMARY}{{{sel}}})"
+    queries["last_sample"] = f"max {by} (timestamp({PENDING_GAUGE}{{{sel}}}))"
+    return queries
+
+
+def _number(raw: object) -> float | None:
+    try:
+        value = float(raw)  # type: ignore[arg-type]  # Prometheus sends numbers as strings
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_vector(body: Mapping[str, Any]) -> list[tuple[dict[str, str], float | None]]:
+    """Return the (labels, value) pairs of an instant-vector answer; NaN/Inf become None.
+
+    Raises:
+        ObservationError: When the answer is an error or not a vector.
+    """
+    if body.get("status") != "success":
+        raise ObservationError(f"Prometheus error {body.get('errorType', '')}: {body.get('error', body)}")
+    data = body.get("data")
+    if (
+        not isinstance(data, dict)
+        or data.get("resultType") != "vector"
+        or not isinstance(data.get("result"), list)
+    ):
+        raise ObservationError(f"expected an instant vector, got {str(data)[:200]}")
+    out: list[tuple[dict[str, str], float | None]] = []
+    for item in data["result"]:
+        metric = item.get("metric", {}) if isinstance(item, dict) else {}
+        value = item.get("value") if isinstance(item, dict) else None
+        number = _number(value[1]) if isinstance(value, list) and len(value) == 2 else None
+        out.append(({str(k): str(v) for k, v in metric.items()}, number))
+    return out
+
+
+def pod_metrics_from_results(
+    results: Mapping[str, list[tuple[dict[str, str], float | None]]], *, pod_label: str = DEFAULT_POD_LABEL
+) -> list[PodMetrics]:
+    """Join the per-query vectors by pod into PodMetrics (a pod missing from a query gets None there).
+
+    Only pods present in the "last_sample" vector (an instant selector, so series
+    Prometheus marked stale are absent) are returned when that key is given: range
+    queries such as `rate(...[window])` still return pods that stopped being scraped
+    inside the window, and those are gone, not replicas.
+    """
+    fields: dict[str, dict[str, Any]] = {}
+    quantiles: dict[str, list[tuple[float, float]]] = {}
+    for key, vector in results.items():
+        for labels, value in vector:
+            pod = labels.get(pod_label)
+            if not pod:
+                continue
+            entry = fields.setdefault(pod, {})
+            if key == "quantiles":
+                q = _number(labels.get("quantile"))
+                if q is not None and value is not None:
+                    quantiles.setdefault(pod, []).append((q, value))
+            elif key == "last_sample":
+                entry["last_sample_s"] = value
+            else:
+                entry[key] = value
+    current = {labels.get(pod_label) for labels, _ in results.get("last_sample", [])}
+    pods = []
+    for pod in sorted(fields):
+        if "last_sample" in results and pod not in current:
+            continue
+        qs = sorted(quantiles.get(pod, []))
+        p99 = next((v for q, v in qs if abs(q - 0.99) < 1e-9), None)
+        others = tuple((q, v) for q, v in qs if abs(q - 0.99) >= 1e-9)
+        pods.append(PodMetrics(pod=pod, p99_us=p99, quantiles_us=others, **fields[pod]))
+    return pods
+
+
+async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) -> Any:
+    try:
+        response = await client.get(url, params={"query": query, "time": f"{now_s:.3f}"})
+    except httpx.HTTPError as exc:
+        raise ObservationError(f"Prometheus unreachable at {url}: {exc!r}") from exc
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise ObservationError(f"Prometheus answered HTTP {response.status_code} without JSON") from exc
+    if response.status_code != 200 and not isinstance(body, dict):
+        raise ObservationError(f"Prometheus answered HTTP {response.status_code}")
+    return body
+
+
+async def observe_service(
+    client: httpx.AsyncClient,
+    *,
+    prometheus_url: str,
+    namespace: str,
+    service: str,
+    window_s: float,
+    now_s: float,
+    namespace_label: str = DEFAULT_NAMESPACE_LABEL,
+    service_label: str = DEFAULT_SERVICE_LABEL,
+    pod_label: str = DEFAULT_POD_LABEL,
+) -> Observation:
+    """Query Prometheus for one service's pods at `now_s` and build its Observation.
+
+    No pods (the service has no scraped Triton) gives `request_rate=None`, which
+    the policy reports as MetricsMissing; samples older than the window count
+    as gone and `data_age_s` exposes staleness.
+
+    Raises:
+        ObservationError: When Prometheus is unreachable or answers an error.
+    """
+    selector = Selector(
+        namespace=namespace,
+        service=service,
+        namespace_label=namespace_label,
+        service_label=service_label,
+        pod_label=pod_label,
+    )
+    queries = build_queries(selector, window_s=window_s)
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    bodies = await asyncio.gather(*(_query(client, url, q, now_s) for q in queries.values()))
+    results = {key: parse_vector(body) for key, body in zip(queries, bodies, strict=True)}
+    pods = pod_metrics_from_results(results, pod_label=pod_label)
+    return observation_from_pod_metrics(pods=pods, window_s=window_s, now_s=now_s)

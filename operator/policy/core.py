@@ -1,0 +1,507 @@
+"""The SLO policy: (config, profile, observation, state, now) -> (Decision, new state). Pure.
+
+One call, in order (docs/autoscaling.md has the long form):
+
+1. Bounds: replicas outside [min, max] are moved inside at once (BoundsEnforced).
+2. Data: a stale observation (MetricsStale) or one without a request rate, or
+   without a P99 while requests flow (MetricsMissing), holds everything; the
+   policy never scales down on no data.
+3. Demand: the observed completion rate plus the growth of the queue since the
+   last call (completions are capped at capacity under overload; the queue's
+   growth is the unserved part of the demand).
+4. Learning: the model's P99 for what is in force is compared with the observed
+   P99; the log of the bounded ratio is smoothed into `correction`, which
+   multiplies every prediction. Skipped while a change settles.
+5. Choice: for every batching candidate, the fewest replicas whose corrected P99
+   is within the SLO minus the margin (`n_up`), and minus margin and hysteresis
+   (`n_down`). Scale up to `n_up` when above the current size; scale down to
+   the maximum recommendation of the stabilization window when `n_down` is
+   below it; otherwise keep the size. Batching is then the candidate that
+   meets the target at the chosen size, keeping the current one whenever it
+   qualifies, so batching (a live reload) moves before replicas do.
+6. Guardrails: step limits, cooldowns (skipped for scale-up while an alert
+   fires), no scale-down during an alert, dry run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import lru_cache
+
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
+from tailpilot.api.engine import EngineProfile, ServiceTimeModel
+from tailpilot.policy.config import PolicyConfig, PolicyState, Reason
+from tailpilot.policy.model import BatchShape, capacity_per_s, min_replicas_for, predict_p99_ms
+
+_Candidate = tuple[BatchingConfig, BatchShape]
+
+
+@lru_cache(maxsize=256)
+def _candidates(
+    config: PolicyConfig, profile_max_batch: int, instances: int, service: ServiceTimeModel
+) -> tuple[_Candidate, ...]:
+    """Batching configs the policy may choose in auto mode, within the profile's and the spec's bounds."""
+    cap = min(profile_max_batch, config.max_batch_size_cap or profile_max_batch)
+    low = min(config.min_batch_size, cap)
+    sizes = sorted({low, cap} | {2**i for i in range(20) if low <= 2**i <= cap})
+    out: list[_Candidate] = []
+    for size in sizes:
+        for delay in sorted(set(config.queue_delay_candidates_us)):
+            prefs = (size,) if config.allow_preferred_batch_sizes and delay > 0 and size > 1 else ()
+            cfg = BatchingConfig(
+                max_batch_size=size,
+                preferred_batch_sizes=prefs,
+                max_queue_delay_us=delay,
+                instances_per_replica=instances,
+            )
+            out.append((cfg, BatchShape.of(cfg)))
+    # Highest capacity first: the first candidate usually sets the replica count and the
+    # others are ruled out with a single evaluation in `_fewest`.
+    out.sort(key=lambda c: (-capacity_per_s(c[1], service), c[0].max_queue_delay_us))
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _shape(batching: BatchingConfig) -> BatchShape:
+    return BatchShape.of(batching)
+
+
+def _allowed(config: PolicyConfig, profile: EngineProfile, state: PolicyState) -> tuple[_Candidate, ...]:
+    """Candidates for this call; the batching in force is one of them whenever it is within bounds."""
+    if config.batching_mode == "fixed":
+        fixed = config.fixed_batching or state.batching
+        return ((fixed, _shape(fixed)),)
+    grid = _candidates(
+        config, profile.max_batch_size, state.batching.instances_per_replica, profile.service_time
+    )
+    if _in_bounds(config, profile, state.batching) and all(cfg != state.batching for cfg, _ in grid):
+        # e.g. a spec's max batch of 6: kept while it meets the SLO, rather than reloaded onto the grid
+        return (*grid, (state.batching, _shape(state.batching)))
+    return grid
+
+
+def _in_bounds(config: PolicyConfig, profile: EngineProfile, batching: BatchingConfig) -> bool:
+    """Whether the policy may keep `batching` (within the profile's and the spec's batch bounds)."""
+    if config.batching_mode == "fixed":
+        return batching == (config.fixed_batching or batching)
+    cap = min(profile.max_batch_size, config.max_batch_size_cap or profile.max_batch_size)
+    return min(config.min_batch_size, cap) <= batching.max_batch_size <= cap and all(
+        p <= batching.max_batch_size for p in batching.preferred_batch_sizes
+    )
+
+
+def _describe(b: BatchingConfig) -> str:
+    return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_us} us"
+
+
+def _best_at(
+    *,
+    n: int,
+    rate: float,
+    target_ms: float,
+    cands: tuple[_Candidate, ...],
+    current: BatchingConfig,
+    service: ServiceTimeModel,
+    correction: float,
+) -> tuple[BatchingConfig, float]:
+    """Batching to run at `n` replicas: the current one if it meets the target, else the lowest P99."""
+    best: tuple[BatchingConfig, float] | None = None
+    for cfg, shape in cands:
+        p99 = correction * predict_p99_ms(rate_per_s=rate, replicas=n, shape=shape, service=service)
+        if cfg == current and p99 <= target_ms:
+            return cfg, p99
+        if best is None or p99 < best[1]:
+            best = (cfg, p99)
+    assert best is not None  # cands is never empty
+    return best
+
+
+def _fewest(
+    *,
+    rate: float,
+    target_ms: float,
+    cands: tuple[_Candidate, ...],
+    config: PolicyConfig,
+    service: ServiceTimeModel,
+    correction: float,
+) -> int | None:
+    """Fewest replicas over all candidates meeting `target_ms`; None when max_replicas misses it."""
+    best: int | None = None
+    for _, shape in cands:
+        hi = config.max_replicas if best is None else best - 1
+        if hi < config.min_replicas:
+            break
+        found = min_replicas_for(
+            rate_per_s=rate,
+            target_ms=target_ms,
+            shape=shape,
+            service=service,
+            correction=correction,
+            lo=config.min_replicas,
+            hi=hi,
+        )
+        if found is not None:
+            best = found[0]
+    return best
+
+
+def _update_correction(
+    *, config: PolicyConfig, state: PolicyState, obs: Observation, service: ServiceTimeModel, now_s: float
+) -> float:
+    """Smoothed, bounded observed/predicted P99 ratio for what is in force."""
+    rate = obs.request_rate
+    ready = obs.ready_replicas or state.replicas
+    # A backlog inflates the P99 of the whole observation window after it clears; learning from it
+    # would make the model over-provision for as long as the correction takes to decay.
+    changes = [
+        t
+        for t in (state.last_replica_change_s, state.last_batching_change_s, _backlog_at(state, obs, now_s))
+        if t is not None
+    ]
+    settling = bool(changes) and now_s - max(changes) < config.correction_settle_s
+    if obs.p99_ms is None or rate is None or rate < config.min_rate_for_correction_per_s:
+        return state.correction
+    if settling or ready != state.replicas:
+        return state.correction
+    predicted = predict_p99_ms(rate_per_s=rate, replicas=ready, shape=_shape(state.batching), service=service)
+    if not math.isfinite(predicted) or predicted <= 0:
+        return state.correction
+    ratio = min(config.correction_max, max(config.correction_min, obs.p99_ms / predicted))
+    a = config.correction_alpha
+    smoothed = math.exp((1 - a) * math.log(state.correction) + a * math.log(ratio))
+    return min(config.correction_max, max(config.correction_min, smoothed))
+
+
+def _backlog_at(state: PolicyState, obs: Observation, now_s: float) -> float | None:
+    """When a backlog was last seen, counting this observation (more than a full batch queued per replica)."""
+    depth = obs.queue_depth_per_replica
+    if depth is not None and depth > state.batching.max_batch_size * state.batching.instances_per_replica:
+        return now_s
+    return state.last_backlog_s
+
+
+def _demand(*, obs: Observation, state: PolicyState, rate: float) -> tuple[float, float | None]:
+    """Arrival-rate estimate (completions + queue growth) and the queue total to remember."""
+    ready = obs.ready_replicas or state.replicas
+    queue_total = obs.queue_depth_per_replica * ready if obs.queue_depth_per_replica is not None else None
+    arrival = rate
+    if (
+        queue_total is not None
+        and state.last_queue_total is not None
+        and state.last_queue_at_s is not None
+        and obs.at_s > state.last_queue_at_s
+    ):
+        growth = (queue_total - state.last_queue_total) / (obs.at_s - state.last_queue_at_s)
+        arrival += max(0.0, growth)
+    return arrival, queue_total
+
+
+def _hold(
+    *, config: PolicyConfig, state: PolicyState, now_s: float, reason: str, message: str
+) -> tuple[Decision, PolicyState]:
+    decision = Decision(
+        at_s=now_s,
+        action=ScalingAction.HOLD,
+        replicas=state.replicas,
+        batching=state.batching,
+        reason=reason,
+        message=message,
+        dry_run=config.dry_run,
+    )
+    return decision, state
+
+
+def _action(up: bool, down: bool, rebatch: bool) -> ScalingAction:
+    if up:
+        return ScalingAction.SCALE_UP_AND_REBATCH if rebatch else ScalingAction.SCALE_UP
+    if down:
+        return ScalingAction.SCALE_DOWN_AND_REBATCH if rebatch else ScalingAction.SCALE_DOWN
+    return ScalingAction.REBATCH if rebatch else ScalingAction.NONE
+
+
+def _since(t: float | None, now_s: float) -> float:
+    return math.inf if t is None else now_s - t
+
+
+def decide(  # noqa: C901 - one linear pass over the guardrails reads better than scattered helpers
+    *,
+    config: PolicyConfig,
+    profile: EngineProfile,
+    observation: Observation,
+    state: PolicyState,
+    now_s: float,
+    alert_active: bool = False,
+) -> tuple[Decision, PolicyState]:
+    """Decide the replicas and batching for the next control period.
+
+    Args:
+        config: Bounds and knobs (from the spec).
+        profile: The engine's measured profile (service time model and max batch).
+        observation: Service-level metrics over the evaluation window.
+        state: What the previous call returned (or `PolicyState.initial(...)`).
+        now_s: The current time in seconds (the caller's clock; the policy reads none).
+        alert_active: An SLO burn-rate alert is firing: larger margin, no scale-up
+            cooldown, no scale-down.
+
+    Returns:
+        The decision and the state to pass to the next call.
+    """
+    obs = observation
+    service = profile.service_time
+    lo, hi = config.min_replicas, config.max_replicas
+    current = state.replicas
+    cands = _allowed(config, profile, state)
+
+    # 2. data checks (bounds are enforced below even on no data only in the safe direction)
+    age = max(obs.data_age_s, now_s - obs.at_s)
+    rate = obs.request_rate
+    hold_reason = ""
+    if age > config.stale_after_s:
+        hold_reason, hold_msg = (
+            Reason.METRICS_STALE,
+            f"newest sample is {age:.0f} s old (> {config.stale_after_s:.0f} s)",
+        )
+    elif rate is None:
+        hold_reason, hold_msg = Reason.METRICS_MISSING, "no request rate for the service"
+    elif obs.p99_ms is None and rate >= config.min_rate_for_correction_per_s:
+        hold_reason, hold_msg = Reason.METRICS_MISSING, f"no P99 while serving {rate:.1f} req/s"
+    if hold_reason:
+        if current < lo:
+            return _apply(
+                config=config,
+                state=state,
+                now_s=now_s,
+                n=lo,
+                batching=state.batching,
+                reason=Reason.BOUNDS_ENFORCED,
+                message=f"{current} replicas is below the minimum {lo}; metrics unavailable ({hold_msg})",
+                predicted=None,
+                correction=state.correction,
+                recs=state.recommendations,
+                queue_total=state.last_queue_total,
+                queue_at=state.last_queue_at_s,
+            )
+        return _hold(
+            config=config, state=state, now_s=now_s, reason=hold_reason, message=f"holding: {hold_msg}"
+        )
+    assert rate is not None
+
+    # 3. demand and 4. learning
+    arrival, queue_total = _demand(obs=obs, state=state, rate=rate)
+    correction = _update_correction(config=config, state=state, obs=obs, service=service, now_s=now_s)
+
+    # 5. choice
+    margin = config.alert_slo_margin if alert_active else config.slo_margin
+    up_target = config.p99_target_ms * (1 - margin)
+    down_target = config.p99_target_ms * (1 - margin - config.hysteresis)
+    n_up = _fewest(
+        rate=arrival, target_ms=up_target, cands=cands, config=config, service=service, correction=correction
+    )
+    infeasible = n_up is None
+    n_need = hi if n_up is None else n_up
+    queue_forced = False
+    max_q = config.max_queue_depth
+    if max_q is not None and obs.queue_depth_per_replica is not None and obs.queue_depth_per_replica > max_q:
+        n_q = min(hi, math.ceil(max(current, 1) * obs.queue_depth_per_replica / max_q))
+        if n_q > n_need:
+            n_need, queue_forced = n_q, True
+
+    if n_need > current:
+        recommendation = n_need
+    else:
+        n_down = _fewest(
+            rate=arrival,
+            target_ms=down_target,
+            cands=cands,
+            config=config,
+            service=service,
+            correction=correction,
+        )
+        recommendation = current if n_down is None else max(n_need, min(current, n_down))
+    window = config.scale_down_stabilization_s
+    recs = tuple(r for r in state.recommendations if now_s - r[0] <= window) + ((now_s, recommendation),)
+    stabilized = max(r[1] for r in recs)
+
+    reason = Reason.WITHIN_SLO
+    n = current
+    blocked = ""
+    if current < lo or current > hi:
+        # Below the minimum, go straight to what the load needs; above the maximum, only to the
+        # maximum (anything further down goes through the scale-down guardrails next time).
+        n, reason = (max(lo, min(hi, recommendation)) if current < lo else hi), Reason.BOUNDS_ENFORCED
+    elif recommendation > current:
+        reason = (
+            Reason.QUEUE_DEPTH_HIGH
+            if queue_forced
+            else (Reason.AT_MAX_REPLICAS if infeasible else Reason.SLO_AT_RISK)
+        )
+        if _since(state.last_replica_change_s, now_s) < config.scale_up_cooldown_s and not alert_active:
+            blocked = Reason.COOLDOWN
+        else:
+            n = min(recommendation, current + config.max_scale_up_step)
+    elif recommendation < current:
+        reason = Reason.OVER_PROVISIONED
+        # Until the policy has watched a whole window, the unseen part counts as "keep the current size".
+        if state.first_seen_s is None or now_s - state.first_seen_s < window:
+            stabilized = max(stabilized, current)
+        target_n = max(stabilized, current - config.max_scale_down_step)
+        if alert_active:
+            blocked = Reason.ALERT_ACTIVE
+        elif target_n >= current:
+            blocked = Reason.STABILIZING
+        elif _since(state.last_scale_up_s, now_s) < config.cooldown_s:
+            blocked = Reason.COOLDOWN
+        else:
+            n = target_n
+    elif infeasible:
+        reason = Reason.AT_MAX_REPLICAS
+
+    batching, predicted = _best_at(
+        n=n,
+        rate=arrival,
+        target_ms=up_target,
+        cands=cands,
+        current=state.batching,
+        service=service,
+        correction=correction,
+    )
+    if (
+        batching != state.batching
+        and _since(state.last_batching_change_s, now_s) < config.batching_cooldown_s
+    ):
+        current_p99 = correction * predict_p99_ms(
+            rate_per_s=arrival, replicas=n, shape=_shape(state.batching), service=service
+        )
+        # A reload needs the window to see its effect; only an SLO at risk under an alert jumps the queue.
+        if not (alert_active and current_p99 > up_target):
+            batching, predicted = state.batching, current_p99
+            blocked = blocked or Reason.COOLDOWN
+    if batching != state.batching and n == current:
+        # Only batching moves (a replica change may be held by a guardrail): say why it moves.
+        if not _in_bounds(config, profile, state.batching):
+            reason = Reason.BOUNDS_ENFORCED
+        else:
+            reason = Reason.REBATCH_FOR_SLO if not infeasible else Reason.AT_MAX_REPLICAS
+
+    observed = f"{obs.p99_ms:.1f} ms" if obs.p99_ms is not None else "n/a"
+    pred_txt = f"{predicted:.1f} ms" if math.isfinite(predicted) else "unbounded (over capacity)"
+    message = (
+        f"{arrival:.1f} req/s: predicted P99 {pred_txt} at {n} replicas ({_describe(batching)}), "
+        f"observed {observed} at {current}; target {config.p99_target_ms:g} ms with {margin:.0%} margin; "
+        f"model correction x{correction:.2f}"
+    )
+    backlog_state = replace(state, last_backlog_s=_backlog_at(state, obs, now_s))
+    if blocked and n == current and batching == state.batching:
+        wanted = f"wanted {recommendation} replicas ({reason}); "
+        return _hold_with(
+            config=config,
+            state=backlog_state,
+            now_s=now_s,
+            reason=blocked,
+            message=wanted + message,
+            predicted=predicted,
+            correction=correction,
+            recs=recs,
+            queue_total=queue_total,
+            queue_at=obs.at_s,
+        )
+    return _apply(
+        config=config,
+        state=backlog_state,
+        now_s=now_s,
+        n=n,
+        batching=batching,
+        reason=reason,
+        message=message,
+        predicted=predicted,
+        correction=correction,
+        recs=recs,
+        queue_total=queue_total,
+        queue_at=obs.at_s,
+    )
+
+
+def _hold_with(
+    *,
+    config: PolicyConfig,
+    state: PolicyState,
+    now_s: float,
+    reason: str,
+    message: str,
+    predicted: float,
+    correction: float,
+    recs: tuple[tuple[float, int], ...],
+    queue_total: float | None,
+    queue_at: float,
+) -> tuple[Decision, PolicyState]:
+    decision = Decision(
+        at_s=now_s,
+        action=ScalingAction.HOLD,
+        replicas=state.replicas,
+        batching=state.batching,
+        reason=reason,
+        message=message,
+        predicted_p99_ms=predicted if math.isfinite(predicted) else None,
+        dry_run=config.dry_run,
+    )
+    return decision, replace(
+        state,
+        correction=correction,
+        recommendations=recs,
+        last_queue_total=queue_total,
+        last_queue_at_s=queue_at,
+        first_seen_s=_first_seen(state, now_s),
+    )
+
+
+def _first_seen(state: PolicyState, now_s: float) -> float:
+    return now_s if state.first_seen_s is None else state.first_seen_s
+
+
+def _apply(
+    *,
+    config: PolicyConfig,
+    state: PolicyState,
+    now_s: float,
+    n: int,
+    batching: BatchingConfig,
+    reason: str,
+    message: str,
+    predicted: float | None,
+    correction: float,
+    recs: tuple[tuple[float, int], ...],
+    queue_total: float | None,
+    queue_at: float | None,
+) -> tuple[Decision, PolicyState]:
+    up, down, rebatch = n > state.replicas, n < state.replicas, batching != state.batching
+    decision = Decision(
+        at_s=now_s,
+        action=_action(up, down, rebatch),
+        replicas=n,
+        batching=batching,
+        reason=reason,
+        message=message,
+        predicted_p99_ms=predicted if predicted is not None and math.isfinite(predicted) else None,
+        dry_run=config.dry_run,
+    )
+    new = replace(
+        state,
+        correction=correction,
+        recommendations=recs,
+        last_queue_total=queue_total,
+        last_queue_at_s=queue_at,
+        first_seen_s=_first_seen(state, now_s),
+    )
+    if config.dry_run:
+        return decision, new  # recorded, not acted on: the state keeps what is actually in force
+    if up or down:
+        new = replace(
+            new,
+            replicas=n,
+            last_replica_change_s=now_s,
+            last_scale_up_s=now_s if up else state.last_scale_up_s,
+        )
+    if rebatch:
+        new = replace(new, batching=batching, last_batching_change_s=now_s)
+    return decision, new

@@ -1,0 +1,170 @@
+"""Service-level observation from per-pod Triton metrics (pure).
+
+Triton's latency summaries (`nv_inference_request_summary_us{quantile="0.99"}`)
+are per pod, and quantiles cannot be averaged: the mean of two pods' P99s is
+not the service's P99. The service's latency distribution is the mixture of the
+pods' distributions weighted by each pod's request rate, so its P99 is the x
+where sum_i w_i * S_i(x) = 0.01 (S_i: pod i's survival function, w_i its share
+of requests). Each S_i is fitted to what the pod exports, as a shifted
+exponential S_i(x) = min(1, exp(-(x - s_i) / theta_i)):
+
+- with two or more summary quantiles (e.g. 0.9 and 0.99): through the two highest;
+- else with the pod's mean latency (request duration rate / request rate) and P99:
+  mean = s + theta and P99 = s + theta * ln(100);
+- else a pure exponential through the P99 (s = 0).
+
+The root is found by bisection. It always lies between the smallest and largest
+per-pod P99 (each S_i(min P99) >= 0.01 and S_i(max P99) <= 0.01), so the estimate
+is exact when pods agree and bounded by the pods' range when they do not; the fit
+only decides where inside that range it lands. Against synthetic per-pod samples
+with unequal rates and latencies (tests/policy/test_estimate.py) the error is a few
+percent; the issue's acceptance bound is 15%.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tailpilot.api.autoscaling import Observation
+
+_LN100 = math.log(100.0)
+
+
+@dataclass(frozen=True)
+class PodMetrics:
+    """One pod's metrics over the evaluation window (rates per second; None = missing).
+
+    Attributes:
+        pod: Pod name.
+        request_rate: Successful requests per second (`nv_inference_request_success`).
+        p99_us: The pod's P99 request latency (`nv_inference_request_summary_us{quantile="0.99"}`).
+        pending_requests: Queued requests now (`nv_inference_pending_request_count`).
+        queue_duration_us_rate: Rate of `nv_inference_queue_duration_us` (us of queueing per second).
+        compute_duration_us_rate: Rate of `nv_inference_compute_infer_duration_us`.
+        inference_count_rate: Inferences (items) per second (`nv_inference_count`).
+        exec_count_rate: Executed batches per second (`nv_inference_exec_count`).
+        failure_rate: Failed requests per second (`nv_inference_request_failure`).
+        last_sample_s: Time of the pod's newest sample (None: taken as `now_s`).
+        request_duration_us_rate: Rate of `nv_inference_request_duration_us` (gives the mean latency).
+        quantiles_us: Other summary quantiles as (quantile, us) pairs, e.g. ((0.9, 1200.0),).
+    """
+
+    pod: str
+    request_rate: float | None = None
+    p99_us: float | None = None
+    pending_requests: float | None = None
+    queue_duration_us_rate: float | None = None
+    compute_duration_us_rate: float | None = None
+    inference_count_rate: float | None = None
+    exec_count_rate: float | None = None
+    failure_rate: float | None = None
+    last_sample_s: float | None = None
+    request_duration_us_rate: float | None = None
+    quantiles_us: tuple[tuple[float, float], ...] = ()
+
+
+def _tail_fit(pod: PodMetrics, p99: float) -> tuple[float, float]:
+    """(shift, scale) of the pod's shifted-exponential latency fit, in us."""
+    points = sorted({(q, x) for q, x in pod.quantiles_us if 0 < q < 1 and x > 0 and math.isfinite(x)})
+    points = [p for p in points if abs(p[0] - 0.99) > 1e-9] + [(0.99, p99)]
+    points.sort()
+    theta = 0.0
+    if len(points) >= 2:
+        (q_lo, x_lo), (q_hi, x_hi) = points[-2], points[-1]
+        if x_hi > x_lo:
+            theta = (x_hi - x_lo) / math.log((1 - q_lo) / (1 - q_hi))
+    elif pod.request_duration_us_rate is not None and pod.request_rate:
+        mean = pod.request_duration_us_rate / pod.request_rate
+        theta = (p99 - mean) / (_LN100 - 1.0)
+    else:
+        theta = p99 / _LN100
+    theta = max(theta, p99 * 1e-6)
+    return p99 - theta * _LN100, theta
+
+
+def merge_p99_us(pods: Sequence[PodMetrics]) -> float | None:
+    """Service-level P99 (us) of the rate-weighted mixture of the pods' latency distributions.
+
+    Pods without a rate or a P99, or with no traffic, do not contribute. None when none does.
+    """
+    parts = [
+        (p.request_rate, p.p99_us, p)
+        for p in pods
+        if p.request_rate and p.request_rate > 0 and p.p99_us is not None and math.isfinite(p.p99_us)
+    ]
+    if not parts:
+        return None
+    lo = min(x for _, x, _ in parts)
+    hi = max(x for _, x, _ in parts)
+    if hi - lo <= 1e-9 * max(hi, 1.0):
+        return hi
+    total = sum(r for r, _, _ in parts)
+    fits = [(r / total, *_tail_fit(p, x)) for r, x, p in parts]
+
+    def survival(x: float) -> float:
+        # Below its shift a pod's survival is 1; exp() of a large positive number would overflow.
+        return sum(w * (math.exp((s - x) / th) if x > s else 1.0) for w, s, th in fits)
+
+    # Bisection to 0.01% of the bracket; S is decreasing in x.
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if survival(mid) > 0.01:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-4 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def _ratio(pods: Sequence[PodMetrics], num: str, den: str) -> tuple[float, float] | None:
+    """Sum two fields over the pods that have both (None when no pod has both)."""
+    n = d = 0.0
+    seen = False
+    for p in pods:
+        a, b = getattr(p, num), getattr(p, den)
+        if a is not None and b is not None:
+            n += a
+            d += b
+            seen = True
+    return (n, d) if seen else None
+
+
+def _per_request_ms(pods: Sequence[PodMetrics], field_name: str) -> float | None:
+    sums = _ratio(pods, field_name, "request_rate")
+    if sums is None or sums[1] <= 0:
+        return None
+    return sums[0] / sums[1] / 1000.0
+
+
+def observation_from_pod_metrics(*, pods: Sequence[PodMetrics], window_s: float, now_s: float) -> Observation:
+    """Build the service-level Observation the policy reads.
+
+    Pods whose newest sample is older than `window_s` are treated as gone (their
+    series linger in Prometheus after deletion) and are not counted as replicas;
+    `data_age_s` is the age of the newest sample of any pod, so a service whose
+    metrics stopped flowing reads as stale, and one with no pods as missing.
+    """
+    ages = [now_s - (p.last_sample_s if p.last_sample_s is not None else now_s) for p in pods]
+    data_age = max(0.0, min(ages)) if ages else 0.0
+    live = [p for p, age in zip(pods, ages, strict=True) if age <= window_s]
+    rates = [p.request_rate for p in live if p.request_rate is not None]
+    request_rate = sum(rates) if rates else None
+    p99_us = merge_p99_us(live)
+    pending = [p.pending_requests for p in live if p.pending_requests is not None]
+    batch = _ratio(live, "inference_count_rate", "exec_count_rate")
+    failures = [p.failure_rate for p in live if p.failure_rate is not None]
+    return Observation(
+        at_s=now_s,
+        request_rate=request_rate,
+        p99_ms=p99_us / 1000.0 if p99_us is not None else None,
+        queue_depth_per_replica=sum(pending) / len(pending) if pending else None,
+        queue_time_ms=_per_request_ms(live, "queue_duration_us_rate"),
+        compute_time_ms=_per_request_ms(live, "compute_duration_us_rate"),
+        mean_batch_size=batch[0] / batch[1] if batch is not None and batch[1] > 0 else None,
+        failure_rate=sum(failures) if failures else None,
+        ready_replicas=len(live),
+        data_age_s=data_age,
+    )

@@ -1,0 +1,193 @@
+"""Query building, response parsing and observe_service against a scripted Prometheus API."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from tailpilot.controllers.observe import (
+    ObservationError,
+    Selector,
+    build_queries,
+    observe_service,
+    parse_vector,
+    pod_metrics_from_results,
+)
+
+NOW = 1_800_000_000.0
+
+
+def vector(*items: tuple[dict[str, str], str]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": m, "value": [NOW, v]} for m, v in items]},
+    }
+
+
+def test_queries_select_the_service_and_aggregate_by_pod():
+    queries = build_queries(Selector(namespace="shop", service="resnet"), window_s=60)
+    sel = 'namespace="shop",tailpilot_io_inferenceservice="resnet"'
+    assert queries["request_rate"] == f"sum by (pod) (rate(nv_inference_request_success{{{sel}}}[60s]))"
+    assert queries["failure_rate"] == f"sum by (pod) (rate(nv_inference_request_failure{{{sel}}}[60s]))"
+    assert queries["compute_duration_us_rate"].startswith(
+        "sum by (pod) (rate(nv_inference_compute_infer_duration_us"
+    )
+    assert queries["pending_requests"] == f"sum by (pod) (nv_inference_pending_request_count{{{sel}}})"
+    assert queries["quantiles"] == f"max by (pod, quantile) (nv_inference_request_summary_us{{{sel}}})"
+    assert queries["last_sample"] == f"max by (pod) (timestamp(nv_inference_pending_request_count{{{sel}}}))"
+    metrics = {m for q in queries.values() for m in re.findall(r"rate\((\w+)\{", q)}
+    assert metrics == {
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_infer_duration_us",
+    }
+
+
+def test_label_names_are_parameters_and_values_are_escaped():
+    sel = Selector(
+        namespace='we"ird',
+        service="a\\b",
+        namespace_label="kubernetes_namespace",
+        service_label="isvc",
+        pod_label="pod_name",
+    )
+    q = build_queries(sel, window_s=29.6)["request_rate"]
+    assert 'kubernetes_namespace="we\\"ird",isvc="a\\\\b"' in q
+    assert q.startswith("sum by (pod_name) ") and q.endswith("[30s]))")
+
+
+def test_parse_vector_values_and_errors():
+    got = parse_vector(vector(({"pod": "a"}, "1.5"), ({"pod": "b"}, "NaN"), ({"pod": "c"}, "+Inf")))
+    assert got == [({"pod": "a"}, 1.5), ({"pod": "b"}, None), ({"pod": "c"}, None)]
+    with pytest.raises(ObservationError, match="bad_data"):
+        parse_vector({"status": "error", "errorType": "bad_data", "error": "parse error"})
+    with pytest.raises(ObservationError, match="instant vector"):
+        parse_vector({"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+
+def test_results_join_by_pod():
+    results = {
+        "request_rate": [({"pod": "a"}, 100.0), ({"pod": "b"}, 50.0)],
+        "quantiles": [
+            ({"pod": "a", "quantile": "0.5"}, 3000.0),
+            ({"pod": "a", "quantile": "0.99"}, 9000.0),
+            ({"pod": "a", "quantile": "0.9"}, 6000.0),
+            ({"pod": "b", "quantile": "0.99"}, None),
+        ],
+        "last_sample": [({"pod": "a"}, NOW - 5), ({"pod": "b"}, NOW - 7)],
+        "pending_requests": [({"pod": "b"}, 3.0), ({}, 9.0)],
+    }
+    a, b = pod_metrics_from_results(results)
+    # A pod that only range queries still return (it stopped being scraped inside the window) is gone.
+    results["request_rate"].append(({"pod": "deleted"}, 40.0))
+    assert [p.pod for p in pod_metrics_from_results(results)] == ["a", "b"]
+    assert (a.pod, a.request_rate, a.p99_us, a.quantiles_us, a.last_sample_s) == (
+        "a",
+        100.0,
+        9000.0,
+        ((0.5, 3000.0), (0.9, 6000.0)),
+        NOW - 5,
+    )
+    assert (b.pod, b.p99_us, b.pending_requests, b.failure_rate) == ("b", None, 3.0, None)
+
+
+class ScriptedPrometheus:
+    """Answers each instant query from a table keyed by the metric name in it."""
+
+    def __init__(self, answers: dict[str, dict[str, Any]], status: int = 200) -> None:
+        self.answers = answers
+        self.status = status
+        self.seen: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        query = request.url.params["query"]
+        for needle, body in self.answers.items():
+            if needle in query:
+                return httpx.Response(self.status, json=body)
+        return httpx.Response(200, json=vector())
+
+
+def observe(transport: httpx.MockTransport, **kw: Any) -> Any:
+    async def main() -> Any:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await observe_service(
+                client,
+                prometheus_url="http://prom:9090/",
+                namespace="shop",
+                service="resnet",
+                window_s=60,
+                now_s=NOW,
+                **kw,
+            )
+
+    return asyncio.run(main())
+
+
+def test_observe_service_builds_the_observation():
+    two_pods = ({"pod": "a"}, "x"), ({"pod": "b"}, "x")
+    answers = {
+        "nv_inference_request_success": vector(({"pod": "a"}, "300"), ({"pod": "b"}, "100")),
+        "nv_inference_request_duration_us": vector(
+            ({"pod": "a"}, str(300 * 4000)), ({"pod": "b"}, str(100 * 9000))
+        ),
+        "nv_inference_queue_duration_us": vector(
+            ({"pod": "a"}, str(300 * 1000)), ({"pod": "b"}, str(100 * 5000))
+        ),
+        "nv_inference_compute_infer_duration_us": vector(
+            ({"pod": "a"}, str(300 * 2500)), ({"pod": "b"}, str(100 * 2500))
+        ),
+        "nv_inference_count": vector(({"pod": "a"}, "300"), ({"pod": "b"}, "100")),
+        "nv_inference_exec_count": vector(({"pod": "a"}, "75"), ({"pod": "b"}, "25")),
+        "nv_inference_request_failure": vector(({"pod": "a"}, "0"), ({"pod": "b"}, "0.2")),
+        "timestamp(nv_inference_pending": vector(*((m, str(NOW - 4)) for m, _ in two_pods)),
+        "nv_inference_pending_request_count": vector(({"pod": "a"}, "2"), ({"pod": "b"}, "6")),
+        "nv_inference_request_summary_us": vector(
+            ({"pod": "a", "quantile": "0.99"}, "8000"), ({"pod": "b", "quantile": "0.99"}, "20000")
+        ),
+    }
+    prom = ScriptedPrometheus(answers)
+    obs = observe(httpx.MockTransport(prom))
+    assert len(prom.seen) == 10
+    assert all(r.url.path == "/api/v1/query" and r.url.params["time"] == f"{NOW:.3f}" for r in prom.seen)
+    assert obs.request_rate == pytest.approx(400.0)
+    assert 8.0 < obs.p99_ms < 20.0  # a mixture, not the mean (14) of two quantiles by construction
+    assert obs.queue_depth_per_replica == pytest.approx(4.0)
+    assert obs.queue_time_ms == pytest.approx((300 * 1.0 + 100 * 5.0) / 400)
+    assert obs.compute_time_ms == pytest.approx(2.5)
+    assert obs.mean_batch_size == pytest.approx(4.0)
+    assert obs.failure_rate == pytest.approx(0.2)
+    assert obs.ready_replicas == 2
+    assert obs.data_age_s == pytest.approx(4.0)
+
+
+def test_no_pods_is_missing_and_old_samples_are_stale():
+    obs = observe(httpx.MockTransport(ScriptedPrometheus({})))
+    assert obs.request_rate is None and obs.ready_replicas == 0
+    answers = {
+        "timestamp(nv_inference_pending": vector(({"pod": "a"}, str(NOW - 600))),
+        "nv_inference_request_success": vector(({"pod": "a"}, "10")),
+    }
+    stale = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
+    assert stale.data_age_s == pytest.approx(600.0)
+    assert stale.request_rate is None  # the only pod is older than the window: gone
+
+
+def test_prometheus_errors_raise():
+    bad = {"nv_inference": {"status": "error", "errorType": "timeout", "error": "query timed out"}}
+    with pytest.raises(ObservationError, match="timeout"):
+        observe(httpx.MockTransport(ScriptedPrometheus(bad, status=503)))
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(ObservationError, match="unreachable"):
+        observe(httpx.MockTransport(refuse))

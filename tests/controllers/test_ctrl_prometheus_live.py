@@ -1,0 +1,223 @@
+"""observe_service against a real Prometheus scraping two real Triton "pods", at three load levels.
+
+Each level starts two fresh Triton servers (so each one's latency summary
+covers exactly that level's requests; Triton's summaries keep a sliding window
+of about a minute), one with a slower model than the other, so the service P99
+really is a mixture. The load generator round-robins across both and its own
+P99 is the ground truth. Before comparing, the test waits until Prometheus has
+scraped the final request counters (the sum equals the client's count), so
+both sides measure the same requests. Bounded: about a minute in all on a busy 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from triton_fixtures import INFER_BODY, BoundedLoad, write_repository
+
+from tailpilot.api.autoscaling import BatchingConfig, Observation
+from tailpilot.builders.triton_server import TritonServer, free_port
+from tailpilot.controllers.observe import observe_service
+from tailpilot_e2e.wait import eventually
+
+pytestmark = [pytest.mark.triton, pytest.mark.prometheus, pytest.mark.slow]
+
+NAMESPACE = "loadtest"
+SERVICE = "echo"
+#: (label, workers, requests per second per worker); the load is split over both pods.
+LEVELS = [("low", 6, 5.0), ("mid", 9, 5.0), ("high", 12, 6.0)]
+LEVEL_SECONDS = 8.0
+#: Untimed requests per pod before each level (counted on the server side too).
+WARMUP_REQUESTS = 3
+#: Model base times of the two pods (ms): a fast and a slow replica.
+POD_BASE_MS = {"a": 100.0, "b": 150.0}
+
+
+PROMETHEUS_YML = """
+global:
+  scrape_interval: 2s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: triton
+    scrape_interval: 2s
+    file_sd_configs:
+      - files: ["{targets}"]
+        refresh_interval: 1s
+"""
+
+
+@dataclass
+class Prometheus:
+    url: str
+    targets_file: Path
+
+    def set_targets(self, targets: dict[str, str]) -> None:
+        """Scrape exactly these pods (name -> host:port); written atomically, picked up by file SD."""
+        groups = [
+            {
+                "targets": [address],
+                "labels": {"namespace": NAMESPACE, "tailpilot_io_inferenceservice": SERVICE, "pod": pod},
+            }
+            for pod, address in targets.items()
+        ]
+        tmp = self.targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(groups))
+        tmp.replace(self.targets_file)
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        r = httpx.get(f"{self.url}/api/v1/query", timeout=5, params={"query": promql})
+        return list(r.json()["data"]["result"])
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
+    binary = shutil.which("prometheus")
+    assert binary, "the Debian package 'prometheus' is needed (apt-get install -y prometheus)"
+    targets_file = tmp_path / "targets.json"
+    targets_file.write_text("[]")
+    (tmp_path / "prometheus.yml").write_text(PROMETHEUS_YML.format(targets=targets_file))
+    web_port = free_port()
+    log = (tmp_path / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{web_port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{web_port}"
+    try:
+        eventually(
+            lambda: httpx.get(f"{url}/-/ready", timeout=1).status_code == 200,
+            timeout=20,
+            description="prometheus ready",
+        )
+        yield Prometheus(url=url, targets_file=targets_file)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def scraped_successes(prom: Prometheus, level: str) -> float:
+    result = prom.query(f'sum(nv_inference_request_success{{namespace="{NAMESPACE}",pod=~"{level}-.*"}})')
+    return float(result[0]["value"][1]) if result else -1.0
+
+
+def targets_up(prom: Prometheus, level: str) -> bool:
+    result = prom.query(f'up{{namespace="{NAMESPACE}",pod=~"{level}-.*"}} == 1')
+    return len(result) == len(POD_BASE_MS)
+
+
+def warm_up(servers: list[TritonServer]) -> None:
+    """Send a few untimed requests per pod: the first request to a fresh model pays ~100 ms outside
+    Triton's own latency span (measured here), a start-up cost no steady-state estimate can see."""
+    with httpx.Client(timeout=10) as client:
+        for server in servers:
+            for _ in range(WARMUP_REQUESTS):
+                assert (
+                    client.post(f"{server.http_url}/v2/models/echo/infer", json=INFER_BODY).status_code == 200
+                )
+
+
+def server_p99_ms(server: TritonServer) -> float:
+    """The pod's own P99 from its metrics page (diagnostics for the report)."""
+    for line in httpx.get(server.metrics_url, timeout=5).text.splitlines():
+        if line.startswith("nv_inference_request_summary_us{") and 'quantile="0.99"' in line:
+            return round(float(line.rsplit(" ", 1)[1]) / 1000, 1)
+    return -1.0
+
+
+def observe(prom_url: str) -> Observation:
+    async def main() -> Observation:
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await observe_service(
+                client,
+                prometheus_url=prom_url,
+                namespace=NAMESPACE,
+                service=SERVICE,
+                window_s=30.0,
+                now_s=time.time(),
+            )
+
+    return asyncio.run(main())
+
+
+def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, prometheus: Prometheus):
+    batching = BatchingConfig(max_batch_size=8)
+    repos = {
+        pod: write_repository(tmp_path / f"repo-{pod}", batching=batching, base_ms=ms)
+        for pod, ms in POD_BASE_MS.items()
+    }
+    report = []
+    phases: list[float] = []
+    for level, workers, rate in LEVELS:
+        level_start = time.monotonic()
+        servers = {
+            f"{level}-{pod}": TritonServer(
+                repos[pod],
+                explicit_models=["echo"],
+                work_dir=tmp_path / f"t-{level}-{pod}",
+            )
+            for pod in POD_BASE_MS
+        }
+        # Ports are known before start: register them now (Prometheus applies discovery at most every 5 s).
+        prometheus.set_targets({name: f"127.0.0.1:{srv.ports.metrics}" for name, srv in servers.items()})
+        try:
+            # Started side by side: each start is mostly waiting for the model to load.
+            with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+                list(pool.map(lambda srv: srv.start(), servers.values()))
+            warm_up(list(servers.values()))
+            eventually(
+                lambda level=level: targets_up(prometheus, level), timeout=15, description="targets up"
+            )
+            with BoundedLoad(
+                [s.http_url for s in servers.values()],
+                workers=workers,
+                rate_per_worker=rate,
+                max_requests=5000,
+                max_seconds=LEVEL_SECONDS,
+            ) as generator:
+                generator.join(timeout_s=LEVEL_SECONDS + 10)
+            load = generator.result
+            assert load.failures == []
+            count = len(load.latencies_s)
+            warmups = WARMUP_REQUESTS * len(servers)
+            eventually(
+                lambda level=level, n=count + warmups: scraped_successes(prometheus, level) == n,
+                timeout=10,
+                description=f"prometheus scraped all {count} requests of level {level}",
+            )
+            obs = observe(prometheus.url)
+            per_pod = [
+                (round(load.p99_s(srv.http_url) * 1000, 1), server_p99_ms(srv)) for srv in servers.values()
+            ]
+        finally:
+            with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+                list(pool.map(lambda srv: srv.close(), servers.values()))
+            phases.append(round(time.monotonic() - level_start, 1))
+        client_p99_ms = load.p99_s() * 1000
+        assert obs.p99_ms is not None
+        assert obs.ready_replicas == 2
+        report.append((level, count, round(client_p99_ms, 2), round(obs.p99_ms, 2), per_pod))
+        assert abs(obs.p99_ms - client_p99_ms) / client_p99_ms <= 0.15, report
+    print("level, requests, client P99 ms, estimated P99 ms, per pod (client, server) P99 ms:", report)
+    print("seconds per level:", phases)

@@ -1,0 +1,88 @@
+"""apply_batching against real Triton servers (tritonserver 2.51 from nvidia-pytriton, Python backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from triton_fixtures import MODEL, BoundedLoad, model_config_json, write_repository
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.builders.triton_server import TritonServer
+from tailpilot.controllers.batching import BatchingReason, apply_batching, batching_fields
+from tailpilot_e2e.wait import eventually
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+OLD = BatchingConfig(max_batch_size=4)
+NEW = BatchingConfig(max_batch_size=16, preferred_batch_sizes=(8,), max_queue_delay_us=500)
+
+
+def apply(urls: list[str], config_json: str):
+    async def main():
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            return await apply_batching(client, pod_urls=urls, model_name=MODEL, config_json=config_json)
+
+    return asyncio.run(main())
+
+
+def served_batching(url: str) -> tuple[str, tuple[str, ...], str]:
+    max_batch, preferred, delay = batching_fields(
+        httpx.get(f"{url}/v2/models/{MODEL}/config", timeout=5).json()
+    )
+    # Triton fills in preferred = [max batch] when none is configured.
+    return max_batch, (() if preferred == (max_batch,) else preferred), delay
+
+
+def test_live_change_under_load_has_zero_failures_and_an_invalid_change_is_refused(tmp_path: Path):
+    repo = write_repository(tmp_path / "repo", batching=OLD)
+    with TritonServer(repo, explicit_models=[MODEL], work_dir=tmp_path / "triton") as server:
+        url = server.http_url
+        assert served_batching(url) == ("4", (), "0")
+        with BoundedLoad([url], workers=8, rate_per_worker=40, max_requests=3000, max_seconds=25) as load:
+            eventually(lambda: load.result.count >= 100, timeout=15, description="load running")
+            result = apply([url], model_config_json(NEW))
+            assert result.ok, result
+            assert served_batching(url) == ("16", ("8",), "500")
+            # Invalid: a preferred batch size above the max batch size.
+            invalid = json.loads(model_config_json(NEW))
+            invalid["dynamic_batching"]["preferred_batch_size"] = ["64"]
+            refused = apply([url], json.dumps(invalid))
+            assert not refused.ok and refused.reason == BatchingReason.REFUSED, refused
+            before = load.result.count
+            eventually(
+                lambda: load.result.count >= before + 100, timeout=15, description="serving after refusal"
+            )
+        assert served_batching(url) == ("16", ("8",), "500")  # the old (last good) config keeps serving
+        assert load.result.failures == []
+        assert load.result.count >= 300
+        p99_ms = load.result.p99_s() * 1000
+        print(f"live change: {load.result.count} requests, 0 failed, client P99 {p99_ms:.1f} ms")
+
+
+def test_a_pod_that_refuses_rolls_the_other_back(tmp_path: Path):
+    ok_repo = write_repository(tmp_path / "ok", batching=OLD)
+    picky_repo = write_repository(tmp_path / "picky", batching=OLD, refuse_above=8)
+    with (
+        TritonServer(ok_repo, explicit_models=[MODEL], work_dir=tmp_path / "t1") as a,
+        TritonServer(picky_repo, explicit_models=[MODEL], work_dir=tmp_path / "t2") as b,
+    ):
+        urls = [a.http_url, b.http_url]
+        with BoundedLoad(urls, workers=4, rate_per_worker=30, max_requests=2000, max_seconds=25) as load:
+            eventually(lambda: load.result.count >= 50, timeout=15, description="load running")
+            result = apply(urls, model_config_json(NEW))
+        assert not result.ok
+        assert result.reason == BatchingReason.REFUSED, result
+        assert [f.pod_url for f in result.failed] == [b.http_url]
+        assert result.rolled_back == (a.http_url,)
+        assert served_batching(a.http_url) == ("4", (), "0")
+        assert served_batching(b.http_url) == ("4", (), "0")
+        assert load.result.failures == []
+        print(f"rollback: {load.result.count} requests during the refused change, 0 failed")
+        # A change both pods accept goes through.
+        fine = apply(urls, model_config_json(BatchingConfig(max_batch_size=8, max_queue_delay_us=200)))
+        assert fine.ok, fine
+        assert served_batching(b.http_url) == ("8", (), "200")
