@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import kopf
 
 from tailpilot.api import constants as c
+from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.reconciler import Reconciler
 
 log = logging.getLogger("tailpilot.handlers")
@@ -34,9 +36,12 @@ class ServiceLoops:
     children are garbage-collected through their owner references.
     """
 
-    def __init__(self, *, reconciler: Reconciler, executor: Executor):
+    def __init__(self, *, reconciler: Reconciler, executor: Executor, autoscaler: Autoscaler | None = None):
         self._reconciler = reconciler
         self._executor = executor
+        self.autoscaler = autoscaler
+        self._alerts: dict[tuple[str, str], bool] = {}
+        self._next_control: dict[tuple[str, str], float] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._wakeups: dict[tuple[str, str], asyncio.Event] = {}
 
@@ -56,8 +61,20 @@ class ServiceLoops:
         if namespace and name and (namespace, name) in self._wakeups:
             self._wakeups[(namespace, name)].set()
 
+    def alert(self, namespace: str, name: str, *, firing: bool) -> None:
+        """An SLO alert fired or resolved: decide now, in the aggressive mode while it fires."""
+        key = (namespace, name)
+        self._alerts[key] = firing
+        self._next_control[key] = 0.0
+        if key in self._wakeups:
+            self._wakeups[key].set()
+
     def stop(self, namespace: str, name: str) -> None:
         """Stop the loop of a deleted service."""
+        self._alerts.pop((namespace, name), None)
+        self._next_control.pop((namespace, name), None)
+        if self.autoscaler is not None:
+            self.autoscaler.forget(namespace, name)
         task = self._tasks.pop((namespace, name), None)
         self._wakeups.pop((namespace, name), None)
         if task is not None:
@@ -72,7 +89,8 @@ class ServiceLoops:
         self._tasks.clear()
 
     async def _loop(self, namespace: str, name: str) -> None:
-        wake = self._wakeups[(namespace, name)]
+        key = (namespace, name)
+        wake = self._wakeups[key]
         loop = asyncio.get_running_loop()
         while True:
             wake.clear()
@@ -81,13 +99,29 @@ class ServiceLoops:
                     self._executor, self._reconciler.reconcile, namespace, name
                 )
                 delay = result.requeue_after
+                delay = min(delay, await self._control(namespace, name, wake))
             except Exception:  # noqa: BLE001 - one bad pass must not end the loop
                 log.exception("reconcile of %s/%s failed; retrying", namespace, name)
                 delay = 5.0
             try:
-                await asyncio.wait_for(wake.wait(), timeout=delay)
+                await asyncio.wait_for(wake.wait(), timeout=max(0.0, delay))
             except TimeoutError:
                 pass
+
+    async def _control(self, namespace: str, name: str, wake: asyncio.Event) -> float:
+        """Run the autoscaler when its period is due; return the time until it is due again."""
+        if self.autoscaler is None:
+            return float("inf")
+        key = (namespace, name)
+        now = time.monotonic()
+        due = self._next_control.get(key, 0.0)
+        if now < due:
+            return due - now
+        period, scale = await self.autoscaler.step(namespace, name, alert_active=self._alerts.get(key, False))
+        self._next_control[key] = time.monotonic() + period
+        if scale:
+            wake.set()  # reconcile at once to move the Deployment to the new replica count
+        return period
 
 
 def register(registry: kopf.OperatorRegistry, *, loops: ServiceLoops) -> None:

@@ -54,6 +54,7 @@ CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
 PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
+SECRETS = Resource("", "v1", "secrets", "Secret")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 JOBS = Resource("batch", "v1", "jobs", "Job")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
@@ -96,8 +97,12 @@ class Kube:
         response = self._api.call_api(method_, url, header_params=headers, body=payload)
         raw: bytes | None = response.read()  # type: ignore[no-untyped-call]
         if not 200 <= response.status < 300:
-            raise ApiException(status=response.status, reason=response.reason, http_resp=response,
-                               body=raw.decode(errors="replace") if raw else None)
+            raise ApiException(
+                status=response.status,
+                reason=response.reason,
+                http_resp=response,
+                body=raw.decode(errors="replace") if raw else None,
+            )
         return json.loads(raw) if raw else None
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:

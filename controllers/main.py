@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import logging
 import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import kopf
+from aiohttp import web
 from kubernetes import client, config
+from prometheus_client import start_http_server
 
 from tailpilot.api import constants as c
+from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_app
+from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.handlers import ServiceLoops, register
-from tailpilot.controllers.kubeapi import Kube
+from tailpilot.controllers.kubeapi import SECRETS, Kube
+from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests.settings import ManifestSettings
@@ -74,6 +82,39 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=int(env("TAILPILOT_WORKERS", "16")),
         help="reconciles running at once (each blocks on API calls in a worker thread)",
     )
+    parser.add_argument(
+        "--control-period-seconds",
+        type=float,
+        default=float(env("TAILPILOT_CONTROL_PERIOD_SECONDS", "15")),
+        help="how often the autoscaler evaluates each Ready service",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(env("TAILPILOT_METRICS_PORT", "0")),
+        help="serve the operator's Prometheus metrics on this port (0: off)",
+    )
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        default=int(env("TAILPILOT_WEBHOOK_PORT", "0")),
+        help="serve the Alertmanager webhook (POST /alerts) on this port (0: off)",
+    )
+    parser.add_argument(
+        "--webhook-token-secret",
+        default=env("TAILPILOT_WEBHOOK_TOKEN_SECRET", ""),
+        help="NAMESPACE/NAME/KEY of the Secret holding the webhook's bearer token",
+    )
+    parser.add_argument(
+        "--webhook-token-file",
+        default=env("TAILPILOT_WEBHOOK_TOKEN_FILE", ""),
+        help="file holding the webhook's bearer token (instead of a Secret)",
+    )
+    parser.add_argument(
+        "--bind-address",
+        default=env("TAILPILOT_BIND_ADDRESS", "0.0.0.0"),  # noqa: S104
+        help="address the metrics and webhook servers listen on",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(list(argv))
 
@@ -115,7 +156,28 @@ def run(
     reconciler = Reconciler(kube, build_settings(args))
     registry = kopf.OperatorRegistry()
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
-    register(registry, loops=ServiceLoops(reconciler=reconciler, executor=executor))
+    metrics = OperatorMetrics()
+    autoscaler = Autoscaler(
+        kube=kube,
+        http=httpx.AsyncClient(timeout=10.0),
+        metrics=metrics,
+        default_prometheus_url=args.prometheus_url,
+        control_period_s=args.control_period_seconds,
+    )
+    loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)
+    register(registry, loops=loops)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
+    token = _webhook_token(args, kube)
+    if args.webhook_port and token:
+        _register_webhook(
+            registry,
+            loops=loops,
+            metrics=metrics,
+            token=token,
+            host=args.bind_address,
+            port=args.webhook_port,
+        )
 
     settings = kopf.OperatorSettings()
     settings.posting.level = logging.WARNING
@@ -135,6 +197,44 @@ def run(
         )
     )
     executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _webhook_token(args: argparse.Namespace, kube: Kube) -> str:
+    if args.webhook_token_file:
+        return Path(args.webhook_token_file).read_text().strip()
+    if args.webhook_token_secret:
+        namespace, name, key = args.webhook_token_secret.split("/", 2)
+        secret = kube.get(SECRETS, namespace, name)
+        if secret is None or key not in (secret.get("data") or {}):
+            raise SystemExit(f"webhook token: Secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(secret["data"][key]).decode().strip()
+    return ""
+
+
+def _register_webhook(
+    registry: kopf.OperatorRegistry,
+    *,
+    loops: ServiceLoops,
+    metrics: OperatorMetrics,
+    token: str,
+    host: str,
+    port: int,
+) -> None:
+    """Serve the Alertmanager webhook while the operator runs; a firing alert re-evaluates at once."""
+
+    async def on_alert(alert: AlertNotification) -> None:
+        loops.alert(alert.namespace, alert.inferenceservice, firing=alert.status == "firing")
+
+    runner = web.AppRunner(make_webhook_app(token=token, on_alert=on_alert, metrics=metrics))
+
+    @kopf.on.startup(registry=registry)
+    async def start_webhook(**_: object) -> None:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_webhook(**_: object) -> None:
+        await runner.cleanup()
 
 
 def main(argv: Sequence[str]) -> int:

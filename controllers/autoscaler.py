@@ -1,0 +1,372 @@
+"""The SLO control loop of one service: observe (Prometheus) -> decide (pure policy) -> act.
+
+Runs inside the service's reconcile loop, after a reconcile pass, so the two
+never race on the object's status: the autoscaler writes the target
+(`status.replicas`, `status.batching`) and the decision; the next reconcile
+pass moves the Deployment and the ConfigMap to it. Batching changes are pushed
+to the ready Triton pods first (live reload, verified, rolled back if one
+refuses) and only recorded once every pod runs them, so new pods start with
+the batching the others serve.
+
+Status writes happen only when something a user would want to see changed (a
+decision other than "nothing to do", a new reason, a condition flip, or the
+observed P99/rate moving by more than 10%): a quiet service causes no writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from tailpilot.api import constants as c
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
+from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.builders import triton_config
+from tailpilot.controllers.batching import apply_batching
+from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
+from tailpilot.controllers.kubeapi import PODS, Kube
+from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.observe import ObservationError, observe_service
+from tailpilot.controllers.reconciler import ISVC, batching_in_force, served_result
+from tailpilot.manifests.meta import selector_string
+from tailpilot.policy import PolicyConfig, PolicyState, decide
+
+log = logging.getLogger("tailpilot.autoscaler")
+
+_QUIET_ACTIONS = {ScalingAction.NONE, ScalingAction.HOLD}
+
+
+def policy_config(isvc: InferenceService, *, control_period_s: float) -> PolicyConfig:
+    """The policy's bounds and knobs, from the spec (pure)."""
+    spec = isvc.spec
+    fixed = spec.batching.mode.value == "fixed"
+    return PolicyConfig(
+        p99_target_ms=spec.slo.p99_latency_ms,
+        min_replicas=spec.autoscaling.min_replicas,
+        max_replicas=spec.autoscaling.max_replicas,
+        batching_mode="fixed" if fixed else "auto",
+        max_batch_size_cap=spec.batching.max_batch_size,
+        fixed_batching=spec.batching.to_config() if fixed else None,
+        max_queue_depth=float(spec.slo.max_queue_depth) if spec.slo.max_queue_depth else None,
+        scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds),
+        max_scale_up_step=spec.autoscaling.max_scale_up_step,
+        control_period_s=control_period_s,
+        dry_run=spec.autoscaling.dry_run,
+    )
+
+
+def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProfile | None:
+    """The policy's view of the engine, from the profile summary on the status (pure)."""
+    profile, engine = status.get("profile"), status.get("engine") or {}
+    if not profile or not profile.get("points"):
+        return None
+    fit = profile["serviceTime"]
+    return EngineProfile(
+        engine_key=engine.get("key", ""),
+        backend=engine.get("tritonBackend", ""),
+        precision="",
+        hardware=profile.get("hardware", ""),
+        max_batch_size=max_batch_size,
+        points=[
+            BatchProfilePoint(
+                batch_size=p["batchSize"],
+                p50_ms=p["p99Ms"],
+                p95_ms=p["p99Ms"],
+                p99_ms=p["p99Ms"],
+                throughput_per_s=p["throughputPerS"],
+            )
+            for p in profile["points"]
+        ],
+        service_time=ServiceTimeModel(
+            intercept_ms=fit["interceptMs"], per_item_ms=fit["perItemMs"], jitter_cv=fit.get("jitterCv", 0.0)
+        ),
+        method="profile summary from the InferenceService status",
+    )
+
+
+def slo_condition(observation: Observation, *, target_ms: float) -> ConditionUpdate:
+    """SLOMet from the observed service-level P99 (pure)."""
+    if observation.p99_ms is None:
+        if observation.request_rate == 0:
+            return ConditionUpdate(c.CONDITION_SLO_MET, c.STATUS_UNKNOWN, c.REASON_NO_TRAFFIC, "no requests")
+        return ConditionUpdate(
+            c.CONDITION_SLO_MET,
+            c.STATUS_UNKNOWN,
+            c.REASON_METRICS_UNAVAILABLE,
+            "no P99 could be read from Prometheus",
+        )
+    text = f"observed P99 {observation.p99_ms:.1f} ms, target {target_ms:g} ms"
+    if observation.p99_ms <= target_ms:
+        return ConditionUpdate(c.CONDITION_SLO_MET, c.STATUS_TRUE, c.REASON_SLO_MET, text)
+    return ConditionUpdate(c.CONDITION_SLO_MET, c.STATUS_FALSE, c.REASON_SLO_VIOLATED, text)
+
+
+def _moved(old: float | None, new: float | None) -> bool:
+    if old is None or new is None:
+        return old != new
+    return abs(new - old) > 0.1 * max(abs(old), 1e-9)
+
+
+@dataclass
+class _Memory:
+    state: PolicyState
+    last_run_s: float = 0.0
+
+
+@dataclass
+class Autoscaler:
+    """Observe, decide and act for one service per call; keeps each service's policy state in memory."""
+
+    kube: Kube
+    http: httpx.AsyncClient
+    metrics: OperatorMetrics
+    default_prometheus_url: str | None
+    control_period_s: float = 15.0
+    clock: Any = time.time
+    _memory: dict[tuple[str, str], _Memory] = field(default_factory=dict)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a deleted service's state and gauges."""
+        self._memory.pop((namespace, name), None)
+        self.metrics.forget_service(namespace=namespace, service=name)
+
+    async def step(self, namespace: str, name: str, *, alert_active: bool) -> tuple[float, bool]:
+        """One control period; returns (seconds until the next, whether the Deployment must change)."""
+        body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+        inputs = await self._inputs(body)
+        if inputs is None or body is None:
+            return self.control_period_s, False
+        isvc, status, prometheus_url, profile = inputs
+        now = float(self.clock())
+        replicas, batching = int(status.get("replicas") or 1), batching_in_force(isvc, status)
+        memory = self._memory.get((namespace, name))
+        state = memory.state if memory else PolicyState.initial(replicas=replicas, batching=batching)
+        state = state.with_actual(replicas=replicas, batching=batching)
+        try:
+            observation = await observe_service(
+                self.http,
+                prometheus_url=prometheus_url,
+                namespace=namespace,
+                service=name,
+                window_s=float(isvc.spec.slo.evaluation_window_seconds),
+                now_s=now,
+            )
+        except ObservationError as error:
+            log.warning("observing %s/%s: %s", namespace, name, error)
+            observation = Observation(at_s=now, request_rate=None, p99_ms=None)
+        decision, state = decide(
+            config=policy_config(isvc, control_period_s=self.control_period_s),
+            profile=profile,
+            observation=observation,
+            state=state,
+            now_s=now,
+            alert_active=alert_active,
+        )
+        self.metrics.record_decision(
+            namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
+        )
+        events: list[tuple[str, str, str]] = []
+        scale = False
+        if not decision.dry_run and decision.batching != batching:
+            applied = await self._rebatch(isvc, status, decision.batching, events)
+            if applied:
+                status["batching"] = _batching_status(decision.batching)
+            else:
+                state = state.with_actual(replicas=state.replicas, batching=batching)
+        if not decision.dry_run and decision.replicas != replicas:
+            status["replicas"] = decision.replicas
+            scale = True
+        self._memory[(namespace, name)] = _Memory(state=state, last_run_s=now)
+        if decision.action not in _QUIET_ACTIONS:
+            verb = "would " if decision.dry_run else ""
+            events.append(
+                (
+                    "Normal",
+                    decision.reason,
+                    f"{verb}{decision.action.value}: replicas {replicas}->{decision.replicas}, max batch "
+                    f"{batching.max_batch_size}->{decision.batching.max_batch_size}: {decision.message}",
+                )
+            )
+        self._record(status, observation, decision)
+        updates = [
+            slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
+            ConditionUpdate(
+                c.CONDITION_SCALING_ACTIVE,
+                c.STATUS_TRUE,
+                c.REASON_AUTOSCALING_DRY_RUN if decision.dry_run else c.REASON_AUTOSCALING_ACTIVE,
+                f"{decision.reason}: {decision.message}"[:4096],
+            ),
+        ]
+        wrote = await self._write(body, status, updates, force=decision.action not in _QUIET_ACTIONS)
+        if wrote or events:
+            for type_, reason, message in events:
+                await asyncio.to_thread(
+                    self.kube.post_event,
+                    body,
+                    type_=type_,
+                    reason=reason,
+                    message=message,
+                    now=_iso(datetime.now(UTC)),
+                )
+        return self.control_period_s, scale
+
+    async def _inputs(
+        self, body: dict[str, Any] | None
+    ) -> tuple[InferenceService, dict[str, Any], str, EngineProfile] | None:
+        """What a decision needs, or None (with ScalingActive=False when the user must act)."""
+        if body is None:
+            return None
+        try:
+            isvc = InferenceService.model_validate(body)
+        except ValueError:
+            return None
+        status = dict(body.get("status") or {})
+        serving = served_result(status) is not None and is_true(
+            status.get("conditions", []), c.CONDITION_ROLLOUT_READY
+        )
+        if not isvc.spec.autoscaling.enabled or not serving:
+            return None
+        prometheus_url = isvc.spec.monitoring.prometheus_url or self.default_prometheus_url
+        profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
+        if prometheus_url is None or profile is None:
+            missing = (
+                "no Prometheus URL (spec.monitoring.prometheusUrl or the operator's --prometheus-url)"
+                if prometheus_url is None
+                else "the engine has no profile"
+            )
+            condition = ConditionUpdate(
+                c.CONDITION_SCALING_ACTIVE, c.STATUS_FALSE, c.REASON_METRICS_UNAVAILABLE, missing
+            )
+            await self._write(body, status, [condition])
+            return None
+        return isvc, status, prometheus_url, profile
+
+    async def _rebatch(
+        self,
+        isvc: InferenceService,
+        status: dict[str, Any],
+        target: BatchingConfig,
+        events: list[tuple[str, str, str]],
+    ) -> bool:
+        result = served_result(status)
+        if result is None:
+            return False
+        pods = await asyncio.to_thread(
+            self.kube.list, PODS, isvc.namespace, label_selector=selector_string(isvc.name)
+        )
+        urls = [
+            f"http://{p['status']['podIP']}:{c.TRITON_HTTP_PORT}"
+            for p in pods
+            if p.get("status", {}).get("podIP")
+            and any(
+                cond.get("type") == "Ready" and cond.get("status") == "True"
+                for cond in p["status"].get("conditions", [])
+            )
+        ]
+        gpu = isvc.spec.runtime.gpu
+        config = triton_config.render_model_config(
+            name=isvc.spec.model_name(isvc.name),
+            triton_backend=result.triton_backend,
+            inputs=result.inputs,
+            outputs=result.outputs,
+            batching=target,
+            device=isvc.spec.runtime.device.value,
+            gpu_product=gpu.product if gpu else None,
+        )
+        outcome = await apply_batching(
+            self.http,
+            pod_urls=urls,
+            model_name=isvc.spec.model_name(isvc.name),
+            config_json=triton_config.to_load_override_json(config),
+        )
+        self.metrics.record_batching_change(outcome.reason)
+        if not outcome.ok:
+            events.append(
+                ("Warning", "BatchingRefused", f"batching change refused, old config kept: {outcome.message}")
+            )
+        return outcome.ok
+
+    @staticmethod
+    def _record(status: dict[str, Any], observation: Observation, decision: Decision) -> None:
+        status["observed"] = {
+            k: v
+            for k, v in {
+                "p99Ms": None if observation.p99_ms is None else round(observation.p99_ms, 2),
+                "queueDepth": None
+                if observation.queue_depth_per_replica is None
+                else round(observation.queue_depth_per_replica, 2),
+                "requestRate": None
+                if observation.request_rate is None
+                else round(observation.request_rate, 2),
+            }.items()
+            if v is not None
+        }
+        if decision.predicted_p99_ms is not None:
+            status["predictedP99Ms"] = round(decision.predicted_p99_ms, 2)
+        status["lastDecision"] = {
+            "action": decision.action.value,
+            "reason": decision.reason,
+            "message": decision.message[:4096],
+            "time": _iso(datetime.now(UTC)),
+            "replicas": decision.replicas,
+            "dryRun": decision.dry_run,
+        }
+
+    async def _write(
+        self,
+        body: dict[str, Any],
+        status: dict[str, Any],
+        updates: list[ConditionUpdate],
+        *,
+        force: bool = False,
+    ) -> bool:
+        old = body.get("status") or {}
+        generation = int(body["metadata"].get("generation", 0))
+        status["conditions"] = merge_conditions(
+            old.get("conditions", []), updates, generation=generation, now=_iso(datetime.now(UTC))
+        )
+        significant = (
+            force
+            or status["conditions"] != old.get("conditions")
+            or any(status.get(k) != old.get(k) for k in ("replicas", "batching"))
+            or any(
+                _moved((old.get("observed") or {}).get(k), (status.get("observed") or {}).get(k))
+                for k in ("p99Ms", "requestRate")
+            )
+            or (
+                (old.get("lastDecision") or {}).get("reason")
+                != (status.get("lastDecision") or {}).get("reason")
+            )
+        )
+        if not significant:
+            return False
+        meta = body["metadata"]
+        await asyncio.to_thread(
+            self.kube.merge_patch,
+            ISVC,
+            meta["namespace"],
+            meta["name"],
+            {"status": status},
+            subresource="status",
+        )
+        return True
+
+
+def _batching_status(batching: BatchingConfig) -> dict[str, Any]:
+    return {
+        "maxBatchSize": batching.max_batch_size,
+        "preferredBatchSizes": list(batching.preferred_batch_sizes),
+        "maxQueueDelayMicroseconds": batching.max_queue_delay_us,
+        "instancesPerReplica": batching.instances_per_replica,
+    }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
