@@ -216,6 +216,8 @@ class TritonServer:
             TritonStartError: The server exited or was not ready within `ready_timeout_s`
                 (it is stopped first; the message carries the log tail).
         """
+        if self._proc is not None and self._proc.poll() is None:
+            return self  # already running: `with TritonServer(...).start()` must not start a second server
         home = pytriton_home()
         backend_dir = make_backend_dir(self.work_dir / "backends", home=home)
         cmd = tritonserver_command(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +42,9 @@ OPERATOR_ACCOUNT = "tailpilot-bench"
 
 def build_result(key: str) -> BuildResult:
     return BuildResult(
-        outcome=BuildOutcome.SUCCEEDED, engine_key=key, artifact=f"pvc://tailpilot-engines/{key}",
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key=key,
+        artifact=f"pvc://tailpilot-engines/{key}",
         triton_backend="tensorrt",
         inputs=(TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224)),),
         outputs=(TensorSpec(name="prob", data_type="TYPE_FP32", dims=(1000,)),),
@@ -61,16 +62,32 @@ def service(index: int) -> dict[str, Any]:
 def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) -> Path:
     """A ServiceAccount with cluster-admin for the operator, so the audit log tells its requests apart."""
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    core.create_namespaced_service_account(NAMESPACE, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name=OPERATOR_ACCOUNT)))
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=OPERATOR_ACCOUNT),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=OPERATOR_ACCOUNT, namespace=NAMESPACE)]))
-    token = core.create_namespaced_service_account_token(OPERATOR_ACCOUNT, NAMESPACE, client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200))).status.token
-    config = json.loads(kubeconfig_yaml(server=cluster.server, ca=cluster.paths.pki / "ca.crt", cert=path,
-                                        key=path, user=OPERATOR_ACCOUNT))
+    core.create_namespaced_service_account(
+        NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=OPERATOR_ACCOUNT))
+    )
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=OPERATOR_ACCOUNT),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"
+            ),
+            subjects=[
+                client.RbacV1Subject(kind="ServiceAccount", name=OPERATOR_ACCOUNT, namespace=NAMESPACE)
+            ],
+        )
+    )
+    token = core.create_namespaced_service_account_token(
+        OPERATOR_ACCOUNT,
+        NAMESPACE,
+        client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)
+        ),
+    ).status.token
+    config = json.loads(
+        kubeconfig_yaml(
+            server=cluster.server, ca=cluster.paths.pki / "ca.crt", cert=path, key=path, user=OPERATOR_ACCOUNT
+        )
+    )
     config["users"][0]["user"] = {"token": token}
     path.write_text(json.dumps(config))
     return path
@@ -87,7 +104,9 @@ class BuildPlayer(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            pods = self.core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/component=engine-build")
+            pods = self.core.list_namespaced_pod(
+                NAMESPACE, label_selector="app.kubernetes.io/component=engine-build"
+            )
             for pod in pods.items:
                 if pod.status.phase == "Running" and pod.metadata.uid not in self.played:
                     play_build(self.core, pod, result=build_result(pod.metadata.labels["job-name"][-10:] * 3))
@@ -107,7 +126,9 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                rss = self.process.memory_info().rss + sum(c.memory_info().rss for c in self.process.children(True))
+                rss = self.process.memory_info().rss + sum(
+                    c.memory_info().rss for c in self.process.children(True)
+                )
                 self.peak = max(self.peak, rss)
             except psutil.Error:
                 return
@@ -116,9 +137,14 @@ class RssSampler(threading.Thread):
 
 def count_ready(api: client.ApiClient) -> int:
     items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices")["items"]
-    return sum(1 for o in items for c in (o.get("status") or {}).get("conditions", [])
-               if c["type"] == "Ready" and c["status"] == "True")
+        "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices"
+    )["items"]
+    return sum(
+        1
+        for o in items
+        for c in (o.get("status") or {}).get("conditions", [])
+        if c["type"] == "Ready" and c["status"] == "True"
+    )
 
 
 def operator_writes(audit_log: Path, since: float, until: float) -> tuple[int, dict[str, int]]:
@@ -128,11 +154,16 @@ def operator_writes(audit_log: Path, since: float, until: float) -> tuple[int, d
     for line in audit_log.read_text().splitlines():
         entry = json.loads(line)
         if entry.get("user", {}).get("username") != user or entry.get("verb") not in {
-                "create", "update", "patch", "delete"}:
+            "create",
+            "update",
+            "patch",
+            "delete",
+        }:
             continue
         stamp = time.mktime(time.strptime(entry["stageTimestamp"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         if since <= stamp <= until:
-            key = f"{entry['verb']} {entry['objectRef'].get('resource')}/{entry['objectRef'].get('subresource', '')}"
+            ref = entry["objectRef"]
+            key = f"{entry['verb']} {ref.get('resource')}/{ref.get('subresource', '')}"
             writes[key] = writes.get(key, 0) + 1
             total += 1
     return total, writes
@@ -148,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
 
     h100_nodes = (2 * args.services) // 8 + 2  # every replica and, at peak, every build pod holds one GPU
     state = REPO_ROOT / ".cluster-bench"
-    cluster = LocalCluster(paths=ClusterPaths(state), ports=Ports(**{k: v + 5000 for k, v in vars(Ports()).items()}),
-                           fleet=scaled_fleet(h100_nodes=h100_nodes, pods_per_node=250), audit_log=True)
+    cluster = LocalCluster(
+        paths=ClusterPaths(state),
+        ports=Ports(**{k: v + 5000 for k, v in vars(Ports()).items()}),
+        fleet=scaled_fleet(h100_nodes=h100_nodes, pods_per_node=250),
+        audit_log=True,
+    )
     cluster.down()
     t0 = time.monotonic()
     cluster.up()
@@ -162,15 +197,26 @@ def main(argv: list[str] | None = None) -> int:
     player = BuildPlayer(api)
     player.start()
     try:
-        with OperatorProcess(cluster, namespace=NAMESPACE, log_dir=state / "logs", kubeconfig=kubeconfig,
-                             extra_args=["--resync-seconds", str(args.resync_seconds)]) as operator:
+        with OperatorProcess(
+            cluster,
+            namespace=NAMESPACE,
+            log_dir=state / "logs",
+            kubeconfig=kubeconfig,
+            extra_args=["--resync-seconds", str(args.resync_seconds)],
+        ) as operator:
             sampler = RssSampler(operator.pid)
             sampler.start()
             objects = client.CustomObjectsApi(api)
             start = time.monotonic()
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda i: objects.create_namespaced_custom_object(
-                    "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices", service(i)), range(args.services)))
+                list(
+                    pool.map(
+                        lambda i: objects.create_namespaced_custom_object(
+                            "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices", service(i)
+                        ),
+                        range(args.services),
+                    )
+                )
             applied = time.monotonic() - start
             ready, progress = 0, []
             while ready < args.services and time.monotonic() - start < args.timeout:
@@ -187,10 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         player.stop.set()
     writes, by_kind = operator_writes(state / "logs" / "audit.log", rest_start, rest_end)
     per_minute = writes / ((rest_end - rest_start) / 60)
-    print(f"\n| services | applied in | all Ready after | operator peak RSS | writes/min at rest |")
+    print("\n| services | applied in | all Ready after | operator peak RSS | writes/min at rest |")
     print("|---|---|---|---|---|")
-    print(f"| {args.services} | {applied:.1f} s | {'%.1f s' % all_ready_s if ready >= args.services else 'NOT ALL READY (%d)' % ready} "
-          f"| {sampler.peak / 2**20:.0f} MiB | {per_minute:.2f} ({writes} writes in {rest_end - rest_start:.0f} s) |")
+    ready_text = f"{all_ready_s:.1f} s" if ready >= args.services else f"NOT ALL READY ({ready})"
+    print(
+        f"| {args.services} | {applied:.1f} s | {ready_text} | {sampler.peak / 2**20:.0f} MiB "
+        f"| {per_minute:.2f} ({writes} writes in {rest_end - rest_start:.0f} s) |"
+    )
     print(f"\nwrites at rest by kind: {by_kind or 'none'}")
     print("progress (s, ready):", progress[:: max(1, len(progress) // 15)])
     cluster.down()

@@ -249,16 +249,25 @@ class LocalCluster:
         ]
 
     def _audit_flags(self) -> list[str]:
-        """Log every request's metadata (who, verb, resource) when auditing is on, e.g. for write-rate benchmarks."""
+        """Log every request's metadata (who, verb, resource) when auditing is on (write-rate benchmarks)."""
         if not self.audit_log:
             return []
         policy = self.paths.root / "audit-policy.yaml"
-        policy.write_text(json.dumps({
-            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Metadata"}],
-        }))
-        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.paths.root / 'logs' / 'audit.log'}",
-                "--audit-log-maxsize=512"]
+        policy.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [{"level": "Metadata"}],
+                }
+            )
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.paths.root / 'logs' / 'audit.log'}",
+            "--audit-log-maxsize=512",
+        ]
 
     def _write_kubeconfigs(self) -> None:
         pk = self.paths.pki

@@ -9,10 +9,14 @@ from __future__ import annotations
 import importlib
 import sys
 
-#: subcommand -> (module, function, one-line help). Each function takes argv (list[str]) and returns an exit code.
+#: subcommand -> (module, function, one-line help); each function takes argv and returns an exit code.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "operator": ("tailpilot.controllers.main", "main", "run the operator against the current kubeconfig"),
-    "build": ("tailpilot.builders.cli", "build_main", "build (or find cached) an engine from a build request"),
+    "build": (
+        "tailpilot.builders.cli",
+        "build_main",
+        "build (or find cached) an engine from a build request",
+    ),
     "profile": ("tailpilot.builders.cli", "profile_main", "profile a built engine in a real Triton"),
     "make-example-model": ("tailpilot.builders.cli", "example_model_main", "write the example ONNX model"),
     "crds": ("tailpilot.crdgen", "main", "print or write the CRD YAML generated from the API models"),

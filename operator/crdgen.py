@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
 

@@ -1,0 +1,1 @@
+"""Typed values: the InferenceService API (v1alpha1) and the operator/builder/policy contracts."""

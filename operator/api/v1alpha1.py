@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import ProfileSummary
@@ -693,7 +694,9 @@ class BuildStatus(_Model):
 
     request_key: str = Field(max_length=64, description="Key of the build request; names the build Job.")
     job_name: str = Field(default="", max_length=63, description="Name of the build Job.")
-    attempt: int = Field(default=1, ge=1, description="Attempt number; a failed build is retried with back-off.")
+    attempt: int = Field(
+        default=1, ge=1, description="Attempt number; a failed build is retried with back-off."
+    )
     failed_pods: int = Field(default=0, ge=0, description="Failed build pods of the current attempt's Job.")
     phase: str = Field(default="", max_length=32, description="Running, Succeeded, Failed or Retrying.")
     reason: str = Field(default="", max_length=128, description="CamelCase reason of the last failure.")

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import yaml
+
 from tailpilot import crdgen
 from tailpilot.api import constants as c
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from tailpilot import crdgen
 from tailpilot.api.v1alpha1 import Device, InferenceService
 from tailpilot.api.validation import check_spec

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+
 from tailpilot import crdgen
 from tailpilot.api.v1alpha1 import ALL_RULES, RULE_NAME, InferenceService
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tailpilot import crdgen
 
 REPO = crdgen.REPO_ROOT

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from tailpilot import crdgen
 
 REPO = crdgen.REPO_ROOT

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tailpilot.api import constants as c
 from tailpilot.builders.store import REPOSITORY, EngineStore
 from tailpilot.manifests.meta import (

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tailpilot.manifests.prometheus_rule import prometheus_rule
 
 from .fixtures import SETTINGS, make_isvc

@@ -64,7 +64,11 @@ def service(namespace: str) -> dict:
         "kind": "InferenceService",
         "metadata": {"name": NAME, "namespace": namespace},
         "spec": {
-            "model": {"uri": "https://models.example.com/echo.onnx", "sha256": "0" * 64, "name": triton_fixtures.MODEL},
+            "model": {
+                "uri": "https://models.example.com/echo.onnx",
+                "sha256": "0" * 64,
+                "name": triton_fixtures.MODEL,
+            },
             "runtime": {"device": "cpu", "servingVariant": "python"},
             "batching": {"mode": "fixed", "maxBatchSize": 1, "maxQueueDelayMicroseconds": 0},
             "slo": {"p99LatencyMs": 100, "evaluationWindowSeconds": 10},
@@ -150,7 +154,9 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                 assert decision["action"].startswith("ScaleUp"), decision
                 assert obj["status"]["replicas"] == deployment.spec.replicas
                 observed = obj["status"]["observed"]
-                assert observed["requestRate"] > 0 and observed["p99Ms"] > 100, observed  # the overload was seen
+                assert observed["requestRate"] > 0 and observed["p99Ms"] > 100, (
+                    observed
+                )  # the overload was seen
                 events = core.list_namespaced_event(
                     namespace, field_selector=f"involvedObject.name={NAME}"
                 ).items
