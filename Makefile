@@ -33,7 +33,7 @@ venv: $(STAMP) ## the project's Python environment in .venv/
 .PHONY: binaries
 binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok from upstream Go modules
 	@bash e2e/build-binaries.sh
-	@$(PY) -m tailpilot_e2e.tools link-binaries $(VENV)/bin
+	@$(PY) -P -m tailpilot_e2e.tools link-binaries $(VENV)/bin
 
 .PHONY: helm
 helm: ## install helm (pinned, cached) into .venv/bin
@@ -44,11 +44,11 @@ tools: system-deps venv binaries helm
 
 .PHONY: cluster-up
 cluster-up: tools ## start the local cluster (idempotent); kubeconfig in .cluster/kubeconfig
-	@$(PY) -m tailpilot_e2e.cluster up
+	@$(PY) -P -m tailpilot_e2e.cluster up
 
 .PHONY: cluster-down
 cluster-down: ## stop every process of the local cluster and remove its state
-	@test -x $(PY) && $(PY) -m tailpilot_e2e.cluster down || echo "no venv: nothing to stop"
+	@test -x $(PY) && $(PY) -P -m tailpilot_e2e.cluster down || echo "no venv: nothing to stop"
 
 # mypy and import-linter cannot follow the editable install's import hook (five folders mapped into
 # one package), so they read a symlinked tree laid out as Python imports it.
@@ -89,4 +89,4 @@ bench-scale: tools ## 500 InferenceServices on a dedicated local cluster: time t
 
 .PHONY: demo
 demo: tools ## the main job on the local cluster
-	$(PY) -m tailpilot_e2e.demo
+	$(PY) -P -m tailpilot_e2e.demo

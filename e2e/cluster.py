@@ -238,8 +238,9 @@ class LocalCluster:
                     "--manage-all-nodes=false",
                     f"--manage-nodes-with-annotation-selector={fleet_mod.KWOK_NODE_ANNOTATION}=fake",
                     "--node-lease-duration-seconds=40",
-                    "--cidr=10.0.0.1/16",
-                    "--node-ip=10.0.0.1",
+                    # Pod and node IPs on loopback: nothing can send traffic to them off this machine.
+                    "--cidr=127.64.0.0/16",
+                    "--node-ip=127.63.0.1",
                     f"--server-address=127.0.0.1:{p.kwok}",
                 ],
                 [p.kwok],

@@ -151,7 +151,7 @@ def create_engine_store(
     core: client.CoreV1Api, namespace: str, *, host_path: Path, claim: str = "tailpilot-engines"
 ) -> None:
     """A PersistentVolume bound to the namespace's engine-store claim (no provisioner runs here)."""
-    pv_name = f"engines-{namespace}"[:63]
+    pv_name = f"{claim}-{namespace}"[:63]
     core.create_persistent_volume(
         client.V1PersistentVolume(
             metadata=client.V1ObjectMeta(name=pv_name, labels={"tailpilot.io/test": "true"}),
