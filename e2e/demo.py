@@ -320,7 +320,9 @@ def main() -> int:
             ]
         )
         batch1 = next((p["throughputPerS"] for p in points if p["batchSize"] == 1), 50.0)
-        base_rate = max(10.0, min(200.0, batch1 * 1.2))
+        # The profile is measured closed-loop with its own client; open-loop HTTP from a
+        # Python client on the same 2 cores saturates far below it, so the step peaks at 40% of it.
+        base_rate = max(10.0, min(150.0, batch1 * 0.4))
         print(
             f"  load: {base_rate * 0.25:.0f} -> {base_rate:.0f} -> {base_rate * 0.25:.0f} req/s "
             f"(the profile's batch-1 throughput is {batch1}/s)"
