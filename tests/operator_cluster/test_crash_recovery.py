@@ -70,3 +70,11 @@ def test_ten_sigkills_leave_one_job_and_one_deployment_per_service(
             selector = f"tailpilot.io/inferenceservice={name}"
             assert len(batch.list_namespaced_job(namespace, label_selector=selector).items) == 1
             assert len(apps.list_namespaced_deployment(namespace, label_selector=selector).items) == 1
+        # exclusive: true -> no two services' Triton pods share a node.
+        nodes: dict[str, str] = {}
+        for pod in core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=inference-server"
+        ).items:
+            owner = pod.metadata.labels["tailpilot.io/inferenceservice"]
+            assert nodes.setdefault(pod.spec.node_name, owner) == owner, (pod.spec.node_name, nodes)
+        assert len(nodes) == len(SERVICES), nodes
