@@ -40,6 +40,8 @@ class BuildState:
     failed_pods: int = 0
     node: str = ""
     finished_at: str | None = None
+    #: Why the newest build pod is not running yet (unschedulable, image pull...), if it is waiting.
+    waiting: str = ""
 
 
 def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -112,7 +114,24 @@ def assess_build(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Buil
             failed.get("lastTransitionTime"),
         )
     # Still running; a failed earlier attempt is reported while the Job retries it.
-    return BuildState(BuildPhase.RUNNING, result, reason, message, failed_pods, node)
+    return BuildState(
+        BuildPhase.RUNNING, result, reason, message, failed_pods, node, waiting=_waiting_reason(running_pod)
+    )
+
+
+def _waiting_reason(pod: dict[str, Any] | None) -> str:
+    """Why a Pending pod does not run: the scheduler's message or a container's waiting reason."""
+    if not pod or pod.get("status", {}).get("phase") != "Pending":
+        return ""
+    status = pod["status"]
+    for cond in status.get("conditions", []) or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"build pod unschedulable: {cond.get('message') or cond.get('reason', '')}".strip()
+    for container in status.get("containerStatuses", []) or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
+            return f"build pod waiting: {waiting.get('reason')}: {waiting.get('message', '')}".strip(": ")
+    return ""
 
 
 def _failure_text(result: BuildResult | None, terminated: dict[str, Any] | None) -> tuple[str, str]:

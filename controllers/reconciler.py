@@ -308,8 +308,13 @@ class Reconciler:
             detail = f"build Job {job_name} running" + (f" on {state.node}" if state.node else "")
             if state.failed_pods:
                 if (build.get("reason"), build.get("failedPods")) != (state.reason, state.failed_pods):
-                    events.append(EventRecord("Warning", state.reason or c.REASON_ENGINE_BUILD_FAILED,
-                                              f"build pod of {job_name} failed: {state.message}; retrying"))
+                    events.append(
+                        EventRecord(
+                            "Warning",
+                            state.reason or c.REASON_ENGINE_BUILD_FAILED,
+                            f"build pod of {job_name} failed: {state.message}; retrying",
+                        )
+                    )
                 status["build"]["failedPods"] = state.failed_pods
                 # The Job retries the pod with its own back-off; say why the last attempt failed.
                 return ConditionUpdate(
@@ -317,6 +322,13 @@ class Reconciler:
                     c.STATUS_FALSE,
                     state.reason or c.REASON_ENGINE_BUILD_FAILED,
                     f"{state.message} ({state.failed_pods} failed build pod(s); {detail}, retrying)",
+                ), 30.0
+            if state.waiting:  # e.g. no node has the GPU, or the model's PVC does not exist
+                return ConditionUpdate(
+                    c.CONDITION_ENGINE_READY,
+                    c.STATUS_FALSE,
+                    c.REASON_ENGINE_BUILD_PENDING,
+                    f"build Job {job_name}: {state.waiting}",
                 ), 30.0
             return ConditionUpdate(
                 c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_ENGINE_BUILDING, detail

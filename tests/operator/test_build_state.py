@@ -81,3 +81,28 @@ def test_parse_result_rejects_non_results():
     assert parse_result("not json") is None
     assert parse_result(json.dumps({"hello": 1})) is None
     assert parse_result(OK.to_termination_message()) == OK
+
+
+def test_an_unschedulable_build_pod_says_why():
+    pending = {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": 'persistentvolumeclaim "models" not found',
+                }
+            ],
+        },
+    }
+    state = assess_build(job(), [pending])
+    assert state.phase is BuildPhase.RUNNING
+    assert state.waiting == 'build pod unschedulable: persistentvolumeclaim "models" not found'
+
+
+def test_a_running_build_pod_is_not_waiting():
+    assert assess_build(job(), [pod("Running")]).waiting == ""

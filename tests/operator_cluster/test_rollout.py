@@ -208,3 +208,16 @@ def test_a_service_deleted_while_the_operator_is_down_goes_away(k8s, namespace, 
         timeout=60,
         description="Deployment garbage-collected",
     )
+
+
+def test_a_build_that_cannot_start_says_why(k8s, namespace, operator, example):
+    """The CPU example reads its model from a PVC `models` that this namespace lacks."""
+    isvc = example("cpu-onnxruntime.yaml", namespace=namespace)
+    apply(k8s, isvc)
+
+    def pending():
+        cond = condition(custom_object(k8s, namespace, isvc["metadata"]["name"]), "EngineReady")
+        return cond if cond and cond["reason"] == "EngineBuildPending" else None
+
+    cond = eventually(pending, timeout=60, description="EngineReady=False EngineBuildPending")
+    assert cond["status"] == "False" and 'persistentvolumeclaim "models" not found' in cond["message"], cond
