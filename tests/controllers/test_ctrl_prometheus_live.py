@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.triton, pytest.mark.prometheus, pytest.mark.slow]
 NAMESPACE = "loadtest"
 SERVICE = "echo"
 #: (label, workers, requests per second per worker); the load is split over both pods.
-LEVELS = [("low", 6, 5.0), ("mid", 9, 5.0), ("high", 12, 6.0)]
+LEVELS = [("low", 6, 5.0), ("mid", 9, 5.0), ("high", 12, 5.0)]
 LEVEL_SECONDS = 8.0
 #: Untimed requests per pod before each level (counted on the server side too).
 WARMUP_REQUESTS = 3
