@@ -34,7 +34,7 @@ from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_con
 from tailpilot.controllers.kubeapi import PODS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import ObservationError, observe_service
-from tailpilot.controllers.reconciler import ISVC, batching_in_force, served_result
+from tailpilot.controllers.reconciler import ISVC, batching_in_force, batching_status, iso_time, served_result
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyConfig, PolicyState, decide
 
@@ -132,6 +132,9 @@ class Autoscaler:
     clock: Any = time.time
     _memory: dict[tuple[str, str], _Memory] = field(default_factory=dict)
 
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(float(self.clock()), UTC)
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
         self._memory.pop((namespace, name), None)
@@ -177,7 +180,7 @@ class Autoscaler:
         if not decision.dry_run and decision.batching != batching:
             applied = await self._rebatch(isvc, status, decision.batching, events)
             if applied:
-                status["batching"] = _batching_status(decision.batching)
+                status["batching"] = batching_status(decision.batching)
             else:
                 state = state.with_actual(replicas=state.replicas, batching=batching)
         if not decision.dry_run and decision.replicas != replicas:
@@ -213,7 +216,7 @@ class Autoscaler:
                     type_=type_,
                     reason=reason,
                     message=message,
-                    now=_iso(datetime.now(UTC)),
+                    now=iso_time(self._now()),
                 )
         return self.control_period_s, scale
 
@@ -293,8 +296,7 @@ class Autoscaler:
             )
         return outcome.ok
 
-    @staticmethod
-    def _record(status: dict[str, Any], observation: Observation, decision: Decision) -> None:
+    def _record(self, status: dict[str, Any], observation: Observation, decision: Decision) -> None:
         status["observed"] = {
             k: v
             for k, v in {
@@ -314,7 +316,7 @@ class Autoscaler:
             "action": decision.action.value,
             "reason": decision.reason,
             "message": decision.message[:4096],
-            "time": _iso(datetime.now(UTC)),
+            "time": iso_time(self._now()),
             "replicas": decision.replicas,
             "dryRun": decision.dry_run,
         }
@@ -330,7 +332,7 @@ class Autoscaler:
         old = body.get("status") or {}
         generation = int(body["metadata"].get("generation", 0))
         status["conditions"] = merge_conditions(
-            old.get("conditions", []), updates, generation=generation, now=_iso(datetime.now(UTC))
+            old.get("conditions", []), updates, generation=generation, now=iso_time(self._now())
         )
         significant = (
             force
@@ -357,16 +359,3 @@ class Autoscaler:
             subresource="status",
         )
         return True
-
-
-def _batching_status(batching: BatchingConfig) -> dict[str, Any]:
-    return {
-        "maxBatchSize": batching.max_batch_size,
-        "preferredBatchSizes": list(batching.preferred_batch_sizes),
-        "maxQueueDelayMicroseconds": batching.max_queue_delay_us,
-        "instancesPerReplica": batching.instances_per_replica,
-    }
-
-
-def _iso(moment: datetime) -> str:
-    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")

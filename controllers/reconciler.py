@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
-from tailpilot.api.v1alpha1 import BatchingMode, InferenceService
+from tailpilot.api.v1alpha1 import BatchingMode, BatchingStatus, InferenceService
 from tailpilot.api.validation import check_batching, check_spec, format_problems
 from tailpilot.controllers import drift
 from tailpilot.controllers.build_state import BuildPhase, BuildState, assess_build
@@ -72,7 +72,8 @@ class ReconcileResult:
     children_written: int = 0
 
 
-def _now_iso(now: datetime) -> str:
+def iso_time(now: datetime) -> str:
+    """RFC 3339 in UTC, seconds precision, as Kubernetes writes times."""
     return now.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
@@ -119,15 +120,9 @@ def batching_in_force(isvc: InferenceService, status: dict[str, Any]) -> Batchin
     wanted = isvc.spec.batching.to_config()
     if isvc.spec.batching.mode is BatchingMode.FIXED or not status.get("batching"):
         return wanted
-    current = status["batching"]
     try:
-        chosen = BatchingConfig(
-            max_batch_size=current["maxBatchSize"],
-            preferred_batch_sizes=tuple(current.get("preferredBatchSizes", [])),
-            max_queue_delay_us=current.get("maxQueueDelayMicroseconds", 0),
-            instances_per_replica=current.get("instancesPerReplica", 1),
-        )
-    except (KeyError, ValidationError):
+        chosen = BatchingStatus.model_validate(status["batching"]).to_config()
+    except ValidationError:
         return wanted
     if (
         check_batching(chosen, engine_max_batch_size=wanted.max_batch_size)
@@ -135,6 +130,11 @@ def batching_in_force(isvc: InferenceService, status: dict[str, Any]) -> Batchin
     ):
         return wanted
     return chosen
+
+
+def batching_status(batching: BatchingConfig) -> dict[str, Any]:
+    """status.batching for a batching config (camelCase, as the CRD has it)."""
+    return BatchingStatus.from_config(batching).model_dump(by_alias=True, mode="json")
 
 
 def replicas_in_force(isvc: InferenceService, status: dict[str, Any]) -> int:
@@ -483,19 +483,14 @@ class Reconciler:
         status["replicas"] = replicas
         status["selector"] = selector_string(isvc.name)
         status["readyReplicas"] = int(((deployment_live or {}).get("status") or {}).get("readyReplicas", 0))
-        status["batching"] = {
-            "maxBatchSize": batching.max_batch_size,
-            "preferredBatchSizes": list(batching.preferred_batch_sizes),
-            "maxQueueDelayMicroseconds": batching.max_queue_delay_us,
-            "instancesPerReplica": batching.instances_per_replica,
-        }
+        status["batching"] = batching_status(batching)
         return rollout_condition(deployment_live, replicas), written
 
     # ---- status and events ----------------------------------------------------------------------------
     def _write_status(
         self, body: dict[str, Any], status: dict[str, Any], updates: list[ConditionUpdate], generation: int
     ) -> bool:
-        now = _now_iso(self.clock())
+        now = iso_time(self.clock())
         new_status = dict(status)
         new_status["conditions"] = merge_conditions(
             status.get("conditions", []), updates, generation=generation, now=now
@@ -510,6 +505,6 @@ class Reconciler:
         return True
 
     def _post_events(self, body: dict[str, Any], events: list[EventRecord]) -> None:
-        now = _now_iso(self.clock())
+        now = iso_time(self.clock())
         for event in events:
             self.kube.post_event(body, type_=event.type, reason=event.reason, message=event.message, now=now)

@@ -30,10 +30,10 @@ import yaml
 from kubernetes import client
 
 from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
-from tailpilot_e2e.cluster import ClusterPaths, LocalCluster, kubeconfig_yaml
+from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
-from tailpilot_e2e.kube import api_client
+from tailpilot_e2e.kube import api_client, service_account_kubeconfig
 from tailpilot_e2e.operator_harness import OperatorProcess, create_engine_store, install_crds, play_build
 
 NAMESPACE = "scale"
@@ -76,21 +76,15 @@ def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) 
             ],
         )
     )
-    token = core.create_namespaced_service_account_token(
-        OPERATOR_ACCOUNT,
-        NAMESPACE,
-        client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)
-        ),
-    ).status.token
-    config = json.loads(
-        kubeconfig_yaml(
-            server=cluster.server, ca=cluster.paths.pki / "ca.crt", cert=path, key=path, user=OPERATOR_ACCOUNT
-        )
+    return service_account_kubeconfig(
+        api,
+        server=cluster.server,
+        ca_file=cluster.paths.pki / "ca.crt",
+        namespace=NAMESPACE,
+        account=OPERATOR_ACCOUNT,
+        path=path,
+        expiration_seconds=7200,
     )
-    config["users"][0]["user"] = {"token": token}
-    path.write_text(json.dumps(config))
-    return path
 
 
 class BuildPlayer(threading.Thread):

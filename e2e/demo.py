@@ -275,9 +275,7 @@ def main() -> int:
     ).start()
     triton: TritonServer | None = None
     try:
-        say(
-            "2/6 kubectl apply -f examples/cpu-onnxruntime.yaml (adapted: python serving variant, P99 50 ms)"
-        )
+        say("2/6 kubectl apply -f examples/cpu-onnxruntime.yaml (adapted: python serving variant, P99 50 ms)")
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices", the_service()
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from kubernetes import client, config
@@ -21,3 +22,40 @@ def token_client(*, server: str, ca_file: Path, token: str) -> client.ApiClient:
     configuration.ssl_ca_cert = str(ca_file)
     configuration.api_key = {"authorization": f"Bearer {token}"}
     return client.ApiClient(configuration)
+
+
+def service_account_kubeconfig(
+    api: client.ApiClient,
+    *,
+    server: str,
+    ca_file: Path,
+    namespace: str,
+    account: str,
+    path: Path,
+    expiration_seconds: int = 3600,
+) -> Path:
+    """Write a kubeconfig that authenticates as a ServiceAccount (a TokenRequest token).
+
+    A process run with it has exactly that account's permissions.
+    """
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(
+            account,
+            namespace,
+            client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
+            ),
+        )
+        .status.token
+    )
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": account}}],
+        "current-context": "local",
+    }
+    path.write_text(json.dumps(config))
+    return path

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from kubernetes import client
 
 from tailpilot.api.engine import BuildResult
+from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
 from tailpilot_e2e.procs import pid_runs
@@ -32,13 +32,6 @@ from tailpilot_e2e.wait import eventually
 CRD_FILE = REPO_ROOT / "crds" / "tailpilot.io_inferenceservices.yaml"
 AWAIT_RESULT_LABEL = "kwok.tailpilot.io/await-result"
 BUILD_COMPONENT_SELECTOR = "app.kubernetes.io/component=engine-build"
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def install_crds(cluster: LocalCluster, files: Sequence[Path] = (CRD_FILE,)) -> None:

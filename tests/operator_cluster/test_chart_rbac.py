@@ -7,15 +7,14 @@ ClusterRole and Role alone (the admin kubeconfig is not used).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import uuid
 
 import pytest
 from kubernetes import client
 
-from tailpilot_e2e.cluster import kubeconfig_yaml
 from tailpilot_e2e.config import tool
+from tailpilot_e2e.kube import service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
     condition,
@@ -59,32 +58,6 @@ def helm_release(crds, k8s, tmp_path):
     client.CoreV1Api(k8s).delete_namespace(namespace)
 
 
-def service_account_kubeconfig(local_cluster, k8s, namespace, account, path):
-    token = (
-        client.CoreV1Api(k8s)
-        .create_namespaced_service_account_token(
-            account,
-            namespace,
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-            ),
-        )
-        .status.token
-    )
-    config = json.loads(
-        kubeconfig_yaml(
-            server=local_cluster.server,
-            ca=local_cluster.paths.pki / "ca.crt",
-            cert=path,
-            key=path,
-            user=account,
-        )
-    )
-    config["users"][0]["user"] = {"token": token}
-    path.write_text(json.dumps(config))
-    return path
-
-
 def test_operator_runs_with_only_the_charts_rbac(
     helm_release, local_cluster, k8s, namespace, engine_store, example, tmp_path
 ):
@@ -94,7 +67,12 @@ def test_operator_runs_with_only_the_charts_rbac(
     role = rbac.read_cluster_role(account)
     assert all("*" not in rule.verbs and "*" not in (rule.resources or []) for rule in role.rules), role.rules
     kubeconfig = service_account_kubeconfig(
-        local_cluster, k8s, release_ns, account, tmp_path / "sa.kubeconfig"
+        k8s,
+        server=local_cluster.server,
+        ca_file=local_cluster.paths.pki / "ca.crt",
+        namespace=release_ns,
+        account=account,
+        path=tmp_path / "sa.kubeconfig",
     )
 
     core = client.CoreV1Api(k8s)

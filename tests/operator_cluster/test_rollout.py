@@ -43,8 +43,13 @@ def test_gpu_example_builds_rolls_out_on_h100_and_reports_status(
     assert pod.spec.node_name.startswith("gpu-h100-")
     (job,) = batch.list_namespaced_job(namespace).items
     assert job.metadata.owner_references[0].name == name
-    building = condition(custom_object(k8s, namespace, name), "EngineReady")
-    assert building["status"] == "False" and building["reason"] == "EngineBuilding", building
+    # The status follows the pod: EngineBuildPending while it waits for its volume, then EngineBuilding.
+    def building():
+        cond = condition(custom_object(k8s, namespace, name), "EngineReady")
+        return cond if cond and cond["reason"] == "EngineBuilding" else None
+
+    cond = eventually(building, timeout=30, description="EngineReady=False EngineBuilding")
+    assert cond["status"] == "False" and f"running on {pod.spec.node_name}" in cond["message"], cond
 
     result = gpu_build_result()
     play_build(core, pod, result=result)
