@@ -64,7 +64,7 @@ lint: venv ## ruff, mypy --strict, import-linter layers, CRD and chart drift
 
 .PHONY: test
 test: tools lint ## every test tier; starts and stops what it needs
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not benchmark"
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
@@ -82,6 +82,10 @@ bench-validate: venv system-deps ## the simulator against real Triton at three l
 .PHONY: bench-engine
 bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by real Triton
 	$(PY) -P -m tailpilot.builders.benchmark
+
+.PHONY: bench-p99-estimate
+bench-p99-estimate: venv system-deps ## the service P99 estimate vs client-side P99 (real Triton x2, real Prometheus)
+	$(VENV)/bin/pytest -q -p no:cacheprovider -s -m benchmark tests/controllers/test_ctrl_prometheus_live.py
 
 .PHONY: bench-scale
 bench-scale: tools ## 500 InferenceServices on a dedicated local cluster: time to Ready, RSS, writes at rest
