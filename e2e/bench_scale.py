@@ -29,26 +29,20 @@ import psutil
 import yaml
 from kubernetes import client
 
-from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
 from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
 from tailpilot_e2e.kube import api_client, service_account_kubeconfig
-from tailpilot_e2e.operator_harness import OperatorProcess, create_engine_store, install_crds, play_build
+from tailpilot_e2e.operator_harness import (
+    OperatorProcess,
+    create_engine_store,
+    install_crds,
+    play_build,
+    played_resnet_build,
+)
 
 NAMESPACE = "scale"
 OPERATOR_ACCOUNT = "tailpilot-bench"
-
-
-def build_result(key: str) -> BuildResult:
-    return BuildResult(
-        outcome=BuildOutcome.SUCCEEDED,
-        engine_key=key,
-        artifact=f"pvc://tailpilot-engines/{key}",
-        triton_backend="tensorrt",
-        inputs=(TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224)),),
-        outputs=(TensorSpec(name="prob", data_type="TYPE_FP32", dims=(1000,)),),
-    )
 
 
 def service(index: int) -> dict[str, Any]:
@@ -103,7 +97,9 @@ class BuildPlayer(threading.Thread):
             )
             for pod in pods.items:
                 if pod.status.phase == "Running" and pod.metadata.uid not in self.played:
-                    play_build(self.core, pod, result=build_result(pod.metadata.labels["job-name"][-10:] * 3))
+                    play_build(
+                        self.core, pod, result=played_resnet_build(pod.metadata.labels["job-name"][-10:] * 3)
+                    )
                     self.played.add(pod.metadata.uid)
             self.stop.wait(1.0)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tailpilot.api.engine import BuildResult
+from tailpilot.api.engine import BuildOutcome, BuildResult, ProfileSummary, TensorSpec
 from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
@@ -169,6 +169,19 @@ def create_engine_store(
                 resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
             ),
         ),
+    )
+
+
+def played_resnet_build(engine_key: str, *, profile: ProfileSummary | None = None) -> BuildResult:
+    """The result a successful TensorRT build of the ResNet-50 example reports (played here: no GPU)."""
+    return BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key=engine_key,
+        artifact=f"pvc://tailpilot-engines/{engine_key}",
+        triton_backend="tensorrt",
+        inputs=(TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224)),),
+        outputs=(TensorSpec(name="resnetv24_dense0_fwd", data_type="TYPE_FP32", dims=(1000,)),),
+        profile=profile,
     )
 
 

@@ -198,7 +198,13 @@ def _demand(*, obs: Observation, state: PolicyState, rate: float) -> tuple[float
 
 
 def _hold(
-    *, config: PolicyConfig, state: PolicyState, now_s: float, reason: str, message: str
+    *,
+    config: PolicyConfig,
+    state: PolicyState,
+    now_s: float,
+    reason: str,
+    message: str,
+    predicted: float | None = None,
 ) -> tuple[Decision, PolicyState]:
     decision = Decision(
         at_s=now_s,
@@ -207,6 +213,7 @@ def _hold(
         batching=state.batching,
         reason=reason,
         message=message,
+        predicted_p99_ms=predicted if predicted is not None and math.isfinite(predicted) else None,
         dry_run=config.dry_run,
     )
     return decision, state
@@ -435,15 +442,8 @@ def _hold_with(
     queue_total: float | None,
     queue_at: float,
 ) -> tuple[Decision, PolicyState]:
-    decision = Decision(
-        at_s=now_s,
-        action=ScalingAction.HOLD,
-        replicas=state.replicas,
-        batching=state.batching,
-        reason=reason,
-        message=message,
-        predicted_p99_ms=predicted if math.isfinite(predicted) else None,
-        dry_run=config.dry_run,
+    decision, _ = _hold(
+        config=config, state=state, now_s=now_s, reason=reason, message=message, predicted=predicted
     )
     return decision, replace(
         state,

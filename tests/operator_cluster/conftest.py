@@ -11,15 +11,18 @@ import yaml
 from kubernetes import client
 
 from tailpilot.api.engine import (
-    BuildOutcome,
     BuildResult,
     ProfileSummary,
     ProfileSummaryPoint,
     ServiceTimeModel,
-    TensorSpec,
 )
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import OperatorProcess, create_engine_store, install_crds
+from tailpilot_e2e.operator_harness import (
+    OperatorProcess,
+    create_engine_store,
+    install_crds,
+    played_resnet_build,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -57,14 +60,9 @@ def example() -> Callable[..., dict[str, Any]]:
 
 
 def gpu_build_result(engine_key: str = "e3b0c44298fc1c149afbf4c8996fb924") -> BuildResult:
-    """What a successful TensorRT build of the ResNet-50 example reports (played: no GPU here)."""
-    return BuildResult(
-        outcome=BuildOutcome.SUCCEEDED,
-        engine_key=engine_key,
-        artifact=f"pvc://tailpilot-engines/{engine_key}",
-        triton_backend="tensorrt",
-        inputs=(TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224)),),
-        outputs=(TensorSpec(name="resnetv24_dense0_fwd", data_type="TYPE_FP32", dims=(1000,)),),
+    """The played ResNet-50 TensorRT build, with a profile summary for the status."""
+    return played_resnet_build(
+        engine_key,
         profile=ProfileSummary(
             hardware="NVIDIA-H100-80GB-HBM3",
             service_time=ServiceTimeModel(intercept_ms=1.2, per_item_ms=0.11, jitter_cv=0.05),
