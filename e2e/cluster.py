@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -31,10 +33,14 @@ from pathlib import Path
 from tailpilot_e2e import fleet as fleet_mod
 from tailpilot_e2e import pki
 from tailpilot_e2e.config import E2E_DIR, Binaries, Ports, read_versions, state_dir
+from tailpilot_e2e.node_agent import NODE_NAME, kill_all
 from tailpilot_e2e.procs import ClusterError, Component, log_tail, pid_runs, read_pid, start, stop
 
 #: Start order; stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: The optional node agent (`real_node=True`), started last.
+NODE_AGENT = "node-agent"
+NODE_AGENT_MODULE = "tailpilot_e2e.node_agent"
 STAGES_FILE = E2E_DIR / "kwok" / "stages.yaml"
 
 
@@ -89,8 +95,20 @@ class LocalCluster:
         binaries: Binaries | None = None,
         fleet: tuple[fleet_mod.NodePool, ...] = fleet_mod.DEFAULT_FLEET,
         audit_log: bool = False,
+        real_node: bool = False,
     ):
+        """Describe the cluster; `up` starts it.
+
+        Args:
+        paths: State directory layout (`.cluster/` or TAILPILOT_CLUSTER_DIR).
+        ports: Component ports (shifted by TAILPILOT_CLUSTER_PORT_OFFSET).
+        binaries: Cached upstream binaries.
+        fleet: The KWOK-simulated nodes.
+        audit_log: Log every API request's metadata (write-rate benchmarks).
+        real_node: Also run the node agent, whose node `local-0` runs pods as local processes.
+        """
         self.audit_log = audit_log
+        self.real_node = real_node
         self.paths = paths or ClusterPaths(state_dir())
         self.ports = ports or Ports.from_env()
         self.binaries = binaries or Binaries.from_cache()
@@ -122,9 +140,18 @@ class LocalCluster:
         """True when kube-apiserver answers /readyz with 200."""
         return (self.paths.pki / "admin.crt").exists() and self._https_ok(f"{self.server}/readyz")
 
+    def component_names(self) -> tuple[str, ...]:
+        """The components this cluster runs, in start order."""
+        return (*COMPONENTS, NODE_AGENT) if self.real_node else COMPONENTS
+
+    @property
+    def agent_state_dir(self) -> Path:
+        """Where the node agent keeps its pods' directories (volumes, logs, process records)."""
+        return self.paths.root / "node-agent"
+
     def running(self) -> bool:
         """True when every component's PID is alive and the API server is ready."""
-        for name in COMPONENTS:
+        for name in self.component_names():
             pid = read_pid(self.paths.root / f"{name}.pid")
             if pid is None or not pid_runs(pid):
                 return False
@@ -136,7 +163,7 @@ class LocalCluster:
         etcd_data = self.paths.root / "etcd-data"
         kcm_kc = self.paths.component_kubeconfig("controller-manager")
         sched_kc = self.paths.component_kubeconfig("scheduler")
-        return [
+        components = [
             Component(
                 "etcd",
                 [
@@ -248,6 +275,27 @@ class LocalCluster:
                 ready_timeout_s=30,
             ),
         ]
+        if self.real_node:
+            components.append(self._node_agent())
+        return components
+
+    def _node_agent(self) -> Component:
+        ready_file = self.agent_state_dir / "ready"
+        ready_file.unlink(missing_ok=True)
+        return Component(
+            NODE_AGENT,
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                NODE_AGENT_MODULE,
+                f"--kubeconfig={self.paths.kubeconfig}",
+                f"--state-dir={self.agent_state_dir}",
+            ],
+            [],
+            ready_file.exists,
+            ready_timeout_s=60,
+        )
 
     def _audit_flags(self) -> list[str]:
         """Log every request's metadata (who, verb, resource) when auditing is on (write-rate benchmarks)."""
@@ -341,6 +389,8 @@ class LocalCluster:
     def wait_nodes_ready(self, timeout_s: float = 60) -> None:
         """Wait (bounded) until every fleet node reports Ready."""
         expected = {item["metadata"]["name"] for item in fleet_mod.fleet_manifests(self.fleet)}
+        if self.real_node:
+            expected.add(NODE_NAME)
         deadline = time.monotonic() + timeout_s
         not_ready: set[str] = set(expected)
         while time.monotonic() < deadline:
@@ -413,18 +463,37 @@ class LocalCluster:
                 raise
             return True
 
+    def kill_node_agent(self) -> int:
+        """SIGKILL the node agent alone; its pods' processes keep running (containers outlive a kubelet)."""
+        pid = read_pid(self.paths.root / f"{NODE_AGENT}.pid")
+        if pid is None or not pid_runs(pid, NODE_AGENT_MODULE):
+            raise ClusterError("the node agent is not running")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid_runs(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # bounded wait for the kernel to reap it
+        stop(NODE_AGENT, state=self.paths.root)  # reaps our child and removes the PID file
+        return pid
+
+    def start_node_agent(self) -> int:
+        """Start the node agent (again); it adopts the processes of its pods."""
+        return start(self._node_agent(), state=self.paths.root)
+
     def _stop_all(self) -> list[str]:
         binaries = {
-            "etcd": self.binaries.etcd,
-            "kube-apiserver": self.binaries.kube_apiserver,
-            "kube-controller-manager": self.binaries.kube_controller_manager,
-            "kube-scheduler": self.binaries.kube_scheduler,
-            "kwok": self.binaries.kwok,
+            "etcd": str(self.binaries.etcd),
+            "kube-apiserver": str(self.binaries.kube_apiserver),
+            "kube-controller-manager": str(self.binaries.kube_controller_manager),
+            "kube-scheduler": str(self.binaries.kube_scheduler),
+            "kwok": str(self.binaries.kwok),
+            NODE_AGENT: NODE_AGENT_MODULE,
         }
-        return [
-            name
-            for name in reversed(COMPONENTS)
-            if stop(name, state=self.paths.root, binary=str(binaries[name]))
+        # The agent first, then the processes of its pods (they outlive it by design), then the rest.
+        stopped = [NODE_AGENT] if stop(NODE_AGENT, state=self.paths.root, binary=NODE_AGENT_MODULE) else []
+        if kill_all(self.agent_state_dir):
+            stopped.append("pod processes")
+        return stopped + [
+            name for name in reversed(COMPONENTS) if stop(name, state=self.paths.root, binary=binaries[name])
         ]
 
     def down(self) -> list[str]:
@@ -435,12 +504,31 @@ class LocalCluster:
         return stopped
 
 
+#: Port offset and state directory of the real-pods cluster, so it runs beside the default one.
+REAL_NODE_PORT_OFFSET = 300
+
+
+def real_node_cluster(state: Path | None = None, *, port_offset: int = REAL_NODE_PORT_OFFSET) -> LocalCluster:
+    """A cluster whose CPU node is the node agent's `local-0` (pods run as processes), plus two GPU nodes."""
+    return LocalCluster(
+        paths=ClusterPaths(state or state_dir().with_name(state_dir().name + "-real")),
+        ports=Ports.shifted(port_offset),
+        fleet=fleet_mod.REAL_NODE_FLEET,
+        real_node=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: up | down | status."""
     parser = argparse.ArgumentParser(prog="python -m tailpilot_e2e.cluster")
     parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="the real-pods cluster: node agent on local-0, state in .cluster-real/, ports +300",
+    )
     args = parser.parse_args(argv)
-    cluster = LocalCluster()
+    cluster = real_node_cluster() if args.real_node else LocalCluster()
     try:
         if args.command == "up":
             started_at = time.monotonic()

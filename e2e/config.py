@@ -79,9 +79,12 @@ class Ports:
     @classmethod
     def from_env(cls) -> Ports:
         """Shift every port by TAILPILOT_CLUSTER_PORT_OFFSET (to run two clusters side by side)."""
-        offset = int(os.environ.get("TAILPILOT_CLUSTER_PORT_OFFSET", "0"))
-        base = cls()
-        return cls(**{name: port + offset for name, port in vars(base).items()})
+        return cls.shifted(int(os.environ.get("TAILPILOT_CLUSTER_PORT_OFFSET", "0")))
+
+    @classmethod
+    def shifted(cls, offset: int) -> Ports:
+        """Every default port plus `offset`."""
+        return cls(**{name: port + offset for name, port in vars(cls()).items()})
 
 
 def state_dir() -> Path:

@@ -37,6 +37,13 @@ DEFAULT_FLEET: tuple[NodePool, ...] = (
     NodePool("cpu", 2, cpu="32", memory="128Gi"),
 )
 
+#: Beside the node agent's real `local-0` (a CPU node whose pods run as processes): GPU nodes only,
+#: so every CPU pod lands on `local-0` and really runs.
+REAL_NODE_FLEET: tuple[NodePool, ...] = (
+    NodePool("gpu-h100", 1, cpu="64", memory="512Gi", gpu_product="NVIDIA-H100-80GB-HBM3", gpus=8),
+    NodePool("gpu-l4", 1, cpu="32", memory="128Gi", gpu_product="NVIDIA-L4", gpus=4),
+)
+
 
 def scaled_fleet(
     *, h100_nodes: int, l4_nodes: int = 2, cpu_nodes: int = 2, pods_per_node: int = 110

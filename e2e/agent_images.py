@@ -1,0 +1,125 @@
+"""The node agent's image table: which local executable plays which container image (pure data).
+
+A real kubelet pulls an image and runs its entry point; the node agent has no
+container runtime, so it maps an image *repository* (the tag is ignored) to
+executables on this machine:
+
+- `nvcr.io/nvidia/tritonserver`: command `tritonserver` runs the `tritonserver`
+  bundled with nvidia-pytriton, with a Python backend directory, bound to the pod IP;
+- `ghcr.io/tailpilot/tailpilot-builder`: command `tailpilot` runs the project's own
+  `tailpilot` console script (the build Job's `tailpilot build`).
+
+Any other command of a mapped image (`sh`, `cp`, ...) is looked up on this
+machine's PATH, as the image's own shell tools would be. An image whose
+repository is not in the table cannot run: the pod waits with ErrImagePull.
+
+Triton binds 0.0.0.0 by default, which would collide between pods on one
+host; a pod has its own network namespace in a real cluster, here its own
+loopback address, so the table adds `--*-address=<pod IP>` for Triton.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class UnmappedImageError(LookupError):
+    """The image (or a command in it) has no local executable; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    """How to run one image repository's commands on this machine.
+
+    Attributes:
+        repository: Image name without tag or digest (`registry/path/name`).
+        executables: Command name (argv[0] as the pod spec gives it) -> local executable.
+        extra_args: Per command, a function of the pod IP returning arguments appended to argv.
+        env: Environment added under the container's own env (e.g. PATH for the Python backend).
+    """
+
+    repository: str
+    executables: Mapping[str, str]
+    extra_args: Mapping[str, Callable[[str], Sequence[str]]] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def image_repository(image: str) -> str:
+    """`registry/name:tag@sha256:...` -> `registry/name` (a port in the registry host is kept)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)
+    if ":" in last[-1]:
+        name = name[: len(name) - len(last[-1])] + last[-1].split(":", 1)[0]
+    return name
+
+
+def resolve_argv(
+    table: Mapping[str, ImageEntry],
+    *,
+    image: str,
+    command: Sequence[str],
+    args: Sequence[str],
+    pod_ip: str,
+    host_path: str | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The local argv and extra env for a container, or UnmappedImageError.
+
+    Args:
+        table: Image repository -> entry.
+        image: The container's image.
+        command: The container's `command` (the agent needs one: it has no image entry point).
+        args: The container's `args`.
+        pod_ip: The pod's loopback address.
+        host_path: PATH used to find host commands (`shutil.which`'s default when None).
+    """
+    entry = table.get(image_repository(image))
+    if entry is None:
+        raise UnmappedImageError(
+            f"image {image!r} has no local mapping in the node agent's image table "
+            f"(known: {', '.join(sorted(table)) or 'none'})"
+        )
+    if not command:
+        raise UnmappedImageError(
+            f"image {image!r}: the node agent needs an explicit command (no entry point)"
+        )
+    name = command[0]
+    executable = entry.executables.get(name) or shutil.which(name, path=host_path)
+    if executable is None:
+        raise UnmappedImageError(f"image {image!r}: command {name!r} is neither mapped nor on this machine")
+    extra = list(entry.extra_args[name](pod_ip)) if name in entry.extra_args else []
+    return [executable, *command[1:], *args, *extra], dict(entry.env)
+
+
+TRITON_REPOSITORY = "nvcr.io/nvidia/tritonserver"
+BUILDER_REPOSITORY = "ghcr.io/tailpilot/tailpilot-builder"
+
+
+def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> dict[str, ImageEntry]:
+    """The table the agent runs with: Triton and the builder (see the module docstring)."""
+
+    def triton_extra(pod_ip: str) -> list[str]:
+        return [
+            f"--backend-directory={backend_dir}",
+            f"--http-address={pod_ip}",
+            f"--grpc-address={pod_ip}",
+            f"--metrics-address={pod_ip}",
+        ]
+
+    # The Python backend's stub finds numpy/onnxruntime through the interpreter first on PATH.
+    path_env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"}
+    return {
+        TRITON_REPOSITORY: ImageEntry(
+            repository=TRITON_REPOSITORY,
+            executables={"tritonserver": str(triton_binary)},
+            extra_args={"tritonserver": triton_extra},
+            env=path_env,
+        ),
+        BUILDER_REPOSITORY: ImageEntry(
+            repository=BUILDER_REPOSITORY,
+            executables={"tailpilot": str(venv_bin / "tailpilot")},
+            env=path_env,
+        ),
+    }

@@ -1,0 +1,1140 @@
+"""The node agent: a kubelet stand-in whose pods really run, as local processes (test and demo harness).
+
+It registers one Node (`local-0`, a CPU inference node), keeps its Lease and
+Ready condition fresh, and for every pod bound to it:
+
+- gives the pod its own loopback address (127.65.x.y) as pod IP, so ports never collide;
+- materializes volumes (emptyDir, ConfigMap, Secret, PVCs bound to local/hostPath PVs)
+  under the pod's directory and maps each mountPath onto them (see `agent_pod`);
+- runs init containers in order, then the containers, mapping images to local
+  executables through the image table (`agent_images`); an unmapped image waits
+  with ErrImagePull/ImagePullBackOff;
+- runs startup, readiness and liveness probes for real (HTTP, TCP, exec);
+- restarts ended containers per restartPolicy with exponential back-off
+  (CrashLoopBackOff), reads termination messages from `terminationMessagePath`;
+- on deletion sends SIGTERM, waits up to the grace period, SIGKILLs, then
+  removes the pod from the API; writes the pod's status (phase, conditions,
+  container states, restart counts, exit codes) whenever it changes.
+
+Every container process runs under a shim (`agent_shim.py`) that records its
+PID and exit in the pod's directory, so the agent's own restart adopts the
+running processes instead of orphaning them, and processes of pods that
+vanished meanwhile are stopped. Pods are listed every 0.5 s (no watch): a
+harness on one machine, where simplicity beats the last 0.5 s of latency.
+
+Not a kubelet: no resource limits, no user switching, no image pulls, no
+`kubectl logs/exec` (logs are files under the pod's directory).
+
+    python -P -m tailpilot_e2e.node_agent --kubeconfig K --state-dir D [--node local-0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tailpilot_e2e import agent_images
+from tailpilot_e2e.agent_pod import (
+    DEFAULT_TERMINATION_MESSAGE_PATH,
+    FALLBACK_LOG_LIMIT,
+    TERMINATION_MESSAGE_LIMIT,
+    ContainerRecord,
+    PodConfigError,
+    Probe,
+    Termination,
+    container_env,
+    container_status,
+    expand_args,
+    field_value,
+    key_files,
+    mount_link,
+    parse_probe,
+    pod_conditions,
+    pod_phase,
+    pv_host_path,
+    rewrite_paths,
+    rfc3339,
+    volume_plans,
+    will_restart,
+)
+
+log = logging.getLogger("node-agent")
+
+NODE_NAME = "local-0"
+NODE_IP = "127.0.0.1"
+POD_IP_PREFIX = "127.65"
+SHIM = Path(__file__).resolve().parent / "agent_shim.py"
+LIST_PERIOD_S = 0.5
+HEARTBEAT_PERIOD_S = 10.0
+LEASE_DURATION_S = 40
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def node_manifest(name: str, *, cpu: str, memory: str) -> dict[str, Any]:
+    """The Node the agent registers: a CPU inference node that runs pods as local processes."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "tailpilot.io/node-pool": "cpu",
+                "tailpilot.io/local-processes": "true",
+            },
+        },
+    }
+
+
+def node_status(*, cpu: str, memory: str, now: float) -> dict[str, Any]:
+    """Capacity, Ready and the pressure conditions, addresses and node info."""
+    capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
+    beat = rfc3339(now)
+
+    def cond(type_: str, status: str, reason: str) -> dict[str, str]:
+        return {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": reason,
+            "lastHeartbeatTime": beat,
+            "lastTransitionTime": beat,
+        }
+
+    return {
+        "capacity": capacity,
+        "allocatable": dict(capacity),
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID"),
+            cond("Ready", "True", "KubeletReady"),
+        ],
+        "addresses": [{"type": "InternalIP", "address": NODE_IP}, {"type": "Hostname", "address": NODE_NAME}],
+        "nodeInfo": {
+            "machineID": "tailpilot-local",
+            "systemUUID": "tailpilot-local",
+            "bootID": "tailpilot-local",
+            "kernelVersion": os.uname().release,
+            "osImage": "local processes (tailpilot node agent)",
+            "containerRuntimeVersion": "tailpilot-agent://0.1",
+            "kubeletVersion": "v0.0.0-tailpilot-agent",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }
+
+
+# ---- processes --------------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+@dataclass
+class Run:
+    """One start of a container: its directory holds child.json and, once it ended, exit.json."""
+
+    dir: Path
+    shim: subprocess.Popen[bytes] | None = None  # None when adopted from a previous agent
+
+    def child(self) -> dict[str, Any] | None:
+        return _read_json(self.dir / "child.json")
+
+    def exit(self) -> dict[str, Any] | None:
+        return _read_json(self.dir / "exit.json")
+
+    def alive_pid(self) -> int | None:
+        """The container process' PID if it still runs (and is the same process)."""
+        child = self.child()
+        if child is None:
+            return None
+        ticks = _start_ticks(int(child["pid"]))
+        return int(child["pid"]) if ticks == child["startTicks"] else None
+
+    def signal(self, sig: signal.Signals) -> None:
+        pid = self.alive_pid()
+        if pid is not None:
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def ended(self) -> dict[str, Any] | None:
+        """exit.json once the process ended; a synthesized one if the shim died without writing it."""
+        if self.shim is not None:
+            self.shim.poll()  # reap the shim of a process we started
+        result = self.exit()
+        if result is not None:
+            return result
+        shim_gone = self.shim is not None and self.shim.returncode is not None
+        child = self.child()
+        if child is not None and self.alive_pid() is None and (shim_gone or self.shim is None):
+            result = _read_json(self.dir / "exit.json")  # the shim may have written it meanwhile
+            return result or {
+                "exitCode": 137,
+                "signal": 9,
+                "startedAt": child["startedAt"],
+                "finishedAt": time.time(),
+                "reason": "Unknown",
+            }
+        if child is None and shim_gone:
+            return {
+                "exitCode": 128,
+                "signal": None,
+                "startedAt": time.time(),
+                "finishedAt": time.time(),
+                "reason": "StartError",
+            }
+        return None
+
+
+def running_processes(state_dir: Path, pod_uid: str | None = None) -> dict[str, int]:
+    """`<pod uid>/<container>` -> PID of each container process that runs now (all pods, or one)."""
+    out = {}
+    for container_dir in state_dir.glob(f"pods/{pod_uid or '*'}/*/*"):
+        runs = sorted(container_dir.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
+        pid = Run(runs[-1]).alive_pid() if runs else None
+        if pid is not None:
+            out[f"{container_dir.parent.parent.name}/{container_dir.name}"] = pid
+    return out
+
+
+def kill_all(state_dir: Path, grace_s: float = 5.0) -> int:
+    """Stop every container process recorded under the agent's state dir (after the agent stopped)."""
+    runs = [Run(d) for d in state_dir.glob("pods/*/containers/*/run-*")]
+    alive = [r for r in runs if r.alive_pid() is not None]
+    for r in alive:
+        r.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(r.alive_pid() is not None for r in alive) and time.monotonic() < deadline:
+        time.sleep(0.1)  # bounded wait for processes to exit
+    for r in alive:
+        r.signal(signal.SIGKILL)
+    return len(alive)
+
+
+def _write_files(target: Path, files: Mapping[str, bytes]) -> None:
+    """Write changed files atomically (a reader never sees half a ConfigMap key)."""
+    for rel, content in files.items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_bytes() != content:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(content)
+            tmp.replace(path)
+
+
+# ---- per-container and per-pod runtime ---------------------------------------------------------------
+@dataclass
+class ProbeState:
+    """Consecutive results of one probe and when it is next due."""
+
+    probe: Probe
+    due: float
+    successes: int = 0
+    failures: int = 0
+    pending: concurrent.futures.Future[bool] | None = None
+
+
+@dataclass
+class ContainerRuntime:
+    """A container of a pod: its spec, record, current run and probes."""
+
+    spec: dict[str, Any]
+    record: ContainerRecord
+    init: bool
+    dir: Path
+    run: Run | None = None
+    backoff_until: float = 0.0
+    probes: dict[str, ProbeState] = field(default_factory=dict)
+    killing_since: float | None = None
+    kill_reason: str = ""
+    restart_pending: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+
+@dataclass
+class PodRuntime:
+    """A pod bound to this node."""
+
+    uid: str
+    namespace: str
+    name: str
+    dir: Path
+    ip: str
+    started_at: float
+    init: list[ContainerRuntime]
+    main: list[ContainerRuntime]
+    config_error: PodConfigError | None = None
+    volumes_ready: bool = False
+    init_failed: bool = False
+    deleting_deadline: float | None = None
+    last_status: dict[str, Any] | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "root"
+
+    def containers(self) -> list[ContainerRuntime]:
+        return [*self.init, *self.main]
+
+    def init_done(self) -> bool:
+        return all(c.record.terminated is not None and c.record.terminated.exit_code == 0 for c in self.init)
+
+
+class NodeAgent:
+    """Runs the pods bound to one node; `run_forever` until SIGTERM/SIGINT."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        state_dir: Path,
+        node: str = NODE_NAME,
+        cpu: str = "8",
+        memory: str = "16Gi",
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 20.0,
+        image_table: Mapping[str, agent_images.ImageEntry] | None = None,
+    ):
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.state_dir = state_dir
+        self.node = node
+        self.cpu, self.memory = cpu, memory
+        self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
+        self.table = dict(image_table) if image_table is not None else self._default_table()
+        self.pods: dict[str, PodRuntime] = {}
+        self.probe_pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="probe")
+        self.stopping = False
+        self.deleted: set[str] = set()  # pods whose deletion we completed (a finalizer may keep them listed)
+        self._next_heartbeat = 0.0
+        self._refresh_volumes = False
+        self._no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def _default_table(self) -> dict[str, agent_images.ImageEntry]:
+        from tailpilot.builders.triton_server import TritonStartError, make_backend_dir, pytriton_home
+
+        venv_bin = Path(sys.executable).parent
+        try:
+            home = pytriton_home()
+            backend_dir = make_backend_dir(self.state_dir / "triton-backends", home=home)
+        except TritonStartError as error:  # no nvidia-pytriton: Triton pods wait with ErrImagePull
+            log.warning("Triton is not available here: %s", error)
+            table = agent_images.default_table(
+                venv_bin=venv_bin, triton_binary=Path("/nonexistent"), backend_dir=Path("/nonexistent")
+            )
+            table.pop(agent_images.TRITON_REPOSITORY)
+            return table
+        return agent_images.default_table(
+            venv_bin=venv_bin, triton_binary=home / "bin" / "tritonserver", backend_dir=backend_dir
+        )
+
+    # ---- node ----------------------------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        """Register the node (once), then refresh its status and Lease."""
+        now = time.time()
+        try:
+            self.core.read_node(self.node)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self.core.create_node(node_manifest(self.node, cpu=self.cpu, memory=self.memory))
+        self.core.patch_node_status(
+            self.node,
+            {"status": node_status(cpu=self.cpu, memory=self.memory, now=now)},
+            _content_type=MERGE_PATCH,
+        )
+        leases = client.CoordinationV1Api(self.api)
+        # The client turns the body into a model and renewTime into a datetime; the API wants exactly
+        # six fractional digits (MicroTime), which isoformat() omits when the microseconds are 0.
+        renew = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(
+            microsecond=max(1, int(now * 1e6) % 1_000_000)
+        )
+        spec = client.V1LeaseSpec(
+            holder_identity=self.node, lease_duration_seconds=LEASE_DURATION_S, renew_time=renew
+        )
+        try:
+            leases.patch_namespaced_lease(
+                self.node, "kube-node-lease", {"spec": spec}, _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            leases.create_namespaced_lease(
+                "kube-node-lease",
+                client.V1Lease(
+                    metadata=client.V1ObjectMeta(name=self.node, namespace="kube-node-lease"), spec=spec
+                ),
+            )
+        (self.state_dir / "ready").write_text(rfc3339(now))
+
+    # ---- API reads -----------------------------------------------------------------------------------
+    def _bound_pods(self) -> dict[str, dict[str, Any]]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}")
+        out = {}
+        for pod in pods.items:
+            data: dict[str, Any] = self.api.sanitize_for_serialization(pod)
+            out[data["metadata"]["uid"]] = data
+        return out
+
+    def _lookup(self, namespace: str) -> Any:
+        def lookup(kind: str, name: str) -> Mapping[str, str] | None:
+            try:
+                if kind == "configmap":
+                    return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
+                return dict(self.core.read_namespaced_secret(name, namespace).data or {})
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+        return lookup
+
+    # ---- pod setup -----------------------------------------------------------------------------------
+    def _pod_dir(self, uid: str) -> Path:
+        return self.state_dir / "pods" / uid
+
+    def _allocate_ip(self, pod_dir: Path) -> str:
+        ip_file = pod_dir / "ip"
+        if ip_file.exists():
+            return ip_file.read_text().strip()
+        used = {p.ip for p in self.pods.values()} | {
+            f.read_text().strip() for f in self.state_dir.glob("pods/*/ip")
+        }
+        for n in range(2, 256 * 254):
+            ip = f"{POD_IP_PREFIX}.{n // 254}.{n % 254 + 1}"
+            if ip not in used:
+                ip_file.write_text(ip)
+                return ip
+        raise RuntimeError("no pod IP left")
+
+    def _materialize_volumes(self, pod: dict[str, Any], runtime: PodRuntime) -> dict[str, Path]:
+        namespace = pod["metadata"]["namespace"]
+        lookup = self._lookup(namespace)
+        dirs: dict[str, Path] = {}
+        for plan in volume_plans(pod):
+            target = runtime.dir / "volumes" / plan.name
+            if plan.kind == "persistentVolumeClaim":
+                claim = self.core.read_namespaced_persistent_volume_claim(plan.source["claimName"], namespace)
+                if not claim.spec.volume_name or claim.status.phase != "Bound":
+                    raise PodConfigError(
+                        "ContainerCreating",
+                        f"PersistentVolumeClaim {plan.source['claimName']!r} is not bound",
+                    )
+                pv = self.api.sanitize_for_serialization(
+                    self.core.read_persistent_volume(claim.spec.volume_name)
+                )
+                host = Path(pv_host_path(pv))
+                host.mkdir(parents=True, exist_ok=True)
+                dirs[plan.name] = host
+                continue
+            if plan.kind == "hostPath":
+                dirs[plan.name] = Path(plan.source["path"])
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            if plan.kind in ("configMap", "secret"):
+                _write_files(target, self._object_files(plan.kind, plan.source, lookup, volume=plan.name))
+            elif plan.kind == "projected":
+                files: dict[str, bytes] = {}
+                for source in plan.source.get("sources") or []:
+                    files |= self._projected_files(pod, source, lookup, runtime, volume=plan.name)
+                _write_files(target, files)
+            dirs[plan.name] = target
+        return dirs
+
+    def _object_files(
+        self, kind: str, source: Mapping[str, Any], lookup: Any, *, volume: str
+    ) -> dict[str, bytes]:
+        """Files of a configMap/secret volume (or projection)."""
+        api_kind = "configmap" if kind == "configMap" else "secret"
+        name = source.get("name") or source.get("secretName", "")
+        data = lookup(api_kind, name)
+        if data is None:
+            if source.get("optional"):
+                return {}
+            raise PodConfigError("ContainerCreating", f"{api_kind} {name!r} not found (volume {volume!r})")
+        return key_files(data, source.get("items"), encoded=api_kind == "secret")
+
+    def _projected_files(
+        self, pod: dict[str, Any], source: Mapping[str, Any], lookup: Any, runtime: PodRuntime, *, volume: str
+    ) -> dict[str, bytes]:
+        """One source of a projected volume: configMap, secret, downwardAPI or a ServiceAccount token."""
+        if "configMap" in source or "secret" in source:
+            kind = "configMap" if "configMap" in source else "secret"
+            return self._object_files(kind, source[kind], lookup, volume=volume)
+        if "downwardAPI" in source:
+            return {
+                item["path"]: field_value(
+                    pod, item["fieldRef"]["fieldPath"], pod_ip=runtime.ip, host_ip=NODE_IP
+                ).encode()
+                for item in source["downwardAPI"].get("items") or []
+                if "fieldRef" in item
+            }
+        if "serviceAccountToken" in source:
+            token_spec = source["serviceAccountToken"]
+            audience = token_spec.get("audience")
+            request = client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(
+                    audiences=[audience] if audience else [],
+                    expiration_seconds=int(token_spec.get("expirationSeconds", 3607)),
+                    bound_object_ref=client.V1BoundObjectReference(
+                        kind="Pod", api_version="v1", name=runtime.name, uid=runtime.uid
+                    ),
+                )
+            )
+            account = pod["spec"].get("serviceAccountName") or "default"
+            token = self.core.create_namespaced_service_account_token(account, runtime.namespace, request)
+            return {token_spec["path"]: token.status.token.encode()}
+        raise PodConfigError(
+            "CreateContainerConfigError", f"volume {volume!r}: projected {sorted(source)} is not supported"
+        )
+
+    def _link_mounts(
+        self, runtime: PodRuntime, container: dict[str, Any], volume_dirs: Mapping[str, Path]
+    ) -> None:
+        for mount in container.get("volumeMounts") or []:
+            link = mount_link(runtime.root, mount["mountPath"])
+            link.parent.mkdir(parents=True, exist_ok=True)
+            source = volume_dirs[mount["name"]]
+            if mount.get("subPath"):
+                source = source / mount["subPath"]
+                source.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() and Path(os.readlink(link)) == source:
+                continue
+            if link.is_symlink() or link.is_file():
+                link.unlink()
+            link.symlink_to(source)
+        message_path = mount_link(
+            runtime.root, container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+        )
+        message_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _new_runtime(self, pod: dict[str, Any]) -> PodRuntime:
+        uid = pod["metadata"]["uid"]
+        pod_dir = self._pod_dir(uid)
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        (pod_dir / "pod.json").write_text(
+            json.dumps({"namespace": pod["metadata"]["namespace"], "name": pod["metadata"]["name"]})
+        )
+        created = pod_dir / "started-at"
+        if not created.exists():
+            created.write_text(str(time.time()))
+
+        def containers(kind: str, init: bool) -> list[ContainerRuntime]:
+            out = []
+            for spec in pod["spec"].get(kind) or []:
+                cdir = pod_dir / ("init" if init else "containers") / spec["name"]
+                cdir.mkdir(parents=True, exist_ok=True)
+                out.append(
+                    ContainerRuntime(
+                        spec=spec,
+                        record=ContainerRecord(name=spec["name"], image=spec.get("image", "")),
+                        init=init,
+                        dir=cdir,
+                    )
+                )
+            return out
+
+        runtime = PodRuntime(
+            uid=uid,
+            namespace=pod["metadata"]["namespace"],
+            name=pod["metadata"]["name"],
+            dir=pod_dir,
+            ip=self._allocate_ip(pod_dir),
+            started_at=float(created.read_text()),
+            init=containers("initContainers", True),
+            main=containers("containers", False),
+        )
+        self._adopt(runtime, pod)
+        return runtime
+
+    def _adopt(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
+        """Rebuild records from the pod's directory: restart counts, last exits, running processes."""
+        previous = {s["name"]: s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        restart_policy = pod["spec"].get("restartPolicy", "Always")
+        now = time.monotonic()
+        for c in runtime.containers():
+            runs = sorted(c.dir.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
+            if not runs:
+                continue
+            c.record.restart_count = len(runs) - 1
+            if len(runs) > 1:
+                ended = Run(runs[-2]).exit()
+                if ended:
+                    c.record.last_terminated = self._termination(c, ended, runtime, read_message=False)
+            c.run = Run(runs[-1])
+            last = c.run.exit()
+            if last is not None:
+                policy = (
+                    restart_policy if not c.init else ("Never" if restart_policy == "Never" else "OnFailure")
+                )
+                self._ended(runtime, c, self._termination(c, last, runtime), policy, now)
+            elif c.run.alive_pid() is not None:
+                child = c.run.child() or {}
+                c.record.running_since = float(child.get("startedAt", time.time()))
+                c.record.started = bool(previous.get(c.name, {}).get("started", True))
+                c.record.ready = bool(previous.get(c.name, {}).get("ready", False))
+                log.info(
+                    "adopted %s/%s container %s (pid %s)",
+                    runtime.namespace,
+                    runtime.name,
+                    c.name,
+                    child.get("pid"),
+                )
+                self._arm_probes(c, now)
+
+    # ---- container lifecycle -------------------------------------------------------------------------
+    def _backoff(self, restart_count: int) -> float:
+        return min(self.backoff_max_s, self.backoff_base_s * 2 ** max(0, restart_count - 1))
+
+    def _termination(
+        self, c: ContainerRuntime, ended: Mapping[str, Any], runtime: PodRuntime, *, read_message: bool = True
+    ) -> Termination:
+        code = int(ended["exitCode"])
+        message = ""
+        if read_message:
+            path = mount_link(
+                runtime.root, c.spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+            )
+            try:
+                message = path.read_bytes()[:TERMINATION_MESSAGE_LIMIT].decode(errors="replace")
+            except OSError:
+                message = ""
+            if (
+                not message
+                and code != 0
+                and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+            ):
+                log_file = c.dir / f"{c.record.restart_count}.log"
+                try:
+                    message = log_file.read_bytes()[-FALLBACK_LOG_LIMIT:].decode(errors="replace")
+                except OSError:
+                    message = ""
+        reason = str(ended.get("reason") or ("Completed" if code == 0 else "Error"))
+        return Termination(
+            exit_code=code,
+            reason=reason,
+            message=message,
+            started_at=float(ended["startedAt"]),
+            finished_at=float(ended["finishedAt"]),
+            signal=ended.get("signal"),
+        )
+
+    def _start(self, runtime: PodRuntime, pod: dict[str, Any], c: ContainerRuntime) -> None:
+        spec = c.spec
+        try:
+            env = container_env(
+                pod, spec, pod_ip=runtime.ip, host_ip=NODE_IP, lookup=self._lookup(runtime.namespace)
+            )
+            argv, image_env = agent_images.resolve_argv(
+                self.table,
+                image=spec.get("image", ""),
+                command=expand_args(spec.get("command") or [], env),
+                args=expand_args(spec.get("args") or [], env),
+                pod_ip=runtime.ip,
+            )
+        except agent_images.UnmappedImageError as error:
+            pulled_once = c.record.waiting_reason in ("ErrImagePull", "ImagePullBackOff")
+            c.record.waiting_reason = "ImagePullBackOff" if pulled_once else "ErrImagePull"
+            c.record.waiting_message = str(error)
+            c.backoff_until = time.monotonic() + self._backoff(2)
+            return
+        except PodConfigError as error:
+            c.record.waiting_reason, c.record.waiting_message = error.reason, str(error)
+            c.backoff_until = time.monotonic() + self._backoff(1)
+            return
+        mounts = [m["mountPath"] for m in spec.get("volumeMounts") or []]
+        files = [spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH]
+
+        def rewrite(text: str) -> str:
+            return rewrite_paths(text, root=runtime.root, mount_paths=mounts, files=files)
+
+        message_file = mount_link(runtime.root, files[0])
+        message_file.write_bytes(b"")
+        argv = [argv[0], *(rewrite(a) for a in argv[1:])]
+        full_env = {
+            "HOSTNAME": runtime.name,
+            "LANG": "C.UTF-8",
+            **image_env,
+            **{k: rewrite(v) for k, v in env.items()},
+        }
+        working_dir = spec.get("workingDir")
+        cwd = rewrite(working_dir) if working_dir else str(runtime.root)
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        index = len(list(c.dir.glob("run-*")))
+        run_dir = c.dir / f"run-{index}"
+        run_dir.mkdir()
+        log_file = c.dir / f"{index}.log"
+        shim = subprocess.Popen(  # noqa: S603 - the pod's command, under our shim
+            [sys.executable, "-I", "-S", str(SHIM), str(run_dir), str(log_file), cwd, "--", *argv],
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        c.restart_pending = False
+        c.record.restart_count = index
+        c.run = Run(run_dir, shim)
+        c.record.terminated = None
+        c.record.running_since = time.time()
+        c.record.ready = False
+        c.record.started = False
+        c.record.waiting_reason, c.record.waiting_message = "", ""
+        c.killing_since = None
+        self._arm_probes(c, time.monotonic())
+        log.info("started %s/%s %s: %s", runtime.namespace, runtime.name, c.name, " ".join(argv)[:300])
+        self._event(runtime, "Started", f"Started container {c.name}")
+
+    def _arm_probes(self, c: ContainerRuntime, now: float) -> None:
+        ports = c.spec.get("ports") or []
+        c.probes = {}
+        if c.init:
+            return
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            try:
+                probe = parse_probe(c.spec.get(kind), ports)
+            except PodConfigError:
+                probe = None
+            if probe is not None:
+                c.probes[kind] = ProbeState(probe=probe, due=now + probe.initial_delay_s)
+
+    def _kill(self, runtime: PodRuntime, c: ContainerRuntime, reason: str) -> None:
+        if c.run is None or c.killing_since is not None:
+            return
+        c.killing_since = time.monotonic()
+        c.kill_reason = reason
+        c.run.signal(signal.SIGTERM)
+        self._event(runtime, "Killing", f"Stopping container {c.name}: {reason}")
+
+    # ---- probes --------------------------------------------------------------------------------------
+    def _probe_once(self, probe: Probe, ip: str, root: Path) -> bool:
+        host = probe.host or ip
+        try:
+            if probe.kind == "httpGet":
+                url = f"http://{host}:{probe.port}{probe.path}"
+                with self._no_proxy.open(url, timeout=probe.timeout_s) as response:
+                    return 200 <= int(response.status) < 400
+            if probe.kind == "tcpSocket":
+                with socket.create_connection((host, probe.port), timeout=probe.timeout_s):
+                    return True
+            result = subprocess.run(
+                list(probe.command), cwd=root, capture_output=True, timeout=probe.timeout_s, check=False
+            )  # noqa: S603
+            return result.returncode == 0
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return False
+
+    def _probe(self, runtime: PodRuntime, c: ContainerRuntime) -> None:
+        now = time.monotonic()
+        if c.record.running_since is None or c.killing_since is not None:
+            return
+        startup = c.probes.get("startupProbe")
+        if startup is None:
+            c.record.started = True
+        for kind, state in c.probes.items():
+            if kind != "startupProbe" and not c.record.started:
+                continue
+            if kind == "startupProbe" and c.record.started:
+                continue
+            if state.pending is not None:
+                if not state.pending.done():
+                    continue
+                ok = state.pending.result()
+                state.pending = None
+                state.successes, state.failures = (state.successes + 1, 0) if ok else (0, state.failures + 1)
+                self._apply_probe(runtime, c, kind, state)
+            if now >= state.due and state.pending is None and c.killing_since is None:
+                state.due = now + state.probe.period_s
+                state.pending = self.probe_pool.submit(
+                    self._probe_once, state.probe, runtime.ip, runtime.root
+                )
+        if "readinessProbe" not in c.probes:
+            c.record.ready = c.record.started
+
+    def _apply_probe(self, runtime: PodRuntime, c: ContainerRuntime, kind: str, state: ProbeState) -> None:
+        probe = state.probe
+        if kind == "startupProbe":
+            if state.successes >= 1:
+                c.record.started = True
+            elif state.failures >= probe.failure_threshold:
+                self._event(
+                    runtime, "Unhealthy", f"Startup probe failed {state.failures} times", warning=True
+                )
+                self._kill(runtime, c, "startup probe failed")
+        elif kind == "readinessProbe":
+            if state.successes >= probe.success_threshold:
+                c.record.ready = True
+            elif state.failures >= probe.failure_threshold:
+                c.record.ready = False
+        elif state.failures >= probe.failure_threshold:
+            self._event(runtime, "Unhealthy", f"Liveness probe failed {state.failures} times", warning=True)
+            self._kill(runtime, c, "liveness probe failed")
+
+    # ---- sync ----------------------------------------------------------------------------------------
+    def _grace_s(self, pod: dict[str, Any]) -> float:
+        meta = pod["metadata"]
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        return float(grace)
+
+    def _sync_container(
+        self, runtime: PodRuntime, pod: dict[str, Any], c: ContainerRuntime, restart_policy: str
+    ) -> None:
+        now = time.monotonic()
+        if c.run is not None and c.record.running_since is not None:
+            ended = c.run.ended()
+            if ended is None:
+                if c.killing_since is not None and now - c.killing_since > self._grace_s(pod):
+                    c.run.signal(signal.SIGKILL)
+                else:
+                    self._probe(runtime, c)
+                return
+            self._ended(runtime, c, self._termination(c, ended, runtime), restart_policy, now)
+        if c.run is not None and not c.restart_pending:
+            return  # ended for good
+        if now < c.backoff_until:
+            if c.restart_pending:
+                c.record.waiting_reason = "CrashLoopBackOff"
+                c.record.waiting_message = (
+                    f"back-off {self._backoff(c.record.restart_count + 1):.0f}s restarting failed "
+                    f"container={c.name} pod={runtime.name}"
+                )
+            return
+        self._start(runtime, pod, c)
+
+    def _ended(
+        self,
+        runtime: PodRuntime,
+        c: ContainerRuntime,
+        termination: Termination,
+        restart_policy: str,
+        now: float,
+    ) -> None:
+        """Record an exit; schedule the restart (CrashLoopBackOff semantics) when the policy wants one."""
+        c.record.running_since = None
+        c.record.ready = False
+        c.killing_since = None
+        if will_restart(restart_policy, termination) and not (c.init and termination.exit_code == 0):
+            c.record.last_terminated = termination
+            c.record.terminated = None
+            c.restart_pending = True
+            c.backoff_until = now + self._backoff(c.record.restart_count + 1)
+            if termination.exit_code != 0:
+                self._event(
+                    runtime,
+                    "BackOff",
+                    f"Back-off restarting failed container {c.name} (exit code {termination.exit_code})",
+                    warning=True,
+                )
+        else:
+            c.record.terminated = termination
+            c.restart_pending = False
+        log.info("%s/%s %s exited with %s", runtime.namespace, runtime.name, c.name, termination.exit_code)
+
+    def _sync_pod(self, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        runtime = self.pods.get(uid)
+        if runtime is None:
+            fresh = not self._pod_dir(uid).exists()
+            if fresh and pod["metadata"].get("deletionTimestamp"):
+                # Deleted before we ran anything, or already stopped (a finalizer keeps it): nothing to run.
+                if uid not in self.deleted:
+                    self._delete_from_api(pod)
+                    self.deleted.add(uid)
+                return
+            if fresh and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            runtime = self.pods[uid] = self._new_runtime(pod)
+        if pod["metadata"].get("deletionTimestamp"):
+            self._terminate(runtime, pod)
+            return
+        if runtime.config_error is not None or not runtime.volumes_ready or self._refresh_volumes:
+            self._prepare_volumes(runtime, pod)
+        if runtime.config_error is None:
+            self._sync_containers(runtime, pod)
+        self._write_status(runtime, pod)
+
+    def _prepare_volumes(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
+        """Materialize (or refresh) the volumes and mount links; a failure leaves the pod waiting."""
+        try:
+            volume_dirs = self._materialize_volumes(pod, runtime)
+            for c in runtime.containers():
+                self._link_mounts(runtime, c.spec, volume_dirs)
+            runtime.config_error = None
+            runtime.volumes_ready = True
+        except PodConfigError as error:
+            runtime.config_error = error
+            for c in runtime.containers():
+                if c.run is None:
+                    c.record.waiting_reason, c.record.waiting_message = error.reason, str(error)
+
+    def _sync_containers(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
+        """Init containers one at a time, in order; then every container."""
+        restart_policy = pod["spec"].get("restartPolicy", "Always")
+        for c in runtime.init:
+            if c.record.terminated is not None and c.record.terminated.exit_code == 0:
+                continue
+            if c.record.terminated is not None and restart_policy == "Never":
+                runtime.init_failed = True
+                return
+            self._sync_container(runtime, pod, c, "Never" if restart_policy == "Never" else "OnFailure")
+            return
+        for c in runtime.main:
+            self._sync_container(runtime, pod, c, restart_policy)
+
+    def _terminate(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if runtime.deleting_deadline is None:
+            runtime.deleting_deadline = now + self._grace_s(pod)
+            for c in runtime.containers():
+                if c.run is not None and c.run.ended() is None:
+                    c.killing_since = now
+                    c.run.signal(signal.SIGTERM)
+        running = [c for c in runtime.containers() if c.run is not None and c.run.ended() is None]
+        if running and now > runtime.deleting_deadline:
+            for c in running:
+                c.run.signal(signal.SIGKILL)  # type: ignore[union-attr]
+        if running:
+            return
+        self._delete_from_api(pod)
+        self.deleted.add(runtime.uid)
+        self._forget(runtime)
+
+    def _delete_from_api(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            self.core.delete_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+                ),
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def _forget(self, runtime: PodRuntime) -> None:
+        self.pods.pop(runtime.uid, None)
+        shutil.rmtree(runtime.dir, ignore_errors=True)
+
+    def _stop_vanished(self, runtime: PodRuntime) -> None:
+        """The pod is gone from the API (force-deleted, or deleted while the agent was down)."""
+        for c in runtime.containers():
+            if c.run is not None:
+                c.run.signal(signal.SIGKILL)
+        if all(c.run is None or c.run.ended() is not None for c in runtime.containers()):
+            log.info("pod %s/%s is gone: its processes are stopped", runtime.namespace, runtime.name)
+            self._forget(runtime)
+
+    def _write_status(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
+        restart_policy = pod["spec"].get("restartPolicy", "Always")
+        init_done = runtime.init_done()
+        phase = pod_phase(
+            restart_policy=restart_policy,
+            init_failed=runtime.init_failed,
+            init_done=init_done,
+            records=[c.record for c in runtime.main],
+        )
+        existing = (pod.get("status") or {}).get("conditions") or []
+        status: dict[str, Any] = {
+            "phase": phase,
+            "hostIP": NODE_IP,
+            "hostIPs": [{"ip": NODE_IP}],
+            "podIP": runtime.ip,
+            "podIPs": [{"ip": runtime.ip}],
+            "startTime": rfc3339(runtime.started_at),
+            "conditions": pod_conditions(
+                existing=existing,
+                init_done=init_done,
+                records=[c.record for c in runtime.main],
+                now=time.time(),
+            ),
+            "containerStatuses": [container_status(c.record, pod_uid=runtime.uid) for c in runtime.main],
+        }
+        if runtime.init:
+            status["initContainerStatuses"] = [
+                container_status(c.record, pod_uid=runtime.uid) for c in runtime.init
+            ]
+        comparable = {k: v for k, v in status.items() if k != "conditions"} | {
+            "conditions": [
+                {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status["conditions"]
+            ]
+        }
+        if comparable == runtime.last_status:
+            return
+        try:
+            self.core.patch_namespaced_pod_status(
+                runtime.name, runtime.namespace, {"status": status}, _content_type=MERGE_PATCH
+            )
+            runtime.last_status = comparable
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def _event(self, runtime: PodRuntime, reason: str, message: str, *, warning: bool = False) -> None:
+        now = rfc3339(time.time())
+        try:
+            self.core.create_namespaced_event(
+                runtime.namespace,
+                {
+                    "metadata": {"generateName": f"{runtime.name}.", "namespace": runtime.namespace},
+                    "involvedObject": {
+                        "kind": "Pod",
+                        "namespace": runtime.namespace,
+                        "name": runtime.name,
+                        "uid": runtime.uid,
+                        "apiVersion": "v1",
+                    },
+                    "reason": reason,
+                    "message": message,
+                    "type": "Warning" if warning else "Normal",
+                    "source": {"component": "tailpilot-node-agent", "host": self.node},
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
+                },
+            )
+        except ApiException as error:
+            log.warning(
+                "event %s for %s/%s not recorded: %s", reason, runtime.namespace, runtime.name, error.reason
+            )
+
+    # ---- loop ----------------------------------------------------------------------------------------
+    def sync_once(self) -> None:
+        """One pass: heartbeat when due, then every bound pod, then pods that vanished."""
+        if time.monotonic() >= self._next_heartbeat:
+            self.heartbeat()
+            self._next_heartbeat = time.monotonic() + HEARTBEAT_PERIOD_S
+            self._refresh_volumes = (
+                True  # ConfigMap and Secret volumes follow their objects, as the kubelet's do
+            )
+        bound = self._bound_pods()
+        for pod in bound.values():
+            try:
+                self._sync_pod(pod)
+            except ApiException as error:
+                log.warning(
+                    "pod %s/%s: %s %s",
+                    pod["metadata"]["namespace"],
+                    pod["metadata"]["name"],
+                    error.status,
+                    error.reason,
+                )
+        for uid in [u for u in self.pods if u not in bound]:
+            self._stop_vanished(self.pods[uid])
+        self.deleted &= set(bound)
+        self._refresh_volumes = False
+
+    def adopt_leftovers(self) -> None:
+        """At start: stop processes of pods that no longer exist; the rest are adopted on first sync."""
+        bound = self._bound_pods()
+        for pod_dir in self.state_dir.glob("pods/*"):
+            if pod_dir.name not in bound:
+                runs = [Run(d) for d in pod_dir.glob("*/*/run-*")]
+                for r in runs:
+                    r.signal(signal.SIGKILL)
+                log.info(
+                    "stopped %d process(es) of vanished pod %s",
+                    sum(r.alive_pid() is not None for r in runs),
+                    pod_dir.name,
+                )
+                shutil.rmtree(pod_dir, ignore_errors=True)
+
+    def run_forever(self) -> None:
+        """Sync every LIST_PERIOD_S until SIGTERM/SIGINT; container processes keep running after it."""
+
+        def stop(signum: int, frame: object) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.heartbeat()
+        self._next_heartbeat = time.monotonic() + HEARTBEAT_PERIOD_S
+        self.adopt_leftovers()
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                self.sync_once()
+            except (ApiException, OSError) as error:  # the API server restarting: try again next period
+                log.warning("sync failed: %s", error)
+            time.sleep(max(0.05, LIST_PERIOD_S - (time.monotonic() - started)))  # the list period
+        self.probe_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: run the agent, or `--kill-all` the processes recorded in the state dir."""
+    from tailpilot_e2e.kube import api_client
+
+    parser = argparse.ArgumentParser(prog="python -P -m tailpilot_e2e.node_agent")
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--node", default=NODE_NAME)
+    parser.add_argument("--cpu", default="8", help="advertised CPU capacity (not enforced)")
+    parser.add_argument("--memory", default="16Gi", help="advertised memory capacity (not enforced)")
+    parser.add_argument("--backoff-base-seconds", type=float, default=1.0)
+    parser.add_argument("--backoff-max-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--kill-all", action="store_true", help="stop every recorded container process and exit"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.kill_all:
+        print(f"stopped {kill_all(args.state_dir)} container process(es)")
+        return 0
+    agent = NodeAgent(
+        api_client(args.kubeconfig),
+        state_dir=args.state_dir,
+        node=args.node,
+        cpu=args.cpu,
+        memory=args.memory,
+        backoff_base_s=args.backoff_base_seconds,
+        backoff_max_s=args.backoff_max_seconds,
+    )
+    agent.run_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
