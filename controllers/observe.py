@@ -3,8 +3,9 @@
 Split in three so the I/O is thin:
 
 - `build_queries` (pure): one PromQL instant query per signal, each aggregated
-  `by (pod)` over the service's pods, selected by the namespace label and the
-  relabelled pod label `tailpilot.io/inferenceservice` (both label names are
+  `by (pod)` over the service's pods, selected by the labels `namespace` and
+  `inferenceservice` that the operator's ServiceMonitor relabelling puts on
+  every series, the same ones its PrometheusRule selects (both label names are
   parameters);
 - `parse_vector` / `pod_metrics_from_results` (pure): Prometheus' JSON answers
   into `PodMetrics`;
@@ -35,12 +36,13 @@ from typing import Any
 
 import httpx
 
+from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import Observation
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
 
-#: Prometheus label holding the pod's `tailpilot.io/inferenceservice` label after kubernetes_sd relabelling.
-DEFAULT_SERVICE_LABEL = "tailpilot_io_inferenceservice"
-DEFAULT_NAMESPACE_LABEL = "namespace"
+#: Label with the service's name on its series: what the generated ServiceMonitor relabels to.
+DEFAULT_SERVICE_LABEL = c.METRIC_LABEL_ISVC
+DEFAULT_NAMESPACE_LABEL = c.METRIC_LABEL_NAMESPACE
 DEFAULT_POD_LABEL = "pod"
 
 #: PodMetrics field -> Triton counter whose per-second rate it is.

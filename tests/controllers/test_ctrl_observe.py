@@ -30,7 +30,7 @@ def vector(*items: tuple[dict[str, str], str]) -> dict[str, Any]:
 
 def test_queries_select_the_service_and_aggregate_by_pod():
     queries = build_queries(Selector(namespace="shop", service="resnet"), window_s=60)
-    sel = 'namespace="shop",tailpilot_io_inferenceservice="resnet"'
+    sel = 'namespace="shop",inferenceservice="resnet"'
     assert queries["request_rate"] == f"sum by (pod) (rate(nv_inference_request_success{{{sel}}}[60s]))"
     assert queries["failure_rate"] == f"sum by (pod) (rate(nv_inference_request_failure{{{sel}}}[60s]))"
     assert queries["compute_duration_us_rate"].startswith(

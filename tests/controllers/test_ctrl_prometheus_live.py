@@ -70,7 +70,7 @@ class Prometheus:
         groups = [
             {
                 "targets": [address],
-                "labels": {"namespace": NAMESPACE, "tailpilot_io_inferenceservice": SERVICE, "pod": pod},
+                "labels": {"namespace": NAMESPACE, "inferenceservice": SERVICE, "pod": pod},
             }
             for pod, address in targets.items()
         ]

@@ -106,7 +106,7 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                         triton.metrics_url.split("//")[1].split("/")[0],
                         {
                             "namespace": namespace,
-                            "tailpilot_io_inferenceservice": NAME,
+                            "inferenceservice": NAME,
                             "pod": f"{NAME}-local-0",
                         },
                     )
