@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements.lock
 venv: $(STAMP) ## the project's Python environment in .venv/
 
 .PHONY: binaries
-binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok from upstream Go modules
+binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok, prometheus from upstream Go modules
 	@bash e2e/build-binaries.sh
 	@$(PY) -P -m tailpilot_e2e.tools link-binaries $(VENV)/bin
 
@@ -84,7 +84,7 @@ bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by r
 	$(PY) -P -m tailpilot.builders.benchmark
 
 .PHONY: bench-p99-estimate
-bench-p99-estimate: venv system-deps ## the service P99 estimate vs client-side P99 (real Triton x2, real Prometheus)
+bench-p99-estimate: tools ## the service P99 estimate vs client-side P99 (real Triton x2, real Prometheus)
 	$(VENV)/bin/pytest -q -p no:cacheprovider -s -m benchmark tests/controllers/test_ctrl_prometheus_live.py
 
 .PHONY: bench-scale

@@ -19,6 +19,7 @@ log() { printf '[build-binaries] %s\n' "$*" >&2; }
 k8s_dir="$cache/bin/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
+prometheus_dir="$cache/bin/prometheus-$PROMETHEUS_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -104,7 +105,20 @@ build_kwok() {
   GOBIN="$kwok_dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
-for c in "${@:-kubernetes etcd kwok}"; do
+build_prometheus() {
+  [[ -x "$prometheus_dir/prometheus" ]] && { log "prometheus $PROMETHEUS_VERSION: cached"; return; }
+  log "prometheus $PROMETHEUS_VERSION: building (file, http and kubernetes discovery only)"
+  mkdir -p "$prometheus_dir.tmp"
+  local ld="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
+  ld+=" -X github.com/prometheus/common/version.Branch=$PROMETHEUS_VERSION"
+  GOBIN="$prometheus_dir.tmp" go install -trimpath -ldflags "$ld" -tags remove_all_sd,enable_kubernetes_sd \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_MODULE_VERSION"
+  mkdir -p "$prometheus_dir"
+  mv "$prometheus_dir.tmp/prometheus" "$prometheus_dir/prometheus"
+  rmdir "$prometheus_dir.tmp"
+}
+
+for c in "${@:-kubernetes etcd kwok prometheus}"; do
   for part in $c; do "build_$part"; done
 done
 log "binaries ready under $cache/bin"

@@ -44,6 +44,7 @@ class Binaries:
     kube_scheduler: Path
     kubectl: Path
     kwok: Path
+    prometheus: Path
 
     @classmethod
     def from_cache(cls, root: Path | None = None, versions: dict[str, str] | None = None) -> Binaries:
@@ -58,6 +59,7 @@ class Binaries:
             kube_scheduler=k8s / "kube-scheduler",
             kubectl=k8s / "kubectl",
             kwok=bin_root / f"kwok-{v['KWOK_VERSION']}" / "kwok",
+            prometheus=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "prometheus",
         )
 
     def missing(self) -> list[Path]:

@@ -3,10 +3,11 @@
 #   openssl            certificates of the local cluster
 #   libpython3.11      the Triton Python backend stub links it
 #   libb64-0d          perf_analyzer from tritonclient[all]
-#   prometheus, prometheus-alertmanager   real monitoring for tests and the demo (start no daemons)
+#   prometheus-alertmanager   real alerting for tests and the demo (starts no daemon); Prometheus
+#                      itself is built from upstream (e2e/build-binaries.sh): Debian's lacks kubernetes_sd
 #   unzip              helm ships inside an npm package's zip
 set -euo pipefail
-packages=(openssl libpython3.11 libb64-0d prometheus prometheus-alertmanager unzip)
+packages=(openssl libpython3.11 libb64-0d prometheus-alertmanager unzip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,7 +23,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The Debian packages would start daemons under systemd; there is none here, but be explicit.
-for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+for svc in prometheus-alertmanager prometheus-node-exporter; do
   $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 echo "[system-deps] done"
