@@ -8,21 +8,30 @@ outstanding (a request that would exceed it is not sent and is counted as
 `client_overload`), and a per-request timeout.  Latency is measured client-side, from just
 before the request is written to when the full response is read.
 
+Several base URLs are used round robin, like a Kubernetes Service; `url` may also be a
+callable returning the current list, asked at every request, so replicas that appear or
+go away are followed (an empty list counts the request as `no_endpoint`).  `on_progress`
+gets a `Progress` every `progress_interval_s` and once at the end, for live views.
+
 Usage (the demo and bench/validate.py)::
 
     payload = binary_infer_body(inputs=[("input", np.zeros((1, 3, 64, 64), np.float32))])
     result = asyncio.run(run_load(url="http://127.0.0.1:8000", model="example", payload=payload,
                                   arrivals_s=arrivals, max_requests=2000, max_duration_s=60))
+
+To keep the client's own queueing out of the measurement, run it in a process of its
+own: `tailpilot.bench.loadgen_process`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +103,7 @@ class LoadResult:
     sent_s: list[float] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)  # nan when no response
     status: list[int] = field(default_factory=list)  # HTTP status, 0 when none
+    target: list[str] = field(default_factory=list)  # base URL the request went to, "" when none
     errors: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
 
@@ -122,6 +132,80 @@ class LoadResult:
             "errors": dict(self.errors),
         }
 
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict (nan becomes null); `from_json` reads it back."""
+        return {
+            "scheduled_s": _nullable(self.scheduled_s),
+            "sent_s": _nullable(self.sent_s),
+            "latency_s": _nullable(self.latency_s),
+            "status": list(self.status),
+            "target": list(self.target),
+            "errors": dict(self.errors),
+            "wall_s": self.wall_s,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> LoadResult:
+        """Inverse of `to_json`."""
+        return cls(
+            scheduled_s=_floats(doc["scheduled_s"]),
+            sent_s=_floats(doc["sent_s"]),
+            latency_s=_floats(doc["latency_s"]),
+            status=[int(x) for x in doc["status"]],
+            target=[str(x) for x in doc.get("target", [])],
+            errors=Counter({str(k): int(v) for k, v in doc["errors"].items()}),
+            wall_s=float(doc["wall_s"]),
+        )
+
+
+def _nullable(values: Sequence[float]) -> list[float | None]:
+    return [x if math.isfinite(x) else None for x in values]
+
+
+def _floats(values: Sequence[float | None]) -> list[float]:
+    return [math.nan if x is None else float(x) for x in values]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands `t_s` seconds after its start (counts are cumulative)."""
+
+    t_s: float
+    sent: int
+    completed: int
+    ok: int
+    errors: int
+    #: Client-side P99 (ms) of the successful requests that completed in the last `window_s`; nan if none.
+    p99_ms: float
+    in_flight: int
+
+    def to_json(self) -> dict[str, Any]:  # noqa: D102
+        return {**dataclasses.asdict(self), "p99_ms": self.p99_ms if math.isfinite(self.p99_ms) else None}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Progress:  # noqa: D102
+        return cls(**{**doc, "p99_ms": math.nan if doc["p99_ms"] is None else doc["p99_ms"]})
+
+
+def progress_of(out: LoadResult, *, now_s: float, in_flight: int, window_s: float = 5.0) -> Progress:
+    """The `Progress` of a run that is filling `out`, at `now_s` from its start."""
+    sent = np.asarray(out.sent_s, dtype=np.float64)
+    lat = np.asarray(out.latency_s, dtype=np.float64)
+    ok = np.asarray(out.status) == 200
+    sent_mask = np.isfinite(sent)
+    done_at = sent + lat  # nan while in flight or without a response
+    recent = ok & (done_at > now_s - window_s) & (done_at <= now_s)
+    n_sent = int(sent_mask.sum())
+    return Progress(
+        t_s=now_s,
+        sent=n_sent,
+        completed=n_sent - in_flight,
+        ok=int(ok.sum()),
+        errors=sum(out.errors.values()),
+        p99_ms=float(np.quantile(lat[recent], 0.99) * 1000.0) if recent.any() else math.nan,
+        in_flight=in_flight,
+    )
+
 
 async def _one(
     client: httpx.AsyncClient, url: str, payload: Payload, t0: float, idx: int, out: LoadResult
@@ -141,9 +225,25 @@ async def _one(
         out.errors[type(exc).__name__] += 1
 
 
+def _fixed(urls: list[str]) -> Callable[[], Sequence[str]]:
+    return lambda: urls
+
+
+async def _report(
+    on_progress: Callable[[Progress], None],
+    out: LoadResult,
+    tasks: set[asyncio.Task[None]],
+    t0: float,
+    interval_s: float,
+) -> None:
+    while True:
+        await asyncio.sleep(interval_s)  # a reporting period, not synchronization
+        on_progress(progress_of(out, now_s=time.perf_counter() - t0, in_flight=len(tasks)))
+
+
 async def run_load(
     *,
-    url: str | Sequence[str],
+    url: str | Sequence[str] | Callable[[], Sequence[str]],
     model: str,
     payload: Payload,
     arrivals_s: npt.NDArray[np.float64] | Sequence[float],
@@ -151,10 +251,13 @@ async def run_load(
     max_duration_s: float,
     max_in_flight: int = 512,
     timeout_s: float = 30.0,
+    on_progress: Callable[[Progress], None] | None = None,
+    progress_interval_s: float = 1.0,
 ) -> LoadResult:
     """Replay `arrivals_s` (seconds from the start) against `url`/v2/models/`model`/infer.
 
-    Several URLs (one per replica) are used round robin, like a Kubernetes Service.
+    Several URLs (one per replica) are used round robin, like a Kubernetes Service; a
+    callable `url` is asked for the current list before every request.
     """
     arrivals = [float(a) for a in arrivals_s if a <= max_duration_s][:max_requests]
     out = LoadResult()
@@ -163,23 +266,43 @@ async def run_load(
     out.sent_s = [math.nan] * n
     out.latency_s = [math.nan] * n
     out.status = [0] * n
-    bases = [url] if isinstance(url, str) else list(url)
-    endpoints = [f"{u.rstrip('/')}/v2/models/{model}/infer" for u in bases]
+    out.target = [""] * n
+    current = url if callable(url) else _fixed([url] if isinstance(url, str) else list(url))
     limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
     tasks: set[asyncio.Task[None]] = set()
+    turn = 0
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         t0 = time.perf_counter()
-        for i, at in enumerate(arrivals):
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)  # pacing to the schedule, not synchronization
-            if len(tasks) >= max_in_flight:
-                out.errors["client_overload"] += 1
-                continue
-            task = asyncio.create_task(_one(client, endpoints[i % len(endpoints)], payload, t0, i, out))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.wait(set(tasks), timeout=timeout_s + 1.0)
+        reporter = (
+            asyncio.create_task(_report(on_progress, out, tasks, t0, progress_interval_s))
+            if on_progress
+            else None
+        )
+        try:
+            for i, at in enumerate(arrivals):
+                delay = t0 + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # pacing to the schedule, not synchronization
+                if len(tasks) >= max_in_flight:
+                    out.errors["client_overload"] += 1
+                    continue
+                bases = current()
+                if not bases:
+                    out.errors["no_endpoint"] += 1
+                    continue
+                base = bases[turn % len(bases)]
+                turn += 1
+                out.target[i] = base
+                endpoint = f"{base.rstrip('/')}/v2/models/{model}/infer"
+                task = asyncio.create_task(_one(client, endpoint, payload, t0, i, out))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.wait(set(tasks), timeout=timeout_s + 1.0)
+        finally:
+            if reporter:
+                reporter.cancel()
         out.wall_s = time.perf_counter() - t0
+        if on_progress:
+            on_progress(progress_of(out, now_s=out.wall_s, in_flight=len(tasks)))
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,20 @@ def gamma_renewal(*, rate: float, cv: float, duration_s: float, rng: np.random.G
         t0 = float(times[-1])
     arr = np.concatenate(out)
     return arr[arr < duration_s]
+
+
+def piecewise_poisson(*, steps: Sequence[tuple[float, float]], rng: np.random.Generator) -> Arrivals:
+    """Poisson arrivals whose rate is constant per step: `steps` is a list of (duration_s, rate).
+
+    A rate of 0 is a quiet period; the result covers the steps' total duration.
+    """
+    parts: list[Arrivals] = []
+    start = 0.0
+    for duration_s, rate in steps:
+        if rate > 0 and duration_s > 0:
+            parts.append(start + poisson(rate=rate, duration_s=duration_s, rng=rng))
+        start += duration_s
+    return np.concatenate(parts) if parts else np.empty(0)
 
 
 def modulated_poisson(
