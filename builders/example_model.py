@@ -32,8 +32,14 @@ OPSET = 17
 DEFAULT_SEED = 20261129
 
 
-def build_example_model(seed: int = DEFAULT_SEED) -> onnx.ModelProto:
-    """Build the example network with deterministic random weights."""
+def build_example_model(seed: int = DEFAULT_SEED, *, width: int = 1) -> onnx.ModelProto:
+    """Build the example network with deterministic random weights.
+
+    Args:
+        seed: Weight seed.
+        width: Multiplier of every convolution's channels (1: the example; 2 or 3: a heavier
+            model, about width^2 times the compute, for a CPU-bound replica at lower request rates).
+    """
     rng = np.random.RandomState(seed)
     initializers: list[TensorProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -43,7 +49,8 @@ def build_example_model(seed: int = DEFAULT_SEED) -> onnx.ModelProto:
         return name
 
     current, channels = INPUT_NAME, INPUT_SHAPE[0]
-    for i, (out_ch, stride) in enumerate(CONV_LAYERS):
+    for i, (base_ch, stride) in enumerate(CONV_LAYERS):
+        out_ch = base_ch * width
         # He initialisation keeps activations in a sane range through the ReLUs.
         weight = rng.normal(0.0, np.sqrt(2.0 / (channels * 9)), size=(out_ch, channels, 3, 3))
         nodes.append(
@@ -103,11 +110,11 @@ def build_example_model(seed: int = DEFAULT_SEED) -> onnx.ModelProto:
     return model
 
 
-def write_example_model(path: Path | str, seed: int = DEFAULT_SEED) -> Path:
-    """Write the example model to `path` and return it."""
+def write_example_model(path: Path | str, seed: int = DEFAULT_SEED, *, width: int = 1) -> Path:
+    """Write the example model (channels x `width`) to `path` and return it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(build_example_model(seed), str(path))
+    onnx.save_model(build_example_model(seed, width=width), str(path))
     return path
 
 

@@ -1,60 +1,61 @@
-"""`make demo`: TailPilot on one machine, from a fresh clone, in a few minutes.
+"""`make demo`: TailPilot holding a P99 SLO on one machine, every part real, in a few minutes.
 
-1. The local cluster (upstream control plane, KWOK GPU/CPU fleet) and the CRD.
-2. The operator (`tailpilot operator`), a real Prometheus, the CPU example applied.
-3. The engine build: the operator creates its build Job; simulated nodes cannot run
-   containers, so the demo runs the Job's own command (`tailpilot build --request ...`) on
-   this machine (real ONNX Runtime optimization, real profiling in a real Triton) and
-   plays its termination message onto the Job's pod.
-4. Rollout: Deployment, Service, PDB, ConfigMap; `kubectl get tpisvc` shows the result.
-5. The SLO loop on real metrics: the built engine is served by a real Triton process that
-   Prometheus scrapes as the service's pod; an open-loop load steps up and back down; the
-   operator observes P99 and queue from Prometheus and scales the Deployment. (Replica
-   pods are simulated, so new replicas add no real capacity: the decisions are real, the
-   extra capacity is not. Batching is fixed here because live batching changes go to the
-   pods' IPs, which on simulated nodes serve nothing.)
-6. A report (markdown table and PNG plot) in .demo/, then everything is stopped.
+1. The real-pods cluster: upstream control plane, two KWOK-simulated GPU nodes, and
+   `local-0`, whose pods the node agent runs as local processes (e2e/node_agent.py).
+2. The operator, a real Prometheus discovering Triton pods through kubernetes_sd and
+   loading the PrometheusRule the operator generates, an Alertmanager routed to the
+   operator's webhook; then the CPU example applied (e2e/real_pods.py says how it is adapted).
+3. The engine build: the operator's build Job runs on local-0 (ONNX Runtime optimization,
+   profiling in a real Triton); its progress is shown as it goes.
+4. Rollout: real Triton processes, each on its own pod IP.
+5. The SLO loop: a time-compressed slice of the Azure LLM conversation trace
+   (bench/traces/, with its attribution) replayed open-loop by a load generator in its own
+   process, stepped up and back down; live: request rate, client-side P99 vs the SLO,
+   replicas, batching, and every decision with its reason.
+6. A report (.demo/report.md and .demo/report.png) from the run's own figures; everything
+   the demo started is stopped.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
+import math
 import shutil
-import subprocess
-import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from kubernetes import client
 
-from tailpilot.api.engine import BuildResult
-from tailpilot.bench.loadgen import LoadResult, binary_infer_body, run_load
+from tailpilot.bench import traces
+from tailpilot.bench.loadgen import LoadResult, binary_infer_body
+from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
-from tailpilot.builders.triton_server import TritonServer
-from tailpilot_e2e.cluster import LocalCluster
+from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
 from tailpilot_e2e.config import REPO_ROOT
 from tailpilot_e2e.kube import api_client
-from tailpilot_e2e.monitoring import LocalPrometheus
-from tailpilot_e2e.operator_harness import (
-    OperatorProcess,
-    condition,
-    create_engine_store,
-    custom_object,
-    install_crds,
-    play_build,
-    running_build_pod,
+from tailpilot_e2e.operator_harness import condition, custom_object
+from tailpilot_e2e.real_pods import (
+    MODEL_NAME,
+    SLO_LOOP_MODEL_WIDTH,
+    SLO_LOOP_P99_MS,
+    cpu_example,
+    prepare_storage,
+    ready_endpoints,
+    start_monitored_operator,
 )
 from tailpilot_e2e.wait import eventually
 
 NAMESPACE = "tailpilot-demo"
 NAME = "mlp-cpu"
 OUT = REPO_ROOT / ".demo"
-PHASES = (("warm", 20, 0.25), ("step x4", 50, 1.0), ("back down", 30, 0.25))  # (name, seconds, load fraction)
+SLO_MS = SLO_LOOP_P99_MS
+#: (phase, seconds, fraction of the peak rate): the trace's shape, stepped up and back down.
+PHASES = (("calm", 40, 0.25), ("step x4", 80, 1.0), ("calm again", 60, 0.25))
 
 
 def say(text: str) -> None:
@@ -79,283 +80,275 @@ def fresh_namespace(core: client.CoreV1Api) -> None:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
 
 
-def models_claim(core: client.CoreV1Api, host_path: Path) -> None:
-    create_engine_store(core, NAMESPACE, host_path=host_path, claim="models")
-
-
 def the_service() -> dict[str, Any]:
-    obj: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "cpu-onnxruntime.yaml").read_text())
-    obj["metadata"] = {"name": NAME, "namespace": NAMESPACE}
-    spec = obj["spec"]
-    spec["model"] = {"uri": "pvc://models/mlp/model.onnx", "name": "mlp"}
-    spec["runtime"]["servingVariant"] = "python"  # the Triton on this machine has only the Python backend
-    spec["batching"] = {
-        "mode": "fixed",
-        "maxBatchSize": 16,
-        "preferredBatchSizes": [4, 8],
-        "maxQueueDelayMicroseconds": 1000,
-    }
-    spec["slo"] = {"p99LatencyMs": 50, "evaluationWindowSeconds": 10}
-    spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 6, "scaleDownStabilizationSeconds": 20}
-    return obj
+    """The CPU example with a demo-sized SLO window and scale-down stabilization."""
+    return cpu_example(
+        NAMESPACE,
+        name=NAME,
+        slo={"p99LatencyMs": SLO_MS, "evaluationWindowSeconds": 10},
+        autoscaling={"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 30},
+    )
 
 
-def run_the_build_job(cluster: LocalCluster, core: client.CoreV1Api, pvc_root: Path) -> BuildResult:
-    pod = running_build_pod(core, NAMESPACE, timeout=60)
-    job_name = pod.metadata.labels["job-name"]
-    container = pod.spec.containers[0]
-    argv = [*(container.command or []), *(container.args or [])]
-    request = json.loads(argv[argv.index("--request") + 1])
-    request["store"] = str(OUT / "engines")  # the Job mounts the store PVC at /engines; here it is a folder
-    print(f"build Job {job_name} on node {pod.spec.node_name}: running its command on this machine")
-    print("  tailpilot build --request '" + json.dumps(request)[:100] + "...'")
-    result_file = OUT / "build-result.json"
-    cmd = [
-        str(Path(sys.executable).parent / "tailpilot"),
-        "build",
-        "--request",
-        json.dumps(request),
-        "--pvc-root",
-        str(pvc_root),
-        "--result-file",
-        str(result_file),
-    ]
-    started = time.monotonic()
-    process = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    for line in process.stderr.splitlines():
-        print(f"  | {line}")
-    if process.returncode != 0:
-        raise SystemExit(f"the build failed ({process.returncode}): {process.stdout}")
-    result = BuildResult.model_validate_json(result_file.read_text())
-    print(f"built and profiled in {time.monotonic() - started:.0f}s: engine {result.engine_key[:12]}")
-    play_build(core, pod, result=result)
-    return result
+def trace_arrivals(peak_rate: float, seed: int = 7) -> np.ndarray:
+    """The conversation trace, time-compressed 10x, thinned to `fraction x peak_rate` per phase."""
+    rng = np.random.default_rng(seed)
+    source = traces.read_arrivals(REPO_ROOT / "bench" / "traces" / "azure_llm_2023_conv.csv")
+    compressed = (source - source[0]) / 10.0  # ~5.5 req/s over an hour -> ~55 req/s over 6 min
+    mean_rate = compressed.size / max(compressed[-1], 1e-9)
+    parts, start = [], 0.0
+    for _, seconds, fraction in PHASES:
+        window = compressed[(compressed >= start) & (compressed < start + seconds)]
+        parts.append(traces.rescale(window, factor=fraction * peak_rate / mean_rate, rng=rng))
+        start += seconds
+    return np.sort(np.concatenate(parts))
 
 
-class Monitor(threading.Thread):
-    """Samples the service's status and Deployment every 2 s and prints a live line."""
+def phase_at(t: float) -> str:
+    start = 0.0
+    for name, seconds, _ in PHASES:
+        if t < start + seconds:
+            return name
+        start += seconds
+    return "drain"
 
-    def __init__(self, api: client.ApiClient, started: float):
+
+@dataclass
+class Row:
+    """One live sample (every 2 s)."""
+
+    t: float
+    phase: str
+    rate: float
+    p99_ms: float
+    replicas: int
+    ready: int
+    batching: str
+    decision: str
+
+
+class LiveView(threading.Thread):
+    """Keeps the load generator's targets on the Ready pods; samples and prints a line every 2 s."""
+
+    def __init__(self, api: client.ApiClient, load: LoadProcess, started: float):
         super().__init__(daemon=True)
-        self.api, self.started, self.rows = api, started, []
+        self.core, self.apps, self.api = client.CoreV1Api(api), client.AppsV1Api(api), api
+        self.load, self.started = load, started
+        self.rows: list[Row] = []
         self.stop = threading.Event()
-        self.phase = ""
+        self._last_decision = ""
 
     def run(self) -> None:
-        apps = client.AppsV1Api(self.api)
-        print(f"{'t(s)':>5} {'phase':<10} {'replicas':>8} {'P99 obs':>8} {'pred':>6} {'rate':>6}  decision")
-        while not self.stop.wait(2.0):
+        print(
+            f"{'t(s)':>5} {'phase':<11} {'req/s':>6} {'P99 ms':>7} {'SLO':>4} {'pods':>5}  "
+            f"{'batching (max/pref/delay)':<26} decision"
+        )
+        previous_sent, previous_t = 0, 0.0
+        tick = 0
+        while not self.stop.wait(0.5):
+            self.load.set_targets(ready_endpoints(self.core, NAMESPACE, NAME))
+            tick += 1
+            if tick % 4:
+                continue
+            progress = self.load.progress()
+            last = progress[-1] if progress else None
+            t = time.monotonic() - self.started
+            rate = (last.sent - previous_sent) / max(1e-9, last.t_s - previous_t) if last else 0.0
+            if last:
+                previous_sent, previous_t = last.sent, last.t_s
             status = custom_object(self.api, NAMESPACE, NAME).get("status", {})
-            replicas = apps.read_namespaced_deployment(NAME, NAMESPACE).spec.replicas
-            observed, decision = status.get("observed", {}), status.get("lastDecision", {})
-            row = {
-                "t": round(time.monotonic() - self.started, 1),
-                "phase": self.phase,
-                "replicas": replicas,
-                "p99": observed.get("p99Ms"),
-                "predicted": status.get("predictedP99Ms"),
-                "rate": observed.get("requestRate"),
-                "action": decision.get("action", ""),
-                "reason": decision.get("reason", ""),
-            }
+            batching = status.get("batching") or {}
+            decision = status.get("lastDecision") or {}
+            text = f"{decision.get('action', '')} {decision.get('reason', '')}".strip()
+            new_decision = text if text != self._last_decision else ""
+            self._last_decision = text
+            row = Row(
+                t=round(t, 1),
+                phase=phase_at(last.t_s if last else 0.0),
+                rate=round(rate, 1),
+                p99_ms=round(last.p99_ms, 1) if last and math.isfinite(last.p99_ms) else math.nan,
+                replicas=int(self.apps.read_namespaced_deployment(NAME, NAMESPACE).spec.replicas or 0),
+                ready=len(ready_endpoints(self.core, NAMESPACE, NAME)),
+                batching=(
+                    f"{batching.get('maxBatchSize', '-')}/{batching.get('preferredBatchSizes', '-')}/"
+                    f"{batching.get('maxQueueDelayMicroseconds', '-')}us"
+                ),
+                decision=new_decision,
+            )
             self.rows.append(row)
+            over = "\033[31m" if row.p99_ms > SLO_MS else ""
             print(
-                f"{row['t']:>5} {self.phase:<10} {replicas:>8} {row['p99'] or '-':>8} "
-                f"{row['predicted'] or '-':>6} {row['rate'] or '-':>6}  {row['action']} {row['reason']}",
+                f"{row.t:>5} {row.phase:<11} {row.rate:>6} {over}{row.p99_ms:>7}\033[0m {SLO_MS:>4.0f} "
+                f"{row.ready:>2}/{row.replicas:<2}  {row.batching:<26} {row.decision}",
                 flush=True,
             )
 
 
-def drive_load(url: str, model: str, base_rate: float, monitor: Monitor) -> list[tuple[str, LoadResult]]:
-    payload = binary_infer_body(inputs=[(example_model.INPUT_NAME, example_model.example_inputs(1))])
-    rng = np.random.default_rng(7)
-    results = []
-    for name, seconds, fraction in PHASES:
-        monitor.phase = name
-        rate = base_rate * fraction
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5)))
-        result = asyncio.run(
-            run_load(
-                url=url,
-                model=model,
-                payload=payload,
-                arrivals_s=arrivals,
-                max_requests=int(rate * seconds * 1.5),
-                max_duration_s=seconds,
-            )
+def show_build_progress(api: client.ApiClient, core: client.CoreV1Api) -> None:
+    """Print the build's phase and the Job pod's state whenever they change, until the engine is ready."""
+    seen = ""
+
+    def engine_ready() -> bool:
+        nonlocal seen
+        obj = custom_object(api, NAMESPACE, NAME)
+        build = (obj.get("status") or {}).get("build") or {}
+        engine = condition(obj, "EngineReady") or {}
+        pods = core.list_namespaced_pod(
+            NAMESPACE, label_selector="app.kubernetes.io/component=engine-build"
+        ).items
+        pod_text = ", ".join(f"{p.metadata.name} on {p.spec.node_name}: {p.status.phase}" for p in pods)
+        line = (
+            f"build {build.get('phase', '-')}: {build.get('message', '')[:80]} | {pod_text or 'no pod yet'}"
         )
-        results.append((name, result))
-    return results
+        if line != seen:
+            print(f"  {time.strftime('%H:%M:%S')} {line}", flush=True)
+            seen = line
+        return engine.get("status") == "True"
+
+    eventually(engine_ready, timeout=900, interval=1.0, description="the engine built")
 
 
-def write_report(
-    rows: list[dict[str, Any]], loads: list[tuple[str, LoadResult]], result: BuildResult
-) -> Path:
+def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) -> Path:
     OUT.mkdir(exist_ok=True)
+    latency_ms = np.asarray(result.latency_s, dtype=np.float64) * 1000
+    ok = np.asarray(result.status) == 200
+    within = float(np.mean(latency_ms[ok] <= SLO_MS)) if ok.any() else math.nan
+    profile = (status.get("profile") or {}).get("points", [])
+    engine = status.get("engine") or {}
     lines = [
         "# TailPilot demo report",
         "",
-        f"Engine {result.engine_key} ({result.triton_backend}), profiled on "
-        f"{result.profile.hardware if result.profile else '?'}.",
+        f"Engine `{engine.get('key', '?')}` ({engine.get('tritonBackend', '?')}), "
+        "built and profiled by the build Job on local-0.",
+        "Profile: "
+        + ", ".join(f"batch {p['batchSize']}: P99 {p['p99Ms']} ms, {p['throughputPerS']}/s" for p in profile),
         "",
-        "| phase | requests | ok | client P99 (ms) | throughput (req/s) |",
-        "|---|---|---|---|---|",
-    ]
-    for name, load in loads:
-        lines.append(
-            f"| {name} | {len(load.status)} | {load.ok} | {load.quantile_ms(0.99):.1f} | "
-            f"{load.throughput_per_s():.1f} |"
-        )
-    lines += [
+        "| requests | ok | errors | client P99 (ms) | within SLO | SLO (ms) |",
+        "|---|---|---|---|---|---|",
+        f"| {len(result.status)} | {result.ok} | {dict(result.errors)} | {result.quantile_ms(0.99):.1f} | "
+        f"{within:.2%} | {SLO_MS:.0f} |",
         "",
-        "| t (s) | phase | replicas | observed P99 (ms) | predicted (ms) | rate | decision |",
+        "| t (s) | phase | req/s | client P99 (ms) | ready/desired | batching | decision |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['t']} | {r['phase']} | {r['replicas']} | {r['p99']} | {r['predicted']} | {r['rate']} | "
-        f"{r['action']} {r['reason']} |"
+        f"| {r.t} | {r.phase} | {r.rate} | {r.p99_ms} | {r.ready}/{r.replicas} | {r.batching} | "
+        f"{r.decision} |"
         for r in rows
     ]
     report = OUT / "report.md"
     report.write_text("\n".join(lines) + "\n")
-    try:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-        t = [r["t"] for r in rows]
-        fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
-        axes[0].plot(t, [r["rate"] or 0 for r in rows])
-        axes[0].set_ylabel("req/s (Prometheus)")
-        axes[1].plot(t, [r["p99"] or 0 for r in rows], label="observed P99")
-        axes[1].plot(t, [r["predicted"] or 0 for r in rows], label="predicted P99")
-        axes[1].axhline(50, color="red", linestyle="--", label="SLO")
-        axes[1].set_ylabel("ms")
-        axes[1].legend()
-        axes[2].step(t, [r["replicas"] for r in rows], where="post")
-        axes[2].set_ylabel("replicas")
-        axes[2].set_xlabel("seconds")
-        fig.tight_layout()
-        fig.savefig(OUT / "report.png", dpi=90)
-    except ImportError:
-        pass
+    t = [r.t for r in rows]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+    axes[0].plot(t, [r.rate for r in rows])
+    axes[0].set_ylabel("req/s sent")
+    axes[1].plot(t, [r.p99_ms for r in rows], label="client P99 (last 5 s)")
+    axes[1].axhline(SLO_MS, color="red", linestyle="--", label="SLO")
+    axes[1].set_ylabel("ms")
+    axes[1].set_yscale("log")
+    axes[1].legend()
+    axes[2].step(t, [r.replicas for r in rows], where="post", label="desired")
+    axes[2].step(t, [r.ready for r in rows], where="post", label="ready")
+    axes[2].set_ylabel("replicas")
+    axes[2].set_xlabel("seconds")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(OUT / "report.png", dpi=90)
     return report
 
 
 def main() -> int:
     if OUT.exists():
         shutil.rmtree(OUT)
-    (OUT / "pvc" / "models" / "mlp").mkdir(parents=True)
-    say("1/6 local cluster (kube-apiserver, controller-manager, scheduler from upstream; KWOK GPU fleet)")
-    cluster = LocalCluster()
-    started_cluster = cluster.up()
+    OUT.mkdir()
+    with contextlib.ExitStack() as stack:  # a failure anywhere still stops everything started so far
+        run(stack)
+    return 0
+
+
+def run(stack: contextlib.ExitStack) -> None:
+    say("1/6 the local cluster: upstream control plane, KWOK GPU nodes, local-0 running pods as processes")
+    cluster = real_node_cluster()
+    if cluster.up():
+        stack.callback(cluster.down)
     api = api_client(cluster.paths.kubeconfig)
     core = client.CoreV1Api(api)
-    print(kubectl(cluster, "get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "nvidia.com/gpu.count"))
-    install_crds(cluster)
+    print(kubectl(cluster, "get", "nodes", "-o", "wide"))
     fresh_namespace(core)
-    create_engine_store(core, NAMESPACE, host_path=OUT / "pvc" / "tailpilot-engines")
-    models_claim(core, OUT / "pvc" / "models")
-    for pv in core.list_persistent_volume(label_selector="tailpilot.io/test=true").items:
-        if pv.spec.claim_ref and pv.spec.claim_ref.namespace == NAMESPACE:
-            core.patch_persistent_volume(
-                pv.metadata.name, {"metadata": {"labels": {"tailpilot.io/demo": "true"}}}
-            )
-    example_model.write_example_model(
-        OUT / "pvc" / "models" / "mlp" / "model.onnx", seed=example_model.DEFAULT_SEED
+    stack.callback(core.delete_namespace, NAMESPACE)
+    prepare_storage(core, NAMESPACE, OUT / "pvc", model_width=SLO_LOOP_MODEL_WIDTH)
+
+    monitored = start_monitored_operator(stack, cluster, namespace=NAMESPACE, work_dir=OUT)
+    prometheus, operator = monitored.prometheus, monitored.operator
+
+    say(f"2/6 kubectl apply -f examples/cpu-onnxruntime.yaml (python serving variant; P99 {SLO_MS:.0f} ms)")
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices", the_service()
     )
+    say("3/6 the engine build Job on local-0: ONNX Runtime optimization, profiling in a real Triton")
+    show_build_progress(api, core)
 
-    prometheus = LocalPrometheus(OUT / "prometheus").start()
-    operator = OperatorProcess(
-        cluster,
-        namespace=NAMESPACE,
-        log_dir=OUT,
-        extra_args=["--prometheus-url", prometheus.url, "--control-period-seconds", "4"],
-    ).start()
-    triton: TritonServer | None = None
-    try:
-        say("2/6 kubectl apply -f examples/cpu-onnxruntime.yaml (adapted: python serving variant, P99 50 ms)")
-        client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices", the_service()
-        )
-        say("3/6 engine build Job: optimize with ONNX Runtime, profile in a real Triton")
-        result = run_the_build_job(cluster, core, OUT / "pvc")
+    say("4/6 rollout: Triton processes on their own pod IPs")
+    eventually(
+        lambda: (condition(custom_object(api, NAMESPACE, NAME), "Ready") or {}).get("status") == "True",
+        timeout=300,
+        description="Ready",
+    )
+    print(kubectl(cluster, "get", "tpisvc,pods", "-n", NAMESPACE, "-o", "wide"))
+    rules = prometheus.load_cluster_rules(api, NAMESPACE)
+    print(
+        f"  Prometheus finds the Triton pods through kubernetes_sd; rules loaded from PrometheusRule {rules}"
+    )
+    status = custom_object(api, NAMESPACE, NAME)["status"]
+    points = (status.get("profile") or {}).get("points", [])
+    batch1 = next((p["throughputPerS"] for p in points if p["batchSize"] == 1), 40.0)
+    # The step peaks at 95% of one replica's batch-1 throughput: one replica queues past the SLO,
+    # two hold it (the model is CPU-bound; batching adds little on a CPU).
+    peak = max(10.0, min(120.0, 0.95 * batch1))
+    arrivals = trace_arrivals(peak)
+    total_s = sum(p[1] for p in PHASES)
+    say(
+        f"5/6 the SLO loop: {arrivals.size} requests of the Azure conversation trace over {total_s} s, "
+        f"{0.25 * peak:.0f} -> {peak:.0f} -> {0.25 * peak:.0f} req/s (batch-1 profile: {batch1}/s)"
+    )
+    payload = binary_infer_body(inputs=[(example_model.INPUT_NAME, example_model.example_inputs(1))])
+    load = LoadProcess(
+        work_dir=OUT / "load",
+        model=MODEL_NAME,
+        payload=payload,
+        arrivals_s=arrivals,
+        max_requests=int(arrivals.size),
+        max_duration_s=float(total_s),
+        targets=ready_endpoints(core, NAMESPACE, NAME),
+        timeout_s=10.0,
+    )
+    stack.callback(load.stop)
+    load.start()
+    view = LiveView(api, load, time.monotonic())
+    stack.callback(view.stop.set)
+    view.start()
+    result = load.wait(timeout=total_s + 60)
+    view.stop.set()
+    view.join(timeout=10)
 
-        say("4/6 rollout")
-        eventually(
-            lambda: (condition(custom_object(api, NAMESPACE, NAME), "Ready") or {}).get("status") == "True",
-            timeout=120,
-            description="Ready",
-        )
-        print(kubectl(cluster, "get", "tpisvc", "-n", NAMESPACE, "-o", "wide"))
-        status = custom_object(api, NAMESPACE, NAME)["status"]
-        for cond in status["conditions"]:
-            print(f"  {cond['type']:<14} {cond['status']:<6} {cond['reason']:<20} {cond['message'][:70]}")
-        points = status.get("profile", {}).get("points", [])
-        print(
-            "  profile: "
-            + ", ".join(
-                f"batch {p['batchSize']}: p99 {p['p99Ms']} ms, {p['throughputPerS']}/s" for p in points
-            )
-        )
-
-        say("5/6 the SLO loop on real metrics: open-loop load steps up x4 and back down")
-        engine_dir = Path(result.artifact)
-        triton = TritonServer(engine_dir / "repository", work_dir=OUT / "triton").start()
-        pod = core.list_namespaced_pod(
-            NAMESPACE,
-            label_selector=f"tailpilot.io/inferenceservice={NAME},"
-            "app.kubernetes.io/component=inference-server",
-        ).items[0]
-        metrics_address = triton.metrics_url.split("//")[1].split("/")[0]
-        prometheus.set_targets(
-            [
-                (
-                    metrics_address,
-                    {"namespace": NAMESPACE, "tailpilot_io_inferenceservice": NAME, "pod": pod.metadata.name},
-                )
-            ]
-        )
-        batch1 = next((p["throughputPerS"] for p in points if p["batchSize"] == 1), 50.0)
-        # The profile is measured closed-loop with its own client; open-loop HTTP from a
-        # Python client on the same 2 cores saturates far below it, so the step peaks at 40% of it.
-        base_rate = max(10.0, min(150.0, batch1 * 0.4))
-        print(
-            f"  load: {base_rate * 0.25:.0f} -> {base_rate:.0f} -> {base_rate * 0.25:.0f} req/s "
-            f"(the profile's batch-1 throughput is {batch1}/s)"
-        )
-        monitor = Monitor(api, time.monotonic())
-        monitor.start()
-        loads = drive_load(triton.http_url, "mlp", base_rate, monitor)
-        monitor.stop.set()
-        monitor.join(timeout=10)
-
-        say("6/6 report")
-        report = write_report(monitor.rows, loads, result)
-        print(report.read_text().split("| t (s)")[0])
-        print(f"report: {report} and {OUT / 'report.png'}; operator log: {operator.log_file}")
-        events = kubectl(
-            cluster,
-            "get",
-            "events",
-            "-n",
-            NAMESPACE,
-            "--field-selector",
-            f"involvedObject.name={NAME}",
-            "-o",
-            "custom-columns=REASON:.reason,MESSAGE:.message",
-        )
-        print(events[:3000])
-    finally:
-        if triton is not None:
-            triton.stop()
-        operator.stop()
-        prometheus.stop()
-        core.delete_namespace(NAMESPACE)
-        if started_cluster:
-            cluster.down()
-    return 0
+    say("6/6 report")
+    status = custom_object(api, NAMESPACE, NAME)["status"]
+    report = write_report(view.rows, result, status)
+    print(report.read_text().split("| t (s)")[0])
+    print(f"report: {report} and {OUT / 'report.png'}; operator log: {operator.log_file}")
+    events = kubectl(
+        cluster, "get", "events", "-n", NAMESPACE,
+        "--field-selector", f"involvedObject.name={NAME}",
+        "-o", "custom-columns=REASON:.reason,MESSAGE:.message",
+    )  # fmt: skip
+    print(events[-3000:])
+    (OUT / "events.txt").write_text(events)
+    (OUT / "status.json").write_text(json.dumps(status, indent=2))
 
 
 if __name__ == "__main__":
