@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from tailpilot_e2e.agent_images import ImageEntry, resolve_argv
+
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: The kubelet's limits on a termination message (bytes), per container.
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -70,6 +72,36 @@ def rewrite_paths(text: str, *, root: Path, mount_paths: Sequence[str], files: S
 def mount_link(root: Path, mount_path: str) -> Path:
     """Where a mountPath lives inside the pod root."""
     return root / PurePosixPath(mount_path).relative_to("/")
+
+
+def local_argv(
+    table: Mapping[str, ImageEntry],
+    spec: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    pod_ip: str,
+    root: Path,
+) -> tuple[list[str], dict[str, str]]:
+    """The container's argv and image env on this machine, or UnmappedImageError.
+
+    `$(VAR)` references are expanded and the pod's own paths are pointed into `root`; the
+    image table's additions (backend directory, PATH) are host paths and are left as they are,
+    even when they happen to lie under a mountPath such as /tmp.
+    """
+    mounts = [m["mountPath"] for m in spec.get("volumeMounts") or []]
+    files = [spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH]
+
+    def rewrite(text: str) -> str:
+        return rewrite_paths(text, root=root, mount_paths=mounts, files=files)
+
+    command = expand_args(spec.get("command") or [], env)
+    return resolve_argv(
+        table,
+        image=spec.get("image", ""),
+        command=command[:1] + [rewrite(a) for a in command[1:]],
+        args=[rewrite(a) for a in expand_args(spec.get("args") or [], env)],
+        pod_ip=pod_ip,
+    )
 
 
 # ---- volumes ----------------------------------------------------------------------------------------

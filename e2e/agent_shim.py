@@ -15,6 +15,7 @@ starts fast and does not depend on the agent's environment.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -63,7 +64,14 @@ def main(argv: list[str]) -> int:
             return 0
     _write_json(
         run_dir / "child.json",
-        {"pid": child.pid, "startTicks": process_start_ticks(child.pid), "startedAt": started},
+        {
+            "pid": child.pid,
+            "startTicks": process_start_ticks(child.pid),
+            "startedAt": started,
+            # An agent that adopts this run waits for exit.json while the shim still lives.
+            "shimPid": os.getpid(),
+            "shimStartTicks": process_start_ticks(os.getpid()),
+        },
     )
     code = child.wait()
     signal_number = -code if code < 0 else None

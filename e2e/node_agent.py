@@ -62,9 +62,9 @@ from tailpilot_e2e.agent_pod import (
     Termination,
     container_env,
     container_status,
-    expand_args,
     field_value,
     key_files,
+    local_argv,
     mount_link,
     parse_probe,
     pod_conditions,
@@ -200,9 +200,14 @@ class Run:
         result = self.exit()
         if result is not None:
             return result
-        shim_gone = self.shim is not None and self.shim.returncode is not None
         child = self.child()
-        if child is not None and self.alive_pid() is None and (shim_gone or self.shim is None):
+        if self.shim is not None:
+            shim_gone = self.shim.returncode is not None
+        else:  # adopted: the shim is not our child; it is gone when its PID no longer names it
+            shim_gone = child is None or _start_ticks(int(child.get("shimPid", -1))) != child.get(
+                "shimStartTicks"
+            )
+        if child is not None and self.alive_pid() is None and shim_gone:
             result = _read_json(self.dir / "exit.json")  # the shim may have written it meanwhile
             return result or {
                 "exitCode": 137,
@@ -225,7 +230,8 @@ class Run:
 def running_processes(state_dir: Path, pod_uid: str | None = None) -> dict[str, int]:
     """`<pod uid>/<container>` -> PID of each container process that runs now (all pods, or one)."""
     out = {}
-    for container_dir in state_dir.glob(f"pods/{pod_uid or '*'}/*/*"):
+    pods = f"pods/{pod_uid or '*'}"
+    for container_dir in [*state_dir.glob(f"{pods}/containers/*"), *state_dir.glob(f"{pods}/init/*")]:
         runs = sorted(container_dir.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
         pid = Run(runs[-1]).alive_pid() if runs else None
         if pid is not None:
@@ -235,7 +241,7 @@ def running_processes(state_dir: Path, pod_uid: str | None = None) -> dict[str, 
 
 def kill_all(state_dir: Path, grace_s: float = 5.0) -> int:
     """Stop every container process recorded under the agent's state dir (after the agent stopped)."""
-    runs = [Run(d) for d in state_dir.glob("pods/*/containers/*/run-*")]
+    runs = [Run(d) for kind in ("containers", "init") for d in state_dir.glob(f"pods/*/{kind}/*/run-*")]
     alive = [r for r in runs if r.alive_pid() is not None]
     for r in alive:
         r.signal(signal.SIGTERM)
@@ -660,17 +666,17 @@ class NodeAgent:
 
     def _start(self, runtime: PodRuntime, pod: dict[str, Any], c: ContainerRuntime) -> None:
         spec = c.spec
+        mounts = [m["mountPath"] for m in spec.get("volumeMounts") or []]
+        files = [spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH]
+
+        def rewrite(text: str) -> str:
+            return rewrite_paths(text, root=runtime.root, mount_paths=mounts, files=files)
+
         try:
             env = container_env(
                 pod, spec, pod_ip=runtime.ip, host_ip=NODE_IP, lookup=self._lookup(runtime.namespace)
             )
-            argv, image_env = agent_images.resolve_argv(
-                self.table,
-                image=spec.get("image", ""),
-                command=expand_args(spec.get("command") or [], env),
-                args=expand_args(spec.get("args") or [], env),
-                pod_ip=runtime.ip,
-            )
+            argv, image_env = local_argv(self.table, spec, env, pod_ip=runtime.ip, root=runtime.root)
         except agent_images.UnmappedImageError as error:
             pulled_once = c.record.waiting_reason in ("ErrImagePull", "ImagePullBackOff")
             c.record.waiting_reason = "ImagePullBackOff" if pulled_once else "ErrImagePull"
@@ -681,15 +687,8 @@ class NodeAgent:
             c.record.waiting_reason, c.record.waiting_message = error.reason, str(error)
             c.backoff_until = time.monotonic() + self._backoff(1)
             return
-        mounts = [m["mountPath"] for m in spec.get("volumeMounts") or []]
-        files = [spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH]
-
-        def rewrite(text: str) -> str:
-            return rewrite_paths(text, root=runtime.root, mount_paths=mounts, files=files)
-
         message_file = mount_link(runtime.root, files[0])
         message_file.write_bytes(b"")
-        argv = [argv[0], *(rewrite(a) for a in argv[1:])]
         full_env = {
             "HOSTNAME": runtime.name,
             "LANG": "C.UTF-8",

@@ -19,6 +19,7 @@ from tailpilot_e2e.agent_pod import (
     Termination,
     container_env,
     key_files,
+    local_argv,
     parse_probe,
     pod_phase,
     rewrite_paths,
@@ -166,3 +167,28 @@ def test_init_containers_gate_the_phase() -> None:
         pod_phase(restart_policy="Always", init_failed=False, init_done=False, records=running) == "Pending"
     )
     assert pod_phase(restart_policy="Never", init_failed=True, init_done=False, records=running) == "Failed"
+
+
+def test_host_paths_the_image_table_adds_are_not_taken_for_container_paths() -> None:
+    # A checkout under /tmp (as CI's clone is) put the backend directory under the pod's /tmp mount.
+    table = {
+        "repo/triton": ImageEntry(
+            "repo/triton",
+            executables={"tritonserver": "/tmp/ci/venv/tritonserver"},
+            extra_args={"tritonserver": lambda ip: ["--backend-directory=/tmp/ci/backends"]},
+        )
+    }
+    spec = {
+        "image": "repo/triton:1",
+        "command": ["tritonserver"],
+        "args": ["--model-repository=/models", "--log-file=/tmp/log", "--http-port=$(PORT)"],
+        "volumeMounts": [{"mountPath": "/models"}, {"mountPath": "/tmp"}],
+    }
+    argv, _ = local_argv(table, spec, {"PORT": "8000"}, pod_ip="127.65.0.2", root=ROOT)
+    assert argv == [
+        "/tmp/ci/venv/tritonserver",
+        f"--model-repository={ROOT}/models",
+        f"--log-file={ROOT}/tmp/log",
+        "--http-port=8000",
+        "--backend-directory=/tmp/ci/backends",
+    ]
