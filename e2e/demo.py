@@ -124,6 +124,7 @@ class Row:
     replicas: int
     ready: int
     batching: str
+    max_batch: int
     decision: str
 
 
@@ -173,6 +174,7 @@ class LiveView(threading.Thread):
                     f"{batching.get('maxBatchSize', '-')}/{batching.get('preferredBatchSizes', '-')}/"
                     f"{batching.get('maxQueueDelayMicroseconds', '-')}us"
                 ),
+                max_batch=int(batching.get("maxBatchSize") or 0),
                 decision=new_decision,
             )
             self.rows.append(row)
@@ -244,7 +246,7 @@ def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) ->
     import matplotlib.pyplot as plt
 
     t = [r.t for r in rows]
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True)
     axes[0].plot(t, [r.rate for r in rows])
     axes[0].set_ylabel("req/s sent")
     axes[1].plot(t, [r.p99_ms for r in rows], label="client P99 (last 5 s)")
@@ -255,8 +257,22 @@ def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) ->
     axes[2].step(t, [r.replicas for r in rows], where="post", label="desired")
     axes[2].step(t, [r.ready for r in rows], where="post", label="ready")
     axes[2].set_ylabel("replicas")
-    axes[2].set_xlabel("seconds")
     axes[2].legend()
+    axes[3].step(t, [r.max_batch for r in rows], where="post")
+    axes[3].set_ylabel("max batch")
+    axes[3].set_xlabel("seconds")
+    for r in rows:  # every decision that acted, on every panel, labelled on the first
+        if r.decision and not r.decision.startswith(("None", "Hold")):
+            for ax in axes:
+                ax.axvline(r.t, color="grey", linestyle=":", linewidth=1)
+            axes[0].annotate(
+                r.decision.split()[0],
+                (r.t, 0.98),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                fontsize=7,
+                va="top",
+            )
     fig.tight_layout()
     fig.savefig(OUT / "report.png", dpi=90)
     return report
