@@ -100,12 +100,12 @@ class LocalCluster:
         """Describe the cluster; `up` starts it.
 
         Args:
-        paths: State directory layout (`.cluster/` or TAILPILOT_CLUSTER_DIR).
-        ports: Component ports (shifted by TAILPILOT_CLUSTER_PORT_OFFSET).
-        binaries: Cached upstream binaries.
-        fleet: The KWOK-simulated nodes.
-        audit_log: Log every API request's metadata (write-rate benchmarks).
-        real_node: Also run the node agent, whose node `local-0` runs pods as local processes.
+            paths: State directory layout (`.cluster/` or TAILPILOT_CLUSTER_DIR).
+            ports: Component ports (shifted by TAILPILOT_CLUSTER_PORT_OFFSET).
+            binaries: Cached upstream binaries.
+            fleet: The KWOK-simulated nodes.
+            audit_log: Log every API request's metadata (write-rate benchmarks).
+            real_node: Also run the node agent, whose node `local-0` runs pods as local processes.
         """
         self.audit_log = audit_log
         self.real_node = real_node
