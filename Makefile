@@ -89,7 +89,7 @@ bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by r
 
 .PHONY: bench-p99-estimate
 bench-p99-estimate: tools ## the service P99 estimate vs client-side P99 (real Triton x2, real Prometheus)
-	$(VENV)/bin/pytest -q -p no:cacheprovider -s -m benchmark tests/controllers/test_ctrl_prometheus_live.py
+	$(VENV)/bin/pytest -q -p no:cacheprovider -s tests/controllers/test_ctrl_prometheus_live.py
 
 .PHONY: bench-scale
 bench-scale: tools ## 500 InferenceServices on a dedicated local cluster: time to Ready, RSS, writes at rest

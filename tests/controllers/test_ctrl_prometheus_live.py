@@ -6,14 +6,14 @@ of about a minute), one with a slower model than the other, so the service P99
 really is a mixture. The load generator round-robins across both and its own
 P99 is the ground truth. Before comparing, the test waits until Prometheus has
 scraped the final request counters (the sum equals the client's count), so
-both sides measure the same requests. Bounded: about a minute in all on a busy 2-core machine.
+both sides measure the same requests. The load is open-loop Poisson from a separate process.
+Bounded: about a minute in all on a busy 2-core machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,22 +23,28 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
-from triton_fixtures import INFER_BODY, BoundedLoad, write_repository
+from triton_fixtures import INFER_BODY, write_repository
 
 from tailpilot.api.autoscaling import BatchingConfig, Observation
+from tailpilot.bench import traces
+from tailpilot.bench.loadgen import LoadResult, Payload
+from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders.triton_server import TritonServer, free_port
 from tailpilot.controllers.observe import observe_service
+from tailpilot_e2e.config import tool
 from tailpilot_e2e.wait import eventually
 
-# A measurement of the estimator against client-side latency, run by `make bench-p99-estimate`, not by
-# `make test`: on 2 cores its top load level fails the 15% bound in about 1 run of 2 (client-side
-# queueing that Triton's own summaries never see), which would make CI a coin toss.
-pytestmark = [pytest.mark.triton, pytest.mark.prometheus, pytest.mark.slow, pytest.mark.benchmark]
+# Part of `make test` again since the load generator runs in its own process (LoadProcess): run in this
+# process, its client-side queueing put up to 190 ms outside Triton's span at the top level on 2 cores
+# and failed the 15% bound about once in two runs. `make bench-p99-estimate` prints the figures.
+pytestmark = [pytest.mark.triton, pytest.mark.prometheus, pytest.mark.slow]
 
 NAMESPACE = "loadtest"
 SERVICE = "echo"
-#: (label, workers, requests per second per worker); the load is split over both pods.
+#: (label, workers, requests per second per worker): the open-loop Poisson rate is their product,
+#: split round robin over both pods.
 LEVELS = [("low", 6, 5.0), ("mid", 9, 5.0), ("high", 12, 5.0)]
 LEVEL_SECONDS = 8.0
 #: Untimed requests per pod before each level (counted on the server side too).
@@ -85,8 +91,8 @@ class Prometheus:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
-    binary = shutil.which("prometheus")
-    assert binary, "the Debian package 'prometheus' is needed (apt-get install -y prometheus)"
+    binary = tool("prometheus")
+    assert binary, "prometheus is needed: `make binaries` builds it from upstream (cached)"
     targets_file = tmp_path / "targets.json"
     targets_file.write_text("[]")
     (tmp_path / "prometheus.yml").write_text(PROMETHEUS_YML.format(targets=targets_file))
@@ -149,6 +155,13 @@ def server_p99_ms(server: TritonServer) -> float:
     return -1.0
 
 
+def client_p99_ms_of(load: LoadResult, base_url: str) -> float:
+    """The client-side P99 of the requests one pod answered."""
+    latency = np.asarray(load.latency_s, dtype=np.float64)
+    mine = np.asarray([t == base_url for t in load.target]) & np.isfinite(latency)
+    return round(float(np.quantile(latency[mine], 0.99)) * 1000, 1)
+
+
 def observe(prom_url: str) -> Observation:
     async def main() -> Observation:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -192,17 +205,25 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
             eventually(
                 lambda level=level: targets_up(prometheus, level), timeout=15, description="targets up"
             )
-            with BoundedLoad(
-                [s.http_url for s in servers.values()],
-                workers=workers,
-                rate_per_worker=rate,
+            arrivals = traces.poisson(
+                rate=workers * rate, duration_s=LEVEL_SECONDS, rng=np.random.default_rng(len(report))
+            )
+            # The client runs in a process of its own, so its queueing does not compete with this one.
+            with LoadProcess(
+                work_dir=tmp_path / f"load-{level}",
+                model="echo",
+                payload=Payload(
+                    body=json.dumps(INFER_BODY).encode(), headers={"Content-Type": "application/json"}
+                ),
+                arrivals_s=arrivals,
                 max_requests=5000,
-                max_seconds=LEVEL_SECONDS,
+                max_duration_s=LEVEL_SECONDS,
+                targets=[s.http_url for s in servers.values()],
+                timeout_s=10.0,
             ) as generator:
-                generator.join(timeout_s=LEVEL_SECONDS + 10)
-            load = generator.result
-            assert load.failures == []
-            count = len(load.latencies_s)
+                load = generator.wait(timeout=LEVEL_SECONDS + 20)
+            assert load.ok == len(load.status), dict(load.errors)
+            count = len(load.status)
             warmups = WARMUP_REQUESTS * len(servers)
             eventually(
                 lambda level=level, n=count + warmups: scraped_successes(prometheus, level) == n,
@@ -210,14 +231,12 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
                 description=f"prometheus scraped all {count} requests of level {level}",
             )
             obs = observe(prometheus.url)
-            per_pod = [
-                (round(load.p99_s(srv.http_url) * 1000, 1), server_p99_ms(srv)) for srv in servers.values()
-            ]
+            per_pod = [(client_p99_ms_of(load, srv.http_url), server_p99_ms(srv)) for srv in servers.values()]
         finally:
             with ThreadPoolExecutor(max_workers=len(servers)) as pool:
                 list(pool.map(lambda srv: srv.close(), servers.values()))
             phases.append(round(time.monotonic() - level_start, 1))
-        client_p99_ms = load.p99_s() * 1000
+        client_p99_ms = load.quantile_ms(0.99)
         assert obs.p99_ms is not None
         assert obs.ready_replicas == 2
         report.append((level, count, round(client_p99_ms, 2), round(obs.p99_ms, 2), per_pod))
