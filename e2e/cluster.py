@@ -32,8 +32,9 @@ from pathlib import Path
 
 from tailpilot_e2e import fleet as fleet_mod
 from tailpilot_e2e import pki
+from tailpilot_e2e.agent_node import NODE_NAME
+from tailpilot_e2e.agent_process import kill_all
 from tailpilot_e2e.config import E2E_DIR, Binaries, Ports, read_versions, state_dir
-from tailpilot_e2e.node_agent import NODE_NAME, kill_all
 from tailpilot_e2e.procs import ClusterError, Component, log_tail, pid_runs, read_pid, start, stop
 
 #: Start order; stopped in reverse.

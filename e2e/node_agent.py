@@ -26,6 +26,11 @@ Not a kubelet: no resource limits, no user switching, no image pulls, no
 `kubectl logs/exec` (logs are files under the pod's directory).
 
     python -P -m tailpilot_e2e.node_agent --kubeconfig K --state-dir D [--node local-0]
+
+This module is the loop and the container lifecycle; its parts: `agent_node` (the Node
+object), `agent_pod` (pure translation of a pod spec: paths, env, probes, status),
+`agent_images` (the image table), `agent_volumes` (volumes on this machine),
+`agent_process` and `agent_shim` (container processes that outlive the agent).
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ import concurrent.futures
 import datetime
 import json
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -52,6 +56,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tailpilot_e2e import agent_images
+from tailpilot_e2e.agent_node import LEASE_DURATION_S, NODE_IP, NODE_NAME, node_manifest, node_status
 from tailpilot_e2e.agent_pod import (
     DEFAULT_TERMINATION_MESSAGE_PATH,
     FALLBACK_LOG_LIMIT,
@@ -62,206 +67,24 @@ from tailpilot_e2e.agent_pod import (
     Termination,
     container_env,
     container_status,
-    field_value,
-    key_files,
     local_argv,
     mount_link,
     parse_probe,
     pod_conditions,
     pod_phase,
-    pv_host_path,
     rewrite_paths,
     rfc3339,
-    volume_plans,
     will_restart,
 )
+from tailpilot_e2e.agent_process import SHIM, Run, kill_all
+from tailpilot_e2e.agent_volumes import PodVolumes, link_mounts
 
 log = logging.getLogger("node-agent")
 
-NODE_NAME = "local-0"
-NODE_IP = "127.0.0.1"
 POD_IP_PREFIX = "127.65"
-SHIM = Path(__file__).resolve().parent / "agent_shim.py"
 LIST_PERIOD_S = 0.5
 HEARTBEAT_PERIOD_S = 10.0
-LEASE_DURATION_S = 40
 MERGE_PATCH = "application/merge-patch+json"
-
-
-def node_manifest(name: str, *, cpu: str, memory: str) -> dict[str, Any]:
-    """The Node the agent registers: a CPU inference node that runs pods as local processes."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "tailpilot.io/node-pool": "cpu",
-                "tailpilot.io/local-processes": "true",
-            },
-        },
-    }
-
-
-def node_status(*, cpu: str, memory: str, now: float) -> dict[str, Any]:
-    """Capacity, Ready and the pressure conditions, addresses and node info."""
-    capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
-    beat = rfc3339(now)
-
-    def cond(type_: str, status: str, reason: str) -> dict[str, str]:
-        return {
-            "type": type_,
-            "status": status,
-            "reason": reason,
-            "message": reason,
-            "lastHeartbeatTime": beat,
-            "lastTransitionTime": beat,
-        }
-
-    return {
-        "capacity": capacity,
-        "allocatable": dict(capacity),
-        "conditions": [
-            cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-            cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-            cond("PIDPressure", "False", "KubeletHasSufficientPID"),
-            cond("Ready", "True", "KubeletReady"),
-        ],
-        "addresses": [{"type": "InternalIP", "address": NODE_IP}, {"type": "Hostname", "address": NODE_NAME}],
-        "nodeInfo": {
-            "machineID": "tailpilot-local",
-            "systemUUID": "tailpilot-local",
-            "bootID": "tailpilot-local",
-            "kernelVersion": os.uname().release,
-            "osImage": "local processes (tailpilot node agent)",
-            "containerRuntimeVersion": "tailpilot-agent://0.1",
-            "kubeletVersion": "v0.0.0-tailpilot-agent",
-            "kubeProxyVersion": "",
-            "operatingSystem": "linux",
-            "architecture": "amd64",
-        },
-    }
-
-
-# ---- processes --------------------------------------------------------------------------------------
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-@dataclass
-class Run:
-    """One start of a container: its directory holds child.json and, once it ended, exit.json."""
-
-    dir: Path
-    shim: subprocess.Popen[bytes] | None = None  # None when adopted from a previous agent
-
-    def child(self) -> dict[str, Any] | None:
-        return _read_json(self.dir / "child.json")
-
-    def exit(self) -> dict[str, Any] | None:
-        return _read_json(self.dir / "exit.json")
-
-    def alive_pid(self) -> int | None:
-        """The container process' PID if it still runs (and is the same process)."""
-        child = self.child()
-        if child is None:
-            return None
-        ticks = _start_ticks(int(child["pid"]))
-        return int(child["pid"]) if ticks == child["startTicks"] else None
-
-    def signal(self, sig: signal.Signals) -> None:
-        pid = self.alive_pid()
-        if pid is not None:
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def ended(self) -> dict[str, Any] | None:
-        """exit.json once the process ended; a synthesized one if the shim died without writing it."""
-        if self.shim is not None:
-            self.shim.poll()  # reap the shim of a process we started
-        result = self.exit()
-        if result is not None:
-            return result
-        child = self.child()
-        if self.shim is not None:
-            shim_gone = self.shim.returncode is not None
-        else:  # adopted: the shim is not our child; it is gone when its PID no longer names it
-            shim_gone = child is None or _start_ticks(int(child.get("shimPid", -1))) != child.get(
-                "shimStartTicks"
-            )
-        if child is not None and self.alive_pid() is None and shim_gone:
-            result = _read_json(self.dir / "exit.json")  # the shim may have written it meanwhile
-            return result or {
-                "exitCode": 137,
-                "signal": 9,
-                "startedAt": child["startedAt"],
-                "finishedAt": time.time(),
-                "reason": "Unknown",
-            }
-        if child is None and shim_gone:
-            return {
-                "exitCode": 128,
-                "signal": None,
-                "startedAt": time.time(),
-                "finishedAt": time.time(),
-                "reason": "StartError",
-            }
-        return None
-
-
-def running_processes(state_dir: Path, pod_uid: str | None = None) -> dict[str, int]:
-    """`<pod uid>/<container>` -> PID of each container process that runs now (all pods, or one)."""
-    out = {}
-    pods = f"pods/{pod_uid or '*'}"
-    for container_dir in [*state_dir.glob(f"{pods}/containers/*"), *state_dir.glob(f"{pods}/init/*")]:
-        runs = sorted(container_dir.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
-        pid = Run(runs[-1]).alive_pid() if runs else None
-        if pid is not None:
-            out[f"{container_dir.parent.parent.name}/{container_dir.name}"] = pid
-    return out
-
-
-def kill_all(state_dir: Path, grace_s: float = 5.0) -> int:
-    """Stop every container process recorded under the agent's state dir (after the agent stopped)."""
-    runs = [Run(d) for kind in ("containers", "init") for d in state_dir.glob(f"pods/*/{kind}/*/run-*")]
-    alive = [r for r in runs if r.alive_pid() is not None]
-    for r in alive:
-        r.signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while any(r.alive_pid() is not None for r in alive) and time.monotonic() < deadline:
-        time.sleep(0.1)  # bounded wait for processes to exit
-    for r in alive:
-        r.signal(signal.SIGKILL)
-    return len(alive)
-
-
-def _write_files(target: Path, files: Mapping[str, bytes]) -> None:
-    """Write changed files atomically (a reader never sees half a ConfigMap key)."""
-    for rel, content in files.items():
-        path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.read_bytes() != content:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(content)
-            tmp.replace(path)
 
 
 # ---- per-container and per-pod runtime ---------------------------------------------------------------
@@ -342,6 +165,7 @@ class NodeAgent:
     ):
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.volumes = PodVolumes(api)
         self.state_dir = state_dir
         self.node = node
         self.cpu, self.memory = cpu, memory
@@ -421,19 +245,6 @@ class NodeAgent:
             out[data["metadata"]["uid"]] = data
         return out
 
-    def _lookup(self, namespace: str) -> Any:
-        def lookup(kind: str, name: str) -> Mapping[str, str] | None:
-            try:
-                if kind == "configmap":
-                    return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
-                return dict(self.core.read_namespaced_secret(name, namespace).data or {})
-            except ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-        return lookup
-
     # ---- pod setup -----------------------------------------------------------------------------------
     def _pod_dir(self, uid: str) -> Path:
         return self.state_dir / "pods" / uid
@@ -451,107 +262,6 @@ class NodeAgent:
                 ip_file.write_text(ip)
                 return ip
         raise RuntimeError("no pod IP left")
-
-    def _materialize_volumes(self, pod: dict[str, Any], runtime: PodRuntime) -> dict[str, Path]:
-        namespace = pod["metadata"]["namespace"]
-        lookup = self._lookup(namespace)
-        dirs: dict[str, Path] = {}
-        for plan in volume_plans(pod):
-            target = runtime.dir / "volumes" / plan.name
-            if plan.kind == "persistentVolumeClaim":
-                claim = self.core.read_namespaced_persistent_volume_claim(plan.source["claimName"], namespace)
-                if not claim.spec.volume_name or claim.status.phase != "Bound":
-                    raise PodConfigError(
-                        "ContainerCreating",
-                        f"PersistentVolumeClaim {plan.source['claimName']!r} is not bound",
-                    )
-                pv = self.api.sanitize_for_serialization(
-                    self.core.read_persistent_volume(claim.spec.volume_name)
-                )
-                host = Path(pv_host_path(pv))
-                host.mkdir(parents=True, exist_ok=True)
-                dirs[plan.name] = host
-                continue
-            if plan.kind == "hostPath":
-                dirs[plan.name] = Path(plan.source["path"])
-                continue
-            target.mkdir(parents=True, exist_ok=True)
-            if plan.kind in ("configMap", "secret"):
-                _write_files(target, self._object_files(plan.kind, plan.source, lookup, volume=plan.name))
-            elif plan.kind == "projected":
-                files: dict[str, bytes] = {}
-                for source in plan.source.get("sources") or []:
-                    files |= self._projected_files(pod, source, lookup, runtime, volume=plan.name)
-                _write_files(target, files)
-            dirs[plan.name] = target
-        return dirs
-
-    def _object_files(
-        self, kind: str, source: Mapping[str, Any], lookup: Any, *, volume: str
-    ) -> dict[str, bytes]:
-        """Files of a configMap/secret volume (or projection)."""
-        api_kind = "configmap" if kind == "configMap" else "secret"
-        name = source.get("name") or source.get("secretName", "")
-        data = lookup(api_kind, name)
-        if data is None:
-            if source.get("optional"):
-                return {}
-            raise PodConfigError("ContainerCreating", f"{api_kind} {name!r} not found (volume {volume!r})")
-        return key_files(data, source.get("items"), encoded=api_kind == "secret")
-
-    def _projected_files(
-        self, pod: dict[str, Any], source: Mapping[str, Any], lookup: Any, runtime: PodRuntime, *, volume: str
-    ) -> dict[str, bytes]:
-        """One source of a projected volume: configMap, secret, downwardAPI or a ServiceAccount token."""
-        if "configMap" in source or "secret" in source:
-            kind = "configMap" if "configMap" in source else "secret"
-            return self._object_files(kind, source[kind], lookup, volume=volume)
-        if "downwardAPI" in source:
-            return {
-                item["path"]: field_value(
-                    pod, item["fieldRef"]["fieldPath"], pod_ip=runtime.ip, host_ip=NODE_IP
-                ).encode()
-                for item in source["downwardAPI"].get("items") or []
-                if "fieldRef" in item
-            }
-        if "serviceAccountToken" in source:
-            token_spec = source["serviceAccountToken"]
-            audience = token_spec.get("audience")
-            request = client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(
-                    audiences=[audience] if audience else [],
-                    expiration_seconds=int(token_spec.get("expirationSeconds", 3607)),
-                    bound_object_ref=client.V1BoundObjectReference(
-                        kind="Pod", api_version="v1", name=runtime.name, uid=runtime.uid
-                    ),
-                )
-            )
-            account = pod["spec"].get("serviceAccountName") or "default"
-            token = self.core.create_namespaced_service_account_token(account, runtime.namespace, request)
-            return {token_spec["path"]: token.status.token.encode()}
-        raise PodConfigError(
-            "CreateContainerConfigError", f"volume {volume!r}: projected {sorted(source)} is not supported"
-        )
-
-    def _link_mounts(
-        self, runtime: PodRuntime, container: dict[str, Any], volume_dirs: Mapping[str, Path]
-    ) -> None:
-        for mount in container.get("volumeMounts") or []:
-            link = mount_link(runtime.root, mount["mountPath"])
-            link.parent.mkdir(parents=True, exist_ok=True)
-            source = volume_dirs[mount["name"]]
-            if mount.get("subPath"):
-                source = source / mount["subPath"]
-                source.mkdir(parents=True, exist_ok=True)
-            if link.is_symlink() and Path(os.readlink(link)) == source:
-                continue
-            if link.is_symlink() or link.is_file():
-                link.unlink()
-            link.symlink_to(source)
-        message_path = mount_link(
-            runtime.root, container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
-        )
-        message_path.parent.mkdir(parents=True, exist_ok=True)
 
     def _new_runtime(self, pod: dict[str, Any]) -> PodRuntime:
         uid = pod["metadata"]["uid"]
@@ -674,7 +384,7 @@ class NodeAgent:
 
         try:
             env = container_env(
-                pod, spec, pod_ip=runtime.ip, host_ip=NODE_IP, lookup=self._lookup(runtime.namespace)
+                pod, spec, pod_ip=runtime.ip, host_ip=NODE_IP, lookup=self.volumes.lookup(runtime.namespace)
             )
             argv, image_env = local_argv(self.table, spec, env, pod_ip=runtime.ip, root=runtime.root)
         except agent_images.UnmappedImageError as error:
@@ -896,9 +606,9 @@ class NodeAgent:
     def _prepare_volumes(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
         """Materialize (or refresh) the volumes and mount links; a failure leaves the pod waiting."""
         try:
-            volume_dirs = self._materialize_volumes(pod, runtime)
+            volume_dirs = self.volumes.materialize(pod, pod_dir=runtime.dir, pod_ip=runtime.ip)
             for c in runtime.containers():
-                self._link_mounts(runtime, c.spec, volume_dirs)
+                link_mounts(runtime.root, c.spec, volume_dirs)
             runtime.config_error = None
             runtime.volumes_ready = True
         except PodConfigError as error:

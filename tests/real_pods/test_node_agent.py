@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.node_agent import running_processes
 from tailpilot_e2e.wait import eventually
 
 pytestmark = pytest.mark.cluster

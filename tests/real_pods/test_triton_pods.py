@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client
 
 from tailpilot.builders.example_model import NUM_CLASSES
+from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.node_agent import running_processes
 from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, install_crds
 from tailpilot_e2e.real_pods import (
     cpu_example,
