@@ -99,21 +99,41 @@ class Run:
         return None
 
 
+def container_dir(pod_dir: Path, name: str, *, init: bool) -> Path:
+    """Where a container's runs live in its pod's directory."""
+    return pod_dir / ("init" if init else "containers") / name
+
+
+def container_dirs(pod_dir: Path) -> list[Path]:
+    """Every container directory of a pod (init containers first)."""
+    return [*pod_dir.glob("init/*"), *pod_dir.glob("containers/*")]
+
+
+def runs_of(container: Path) -> list[Path]:
+    """A container's run directories in start order (`run-0`, `run-1`, ...)."""
+    return sorted(container.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
+def pod_runs(pod_dir: Path) -> list[Run]:
+    """Every run of every container of a pod."""
+    return [Run(run) for container in container_dirs(pod_dir) for run in runs_of(container)]
+
+
 def running_processes(state_dir: Path, pod_uid: str | None = None) -> dict[str, int]:
     """`<pod uid>/<container>` -> PID of each container process that runs now (all pods, or one)."""
     out = {}
-    pods = f"pods/{pod_uid or '*'}"
-    for container_dir in [*state_dir.glob(f"{pods}/containers/*"), *state_dir.glob(f"{pods}/init/*")]:
-        runs = sorted(container_dir.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
-        pid = Run(runs[-1]).alive_pid() if runs else None
-        if pid is not None:
-            out[f"{container_dir.parent.parent.name}/{container_dir.name}"] = pid
+    for pod_dir in state_dir.glob(f"pods/{pod_uid or '*'}"):
+        for container in container_dirs(pod_dir):
+            runs = runs_of(container)
+            pid = Run(runs[-1]).alive_pid() if runs else None
+            if pid is not None:
+                out[f"{pod_dir.name}/{container.name}"] = pid
     return out
 
 
 def kill_all(state_dir: Path, grace_s: float = 5.0) -> int:
     """Stop every container process recorded under the agent's state dir (after the agent stopped)."""
-    runs = [Run(d) for kind in ("containers", "init") for d in state_dir.glob(f"pods/*/{kind}/*/run-*")]
+    runs = [run for pod_dir in state_dir.glob("pods/*") for run in pod_runs(pod_dir)]
     alive = [r for r in runs if r.alive_pid() is not None]
     for r in alive:
         r.signal(signal.SIGTERM)

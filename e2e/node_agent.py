@@ -76,7 +76,7 @@ from tailpilot_e2e.agent_pod import (
     rfc3339,
     will_restart,
 )
-from tailpilot_e2e.agent_process import SHIM, Run, kill_all
+from tailpilot_e2e.agent_process import SHIM, Run, container_dir, kill_all, pod_runs, runs_of
 from tailpilot_e2e.agent_volumes import PodVolumes, link_mounts
 
 log = logging.getLogger("node-agent")
@@ -253,9 +253,8 @@ class NodeAgent:
         ip_file = pod_dir / "ip"
         if ip_file.exists():
             return ip_file.read_text().strip()
-        used = {p.ip for p in self.pods.values()} | {
-            f.read_text().strip() for f in self.state_dir.glob("pods/*/ip")
-        }
+        # Every allocated address is in its pod's `ip` file (written here), the one record of it.
+        used = {f.read_text().strip() for f in self.state_dir.glob("pods/*/ip")}
         for n in range(2, 256 * 254):
             ip = f"{POD_IP_PREFIX}.{n // 254}.{n % 254 + 1}"
             if ip not in used:
@@ -277,7 +276,7 @@ class NodeAgent:
         def containers(kind: str, init: bool) -> list[ContainerRuntime]:
             out = []
             for spec in pod["spec"].get(kind) or []:
-                cdir = pod_dir / ("init" if init else "containers") / spec["name"]
+                cdir = container_dir(pod_dir, spec["name"], init=init)
                 cdir.mkdir(parents=True, exist_ok=True)
                 out.append(
                     ContainerRuntime(
@@ -308,7 +307,7 @@ class NodeAgent:
         restart_policy = pod["spec"].get("restartPolicy", "Always")
         now = time.monotonic()
         for c in runtime.containers():
-            runs = sorted(c.dir.glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
+            runs = runs_of(c.dir)
             if not runs:
                 continue
             c.record.restart_count = len(runs) - 1
@@ -408,7 +407,7 @@ class NodeAgent:
         working_dir = spec.get("workingDir")
         cwd = rewrite(working_dir) if working_dir else str(runtime.root)
         Path(cwd).mkdir(parents=True, exist_ok=True)
-        index = len(list(c.dir.glob("run-*")))
+        index = len(runs_of(c.dir))
         run_dir = c.dir / f"run-{index}"
         run_dir.mkdir()
         log_file = c.dir / f"{index}.log"
@@ -780,14 +779,10 @@ class NodeAgent:
         bound = self._bound_pods()
         for pod_dir in self.state_dir.glob("pods/*"):
             if pod_dir.name not in bound:
-                runs = [Run(d) for d in pod_dir.glob("*/*/run-*")]
-                for r in runs:
+                alive = [r for r in pod_runs(pod_dir) if r.alive_pid() is not None]
+                for r in alive:
                     r.signal(signal.SIGKILL)
-                log.info(
-                    "stopped %d process(es) of vanished pod %s",
-                    sum(r.alive_pid() is not None for r in runs),
-                    pod_dir.name,
-                )
+                log.info("stopped %d process(es) of vanished pod %s", len(alive), pod_dir.name)
                 shutil.rmtree(pod_dir, ignore_errors=True)
 
     def run_forever(self) -> None:
