@@ -12,6 +12,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from kubernetes import client
@@ -20,34 +21,60 @@ from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.kube import api_client
 
 
+@contextmanager
+def running(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The cluster up (started here unless it was running); stopped afterwards only if started here."""
+    started = cluster.up()
+    try:
+        yield cluster
+    finally:
+        if started and not os.environ.get("TAILPILOT_KEEP_CLUSTER"):
+            cluster.down()
+
+
+@contextmanager
+def admin_client(cluster: LocalCluster) -> Iterator[client.ApiClient]:
+    """An admin API client of the cluster, closed afterwards."""
+    api = api_client(cluster.paths.kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@contextmanager
+def fresh_namespace(request: pytest.FixtureRequest, api: client.ApiClient) -> Iterator[str]:
+    """A namespace named after the test, deleted (not awaited) afterwards; the test must be marked cluster."""
+    if request.node.get_closest_marker("cluster") is None:
+        raise pytest.UsageError(f"{request.node.nodeid} uses the cluster: mark it @pytest.mark.cluster")
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"tailpilot.io/test": "true"}))
+    )
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[LocalCluster]:
     """The running local cluster (started for the session if it was not running)."""
-    cluster = LocalCluster()
-    started = cluster.up()
-    yield cluster
-    if started and not os.environ.get("TAILPILOT_KEEP_CLUSTER"):
-        cluster.down()
+    with running(LocalCluster()) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
 def k8s(local_cluster: LocalCluster) -> Iterator[client.ApiClient]:
     """An admin API client for the local cluster."""
-    api = api_client(local_cluster.paths.kubeconfig)
-    yield api
-    api.close()
+    with admin_client(local_cluster) as api:
+        yield api
 
 
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, k8s: client.ApiClient) -> Iterator[str]:
     """A fresh namespace named after the test; deleted (not awaited) afterwards."""
-    if request.node.get_closest_marker("cluster") is None:
-        raise pytest.UsageError(f"{request.node.nodeid} uses the cluster: mark it @pytest.mark.cluster")
-    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
-    name = f"{base}-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(k8s)
-    core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"tailpilot.io/test": "true"}))
-    )
-    yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    with fresh_namespace(request, k8s) as name:
+        yield name
