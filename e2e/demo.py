@@ -147,7 +147,8 @@ class LiveView(threading.Thread):
         previous_sent, previous_t = 0, 0.0
         tick = 0
         while not self.stop.wait(0.5):
-            self.load.set_targets(ready_endpoints(self.core, NAMESPACE, NAME))
+            endpoints = ready_endpoints(self.core, NAMESPACE, NAME)
+            self.load.set_targets(endpoints)
             tick += 1
             if tick % 4:
                 continue
@@ -169,7 +170,7 @@ class LiveView(threading.Thread):
                 rate=round(rate, 1),
                 p99_ms=round(last.p99_ms, 1) if last and math.isfinite(last.p99_ms) else math.nan,
                 replicas=int(self.apps.read_namespaced_deployment(NAME, NAMESPACE).spec.replicas or 0),
-                ready=len(ready_endpoints(self.core, NAMESPACE, NAME)),
+                ready=len(endpoints),
                 batching=(
                     f"{batching.get('maxBatchSize', '-')}/{batching.get('preferredBatchSizes', '-')}/"
                     f"{batching.get('maxQueueDelayMicroseconds', '-')}us"
