@@ -102,3 +102,18 @@ def test_load_override_json_parses_back_to_the_same_config() -> None:
     assert json_format.Parse(text, model_config_pb2.ModelConfig()) == config
     body = load_request_body(config)
     assert json.loads(body["parameters"]["config"]) == json.loads(text)
+
+
+def test_static_inputs_get_zero_warmups_at_batch_one_and_the_max_batch() -> None:
+    config = render()
+    warmups = [(w.name, w.batch_size, w.count) for w in config.model_warmup]
+    assert warmups == [("zeros_batch_1", 1, 1), ("zeros_batch_16", 16, 1)]
+    sample = config.model_warmup[1].inputs["input"]
+    assert (list(sample.dims), sample.zero_data) == ([3, 64, 64], True)
+    assert sample.data_type == model_config_pb2.TYPE_FP32
+    assert [w.batch_size for w in render(batching=BatchingConfig(max_batch_size=1)).model_warmup] == [1]
+
+
+def test_a_dynamic_input_dimension_gets_no_warmup() -> None:
+    dynamic = [TensorSpec(name="tokens", data_type="TYPE_INT64", dims=(-1,))]
+    assert not render(inputs=dynamic).model_warmup

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from triton_fixtures import INFER_BODY, write_repository
+from triton_fixtures import INFER_BODY, model_warmup_requests, write_repository
 
 from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.bench import traces
@@ -224,7 +224,7 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
                 load = generator.wait(timeout=LEVEL_SECONDS + 20)
             assert load.ok == len(load.status), dict(load.errors)
             count = len(load.status)
-            warmups = WARMUP_REQUESTS * len(servers)
+            warmups = (WARMUP_REQUESTS + model_warmup_requests(batching)) * len(servers)
             eventually(
                 lambda level=level, n=count + warmups: scraped_successes(prometheus, level) == n,
                 timeout=10,

@@ -59,6 +59,14 @@ def model_config_json(batching: BatchingConfig) -> str:
     return to_load_override_json(config)
 
 
+def model_warmup_requests(batching: BatchingConfig) -> int:
+    """Requests Triton counts for the echo model's own warm-up on load (one per warm-up sample: measured)."""
+    config = render_model_config(
+        name=MODEL, triton_backend="python", inputs=INPUTS, outputs=OUTPUTS, batching=batching, device="cpu"
+    )
+    return sum(w.batch_size * w.count for w in config.model_warmup)
+
+
 def write_repository(
     root: Path, *, batching: BatchingConfig, refuse_above: int = 0, base_ms: float = 2.0
 ) -> Path:
