@@ -19,8 +19,10 @@ from tailpilot.bench.simulator import FleetView, Target
 from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, observation_from_pod_metrics
 
 
-def pod_metrics(w: PodWindow, *, window_s: float, now_s: float) -> PodMetrics:
-    """The policy's per-pod input from a simulated pod window."""
+def pod_metrics(
+    w: PodWindow, *, window_s: float, now_s: float, recent: PodWindow | None = None, recent_s: float = 0.0
+) -> PodMetrics:
+    """The policy's per-pod input from a simulated pod window (and the same pod's recent one)."""
     q = w.request_summary_us
     return PodMetrics(
         pod=w.pod,
@@ -35,6 +37,7 @@ def pod_metrics(w: PodWindow, *, window_s: float, now_s: float) -> PodMetrics:
         last_sample_s=now_s,
         request_duration_us_rate=w.request_duration_us / window_s,
         quantiles_us=tuple((k, v) for k, v in q.items() if k != 0.99),
+        recent_request_rate=recent.success_count / recent_s if recent is not None and recent_s > 0 else None,
     )
 
 
@@ -57,9 +60,17 @@ class TailPilot:
 
     def decide(self, view: FleetView) -> Target:
         now = view.now_s
-        pods = [pod_metrics(w, window_s=self._window_s, now_s=now) for w in view.pod_windows(self._window_s)]
+        # The operator's recent window is one control period (or two scrapes, if longer).
+        recent_s = self.tick_s
+        recent = {w.pod: w for w in view.pod_windows(recent_s)}
+        pods = [
+            pod_metrics(w, window_s=self._window_s, now_s=now, recent=recent.get(w.pod), recent_s=recent_s)
+            for w in view.pod_windows(self._window_s)
+        ]
         try:
-            obs = observation_from_pod_metrics(pods=pods, window_s=self._window_s, now_s=now)
+            obs = observation_from_pod_metrics(
+                pods=pods, window_s=self._window_s, now_s=now, recent_window_s=recent_s
+            )
             decision, self._state = decide(
                 config=self._config, profile=self._profile, observation=obs, state=self._state, now_s=now
             )

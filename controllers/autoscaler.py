@@ -62,6 +62,11 @@ def policy_config(isvc: InferenceService, *, control_period_s: float) -> PolicyC
     )
 
 
+def recent_window_s(isvc: InferenceService, *, control_period_s: float) -> float:
+    """The recent-rate window: one control period, but at least two scrapes (`rate` needs two samples)."""
+    return max(control_period_s, 2.0 * isvc.spec.monitoring.scrape_interval_seconds)
+
+
 def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProfile | None:
     """The policy's view of the engine, from the profile summary on the status (pure)."""
     profile, engine = status.get("profile"), status.get("engine") or {}
@@ -160,6 +165,7 @@ class Autoscaler:
                 service=name,
                 window_s=float(isvc.spec.slo.evaluation_window_seconds),
                 now_s=now,
+                recent_window_s=recent_window_s(isvc, control_period_s=self.control_period_s),
             )
         except ObservationError as error:
             log.warning("observing %s/%s: %s", namespace, name, error)

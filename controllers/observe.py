@@ -87,12 +87,21 @@ def _window(window_s: float) -> str:
     return f"{max(1, round(window_s))}s"
 
 
-def build_queries(selector: Selector, *, window_s: float) -> dict[str, str]:
-    """Return one PromQL instant query per signal, keyed by PodMetrics field, "quantiles", "last_sample"."""
+def build_queries(
+    selector: Selector, *, window_s: float, recent_window_s: float | None = None
+) -> dict[str, str]:
+    """Return one PromQL instant query per signal, keyed by PodMetrics field, "quantiles", "last_sample".
+
+    With a `recent_window_s` shorter than the window, "recent_request_rate" is the success rate
+    over that recent window too (a load step shows there before the window's average moves).
+    """
     sel = selector.matchers()
     by = f"by ({selector.pod_label})"
     w = _window(window_s)
     queries = {field: f"sum {by} (rate({metric}{{{sel}}}[{w}]))" for field, metric in RATE_COUNTERS.items()}
+    if recent_window_s is not None and recent_window_s < window_s:
+        success = RATE_COUNTERS["request_rate"]
+        queries["recent_request_rate"] = f"sum {by} (rate({success}{{{sel}}}[{_window(recent_window_s)}]))"
     queries["pending_requests"] = f"sum {by} ({PENDING_GAUGE}{{{sel}}})"
     # max over models/versions in a pod: conservative when a pod serves more than one.
     queries["quantiles"] = f"max by ({selector.pod_label}, quantile) ({LATENCY_SUMMARY}{{{sel}}})"
@@ -192,6 +201,7 @@ async def observe_service(
     service: str,
     window_s: float,
     now_s: float,
+    recent_window_s: float | None = None,
     namespace_label: str = DEFAULT_NAMESPACE_LABEL,
     service_label: str = DEFAULT_SERVICE_LABEL,
     pod_label: str = DEFAULT_POD_LABEL,
@@ -212,9 +222,10 @@ async def observe_service(
         service_label=service_label,
         pod_label=pod_label,
     )
-    queries = build_queries(selector, window_s=window_s)
+    queries = build_queries(selector, window_s=window_s, recent_window_s=recent_window_s)
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     bodies = await asyncio.gather(*(_query(client, url, q, now_s) for q in queries.values()))
     results = {key: parse_vector(body) for key, body in zip(queries, bodies, strict=True)}
     pods = pod_metrics_from_results(results, pod_label=pod_label)
-    return observation_from_pod_metrics(pods=pods, window_s=window_s, now_s=now_s)
+    recent = recent_window_s if "recent_request_rate" in queries else None
+    return observation_from_pod_metrics(pods=pods, window_s=window_s, now_s=now_s, recent_window_s=recent)

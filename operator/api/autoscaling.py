@@ -46,6 +46,10 @@ class Observation(_Frozen):
     ready_replicas: int = 0
     #: Age of the newest sample the observation was built from.
     data_age_s: float = 0.0
+    #: Completions per second over the last `recent_window_s` only (shorter than the evaluation
+    #: window): a load step shows here a window earlier. None when not measured.
+    recent_request_rate: float | None = None
+    recent_window_s: float | None = None
 
 
 class ScalingAction(StrEnum):

@@ -78,6 +78,10 @@ class PolicyConfig:
         correction_settle_s: No correction update this long after a replica or batching change or a
             backlog: the observed P99's window still contains the transient. Keep it >= the window.
         min_rate_for_correction_per_s: Below this request rate the P99 is too noisy to learn from.
+        rate_rise_sigma: The recent rate replaces the window's rate when it exceeds it by more than this
+            many Poisson standard deviations (a real rise, not noise).
+        backlog_drain_s: A backlog (more than a full batch queued per replica) is sized to be drained
+            within this long, on top of the arrivals; 0 disables it.
         dry_run: Decisions are recorded (Decision.dry_run=True) but the state keeps the actual size.
     """
 
@@ -107,6 +111,8 @@ class PolicyConfig:
     correction_max: float = 3.0
     correction_settle_s: float = 90.0
     min_rate_for_correction_per_s: float = 1.0
+    rate_rise_sigma: float = 3.0
+    backlog_drain_s: float = 30.0
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -129,6 +135,8 @@ class PolicyConfig:
             raise ValueError("need 0 < correction_min <= 1 <= correction_max")
         if not 0 <= self.correction_alpha <= 1:
             raise ValueError("correction_alpha must be in [0, 1]")
+        if self.rate_rise_sigma < 0 or self.backlog_drain_s < 0:
+            raise ValueError("rate_rise_sigma and backlog_drain_s must be >= 0")
         if not self.queue_delay_candidates_us or min(self.queue_delay_candidates_us) < 0:
             raise ValueError("queue_delay_candidates_us needs at least one value >= 0")
 

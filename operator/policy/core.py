@@ -173,19 +173,35 @@ def _update_correction(
     return min(config.correction_max, max(config.correction_min, smoothed))
 
 
-def _backlog_at(state: PolicyState, obs: Observation, now_s: float) -> float | None:
-    """When a backlog was last seen, counting this observation (more than a full batch queued per replica)."""
+def _has_backlog(state: PolicyState, obs: Observation) -> bool:
+    """More than a full batch queued per replica: requests wait for more than the next batch."""
     depth = obs.queue_depth_per_replica
-    if depth is not None and depth > state.batching.max_batch_size * state.batching.instances_per_replica:
-        return now_s
-    return state.last_backlog_s
+    return depth is not None and depth > state.batching.max_batch_size * state.batching.instances_per_replica
 
 
-def _demand(*, obs: Observation, state: PolicyState, rate: float) -> tuple[float, float | None]:
-    """Arrival-rate estimate (completions + queue growth) and the queue total to remember."""
+def _backlog_at(state: PolicyState, obs: Observation, now_s: float) -> float | None:
+    """When a backlog was last seen, counting this observation."""
+    return now_s if _has_backlog(state, obs) else state.last_backlog_s
+
+
+def _demand(
+    *, config: PolicyConfig, obs: Observation, state: PolicyState, rate: float
+) -> tuple[float, float, float | None]:
+    """(arrival-rate estimate, backlog drain rate, queue total to remember).
+
+    Arrivals: the window's completion rate, or the recent one when it is higher by more than
+    noise (a step shows there first), plus the queue's growth since the last call (completions
+    are capped at capacity under overload). Drain: a backlog's requests spread over
+    `backlog_drain_s`, capacity needed on top of the arrivals to bring the queue back.
+    """
     ready = obs.ready_replicas or state.replicas
     queue_total = obs.queue_depth_per_replica * ready if obs.queue_depth_per_replica is not None else None
     arrival = rate
+    recent, span = obs.recent_request_rate, obs.recent_window_s
+    if recent is not None and span:
+        noise = config.rate_rise_sigma * math.sqrt(max(recent, rate) / span)
+        if recent > rate + noise:
+            arrival = recent
     if (
         queue_total is not None
         and state.last_queue_total is not None
@@ -194,7 +210,54 @@ def _demand(*, obs: Observation, state: PolicyState, rate: float) -> tuple[float
     ):
         growth = (queue_total - state.last_queue_total) / (obs.at_s - state.last_queue_at_s)
         arrival += max(0.0, growth)
-    return arrival, queue_total
+    drain = 0.0
+    if queue_total is not None and config.backlog_drain_s > 0 and _has_backlog(state, obs):
+        drain = queue_total / config.backlog_drain_s
+    return arrival, drain, queue_total
+
+
+def _recommend(
+    *,
+    config: PolicyConfig,
+    obs: Observation,
+    current: int,
+    rate: float,
+    margin: float,
+    cands: tuple[_Candidate, ...],
+    service: ServiceTimeModel,
+    correction: float,
+) -> tuple[int, bool, bool]:
+    """(replicas for `rate`, whether even max_replicas misses the SLO, whether the queue depth forced it).
+
+    Above the current size: the fewest replicas meeting the SLO minus `margin` (`n_up`). Below:
+    the fewest meeting it minus margin and hysteresis (`n_down`), so a size between the two holds.
+    """
+    n_up = _fewest(
+        rate=rate,
+        target_ms=config.p99_target_ms * (1 - margin),
+        cands=cands,
+        config=config,
+        service=service,
+        correction=correction,
+    )
+    n_need = config.max_replicas if n_up is None else n_up
+    queue_forced = False
+    max_q = config.max_queue_depth
+    if max_q is not None and obs.queue_depth_per_replica is not None and obs.queue_depth_per_replica > max_q:
+        n_q = min(config.max_replicas, math.ceil(max(current, 1) * obs.queue_depth_per_replica / max_q))
+        if n_q > n_need:
+            n_need, queue_forced = n_q, True
+    if n_need > current:
+        return n_need, n_up is None, queue_forced
+    n_down = _fewest(
+        rate=rate,
+        target_ms=config.p99_target_ms * (1 - margin - config.hysteresis),
+        cands=cands,
+        config=config,
+        service=service,
+        correction=correction,
+    )
+    return (current if n_down is None else max(n_need, min(current, n_down))), n_up is None, queue_forced
 
 
 def _hold(
@@ -295,39 +358,27 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     assert rate is not None
 
     # 3. demand and 4. learning
-    arrival, queue_total = _demand(obs=obs, state=state, rate=rate)
+    arrival, drain, queue_total = _demand(config=config, obs=obs, state=state, rate=rate)
     correction = _update_correction(config=config, state=state, obs=obs, service=service, now_s=now_s)
 
     # 5. choice
     margin = config.alert_slo_margin if alert_active else config.slo_margin
     up_target = config.p99_target_ms * (1 - margin)
-    down_target = config.p99_target_ms * (1 - margin - config.hysteresis)
-    n_up = _fewest(
-        rate=arrival, target_ms=up_target, cands=cands, config=config, service=service, correction=correction
-    )
-    infeasible = n_up is None
-    n_need = hi if n_up is None else n_up
-    queue_forced = False
-    max_q = config.max_queue_depth
-    if max_q is not None and obs.queue_depth_per_replica is not None and obs.queue_depth_per_replica > max_q:
-        n_q = min(hi, math.ceil(max(current, 1) * obs.queue_depth_per_replica / max_q))
-        if n_q > n_need:
-            n_need, queue_forced = n_q, True
-
-    if n_need > current:
-        recommendation = n_need
-    else:
-        n_down = _fewest(
-            rate=arrival,
-            target_ms=down_target,
-            cands=cands,
-            config=config,
-            service=service,
-            correction=correction,
-        )
-        recommendation = current if n_down is None else max(n_need, min(current, n_down))
+    sizing = arrival + drain
+    recommendation, infeasible, queue_forced = _recommend(
+        config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
+        service=service, correction=correction,
+    )  # fmt: skip
+    # The stabilization window remembers what the arrivals alone need: replicas added to drain a
+    # backlog go again once it is drained, without waiting out the window.
+    steady = recommendation
+    if drain > 0:
+        steady = _recommend(
+            config=config, obs=obs, current=current, rate=arrival, margin=margin, cands=cands,
+            service=service, correction=correction,
+        )[0]  # fmt: skip
     window = config.scale_down_stabilization_s
-    recs = tuple(r for r in state.recommendations if now_s - r[0] <= window) + ((now_s, recommendation),)
+    recs = tuple(r for r in state.recommendations if now_s - r[0] <= window) + ((now_s, steady),)
     stabilized = max(r[1] for r in recs)
 
     reason = Reason.WITHIN_SLO
@@ -366,7 +417,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
 
     batching, predicted = _best_at(
         n=n,
-        rate=arrival,
+        rate=sizing,
         target_ms=up_target,
         cands=cands,
         current=state.batching,
@@ -378,7 +429,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         and _since(state.last_batching_change_s, now_s) < config.batching_cooldown_s
     ):
         current_p99 = correction * predict_p99_ms(
-            rate_per_s=arrival, replicas=n, shape=_shape(state.batching), service=service
+            rate_per_s=sizing, replicas=n, shape=_shape(state.batching), service=service
         )
         # A reload needs the window to see its effect; only an SLO at risk under an alert jumps the queue.
         if not (alert_active and current_p99 > up_target):
@@ -393,8 +444,9 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
 
     observed = f"{obs.p99_ms:.1f} ms" if obs.p99_ms is not None else "n/a"
     pred_txt = f"{predicted:.1f} ms" if math.isfinite(predicted) else "unbounded (over capacity)"
+    drain_txt = f" + {drain:.1f} req/s to drain {queue_total:.0f} queued" if drain > 0 else ""
     message = (
-        f"{arrival:.1f} req/s: predicted P99 {pred_txt} at {n} replicas ({_describe(batching)}), "
+        f"{arrival:.1f} req/s{drain_txt}: predicted P99 {pred_txt} at {n} replicas ({_describe(batching)}), "
         f"observed {observed} at {current}; target {config.p99_target_ms:g} ms with {margin:.0%} margin; "
         f"model correction x{correction:.2f}"
     )

@@ -49,6 +49,7 @@ class PodMetrics:
         last_sample_s: Time of the pod's newest sample (None: taken as `now_s`).
         request_duration_us_rate: Rate of `nv_inference_request_duration_us` (gives the mean latency).
         quantiles_us: Other summary quantiles as (quantile, us) pairs, e.g. ((0.9, 1200.0),).
+        recent_request_rate: Successful requests per second over a shorter, recent window.
     """
 
     pod: str
@@ -63,6 +64,7 @@ class PodMetrics:
     last_sample_s: float | None = None
     request_duration_us_rate: float | None = None
     quantiles_us: tuple[tuple[float, float], ...] = ()
+    recent_request_rate: float | None = None
 
 
 def _tail_fit(pod: PodMetrics, p99: float) -> tuple[float, float]:
@@ -139,13 +141,16 @@ def _per_request_ms(pods: Sequence[PodMetrics], field_name: str) -> float | None
     return sums[0] / sums[1] / 1000.0
 
 
-def observation_from_pod_metrics(*, pods: Sequence[PodMetrics], window_s: float, now_s: float) -> Observation:
+def observation_from_pod_metrics(
+    *, pods: Sequence[PodMetrics], window_s: float, now_s: float, recent_window_s: float | None = None
+) -> Observation:
     """Build the service-level Observation the policy reads.
 
     Pods whose newest sample is older than `window_s` are treated as gone (their
     series linger in Prometheus after deletion) and are not counted as replicas;
     `data_age_s` is the age of the newest sample of any pod, so a service whose
     metrics stopped flowing reads as stale, and one with no pods as missing.
+    `recent_window_s` is the window of the pods' `recent_request_rate` (None: not measured).
     """
     ages = [now_s - (p.last_sample_s if p.last_sample_s is not None else now_s) for p in pods]
     data_age = max(0.0, min(ages)) if ages else 0.0
@@ -156,6 +161,8 @@ def observation_from_pod_metrics(*, pods: Sequence[PodMetrics], window_s: float,
     pending = [p.pending_requests for p in live if p.pending_requests is not None]
     batch = _ratio(live, "inference_count_rate", "exec_count_rate")
     failures = [p.failure_rate for p in live if p.failure_rate is not None]
+    recent = [p.recent_request_rate for p in live if p.recent_request_rate is not None]
+    measured_recent = recent_window_s is not None and bool(recent)
     return Observation(
         at_s=now_s,
         request_rate=request_rate,
@@ -167,4 +174,6 @@ def observation_from_pod_metrics(*, pods: Sequence[PodMetrics], window_s: float,
         failure_rate=sum(failures) if failures else None,
         ready_replicas=len(live),
         data_age_s=data_age,
+        recent_request_rate=sum(recent) if measured_recent else None,
+        recent_window_s=recent_window_s if measured_recent else None,
     )

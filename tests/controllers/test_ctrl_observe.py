@@ -191,3 +191,22 @@ def test_prometheus_errors_raise():
 
     with pytest.raises(ObservationError, match="unreachable"):
         observe(httpx.MockTransport(refuse))
+
+
+def test_a_recent_window_shorter_than_the_window_adds_the_recent_success_rate():
+    sel = Selector(namespace="shop", service="resnet")
+    queries = build_queries(sel, window_s=60, recent_window_s=15)
+    assert queries["recent_request_rate"] == (
+        'sum by (pod) (rate(nv_inference_request_success{namespace="shop",inferenceservice="resnet"}[15s]))'
+    )
+    assert "recent_request_rate" not in build_queries(sel, window_s=60, recent_window_s=60)
+    answers = {
+        "[15s]": vector(({"pod": "a"}, "500"), ({"pod": "b"}, "300")),  # first: both pods, recent window
+        "nv_inference_request_success": vector(({"pod": "a"}, "300"), ({"pod": "b"}, "100")),
+        "timestamp(nv_inference_pending": vector(({"pod": "a"}, str(NOW)), ({"pod": "b"}, str(NOW))),
+    }
+    obs = observe(httpx.MockTransport(ScriptedPrometheus(answers)), recent_window_s=15)
+    assert obs.request_rate == pytest.approx(400.0)
+    assert (obs.recent_request_rate, obs.recent_window_s) == (pytest.approx(800.0), 15)
+    plain = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
+    assert (plain.recent_request_rate, plain.recent_window_s) == (None, None)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 from policy_fakes import FakeClock, Plant, make_profile, replica_series, reversals
 
-from tailpilot.api.autoscaling import BatchingConfig, Observation, ScalingAction
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.policy import PolicyConfig, PolicyState, Reason, decide
 
 TARGET = 50.0
@@ -345,3 +346,52 @@ def test_decide_is_fast():
     plant.run(3500.0, 500)
     per_call = (time.perf_counter() - start) / 500
     assert per_call < 2e-3, per_call
+
+
+def _decide_at(plant: Plant, obs: Observation) -> tuple[Decision, PolicyState]:
+    return decide(
+        config=plant.config, profile=plant.profile, observation=obs, state=plant.state, now_s=obs.at_s
+    )
+
+
+def test_a_recent_rate_well_above_the_windows_drives_the_size():
+    plant = make_plant(replicas=2)
+    t = plant.clock.now
+    base = {"at_s": t, "request_rate": 1000.0, "p99_ms": 20.0, "ready_replicas": 2, "recent_window_s": 15.0}
+    window_only, _ = _decide_at(plant, Observation(**base))
+    # A step 15 s ago: the 60 s window's average has moved a quarter of the way; the recent rate all of it.
+    stepped, _ = _decide_at(plant, Observation(**{**base, "recent_request_rate": 4000.0}))
+    assert stepped.replicas > window_only.replicas
+    assert "4000.0 req/s:" in stepped.message
+    # Within Poisson noise of the window's rate (3 sigma of 1030 req/s over 15 s is ~25 req/s): ignored.
+    noisy, _ = _decide_at(plant, Observation(**{**base, "recent_request_rate": 1020.0}))
+    assert "1000.0 req/s:" in noisy.message
+    # A recent rate below the window's never lowers the demand (scale-down stays on the long window).
+    calm, _ = _decide_at(plant, Observation(**{**base, "recent_request_rate": 200.0}))
+    assert "1000.0 req/s:" in calm.message
+
+
+def test_a_backlog_is_sized_to_drain_and_the_drain_replicas_do_not_hold_the_window():
+    plant = make_plant(replicas=2, backlog_drain_s=30.0)
+    t = plant.clock.now
+    queued = Observation(
+        at_s=t, request_rate=3000.0, p99_ms=400.0, ready_replicas=2, queue_depth_per_replica=30000.0
+    )
+    d, state = _decide_at(plant, queued)
+    # 60000 queued over 30 s: 2000 req/s of capacity on top of the 3000 req/s of arrivals.
+    assert "+ 2000.0 req/s to drain 60000 queued" in d.message
+    no_drain, _ = decide(
+        config=replace(plant.config, backlog_drain_s=0.0),
+        profile=plant.profile,
+        observation=queued,
+        state=plant.state,
+        now_s=t,
+    )
+    assert d.replicas > no_drain.replicas
+    # The stabilization window records what the arrivals alone need, not the drain's extra replicas.
+    assert state.recommendations[-1][1] <= no_drain.replicas
+    # Less than a full batch per replica queued is no backlog: nothing extra.
+    short = Observation(
+        at_s=t, request_rate=1000.0, p99_ms=20.0, ready_replicas=2, queue_depth_per_replica=4.0
+    )
+    assert "to drain" not in _decide_at(plant, short)[0].message
