@@ -108,8 +108,8 @@ def predict_p99_ms(
     if rho > 0.01:
         ca2_cs2 = 1.0 / big_b + cv * cv
         overflow = (t_full / k) / (1.0 - rho) * ca2_cs2 / 2.0 * math.log(100.0 * rho)
-    # 4. service with jitter and batch-size spread
-    service_p99 = t_b * (1.0 + _Z99 * cv) + _Z99 * c * math.sqrt(b)
+    # 4. service with jitter and batch-size spread (a batch never exceeds the max: none at max batch 1)
+    service_p99 = t_b * (1.0 + _Z99 * cv) + min(_Z99 * math.sqrt(b), big_b - b) * c
     return form_wait + free_wait + overflow + service_p99
 
 

@@ -79,3 +79,14 @@ def test_scale_to_zero_only_without_traffic():
     ) == (0, 0.0)
     found = min_replicas_for(rate_per_s=5.0, target_ms=30, shape=s, service=SERVICE, correction=1, lo=0, hi=5)
     assert found is not None and found[0] == 1
+
+
+def test_max_batch_one_has_no_batch_size_spread():
+    # A CPU engine whose time is nearly all per item (measured: 6 + 48.5 ms/item, jitter CV 0.2).
+    per_item = make_profile(intercept_ms=6.0, per_item_ms=48.5, jitter_cv=0.2).service_time
+    service_p99 = (6.0 + 48.5) * (1 + 2.326 * 0.2)
+    light = predict_p99_ms(rate_per_s=0.1, replicas=1, shape=shape(1), service=per_item)
+    # At light load, batch 1 is one service time with its jitter: no spread of a batch that cannot grow.
+    assert light == pytest.approx(service_p99, rel=0.05)
+    # A max batch of 4 may execute bigger batches, so its light-load tail is longer.
+    assert predict_p99_ms(rate_per_s=0.1, replicas=1, shape=shape(4), service=per_item) > light * 1.5
