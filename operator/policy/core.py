@@ -100,16 +100,22 @@ def _best_at(
     n: int,
     rate: float,
     target_ms: float,
+    keep_ms: float,
     cands: tuple[_Candidate, ...],
     current: BatchingConfig,
     service: ServiceTimeModel,
     correction: float,
 ) -> tuple[BatchingConfig, float]:
-    """Batching to run at `n` replicas: the current one if it meets the target, else the lowest P99."""
+    """Batching to run at `n` replicas: the current one if it meets `keep_ms`, else the lowest P99.
+
+    `keep_ms` is the target with the normal margin even while an alert widens `target_ms`'s: a
+    reload stalls requests for seconds (2-3.5 s on the Python backend, measured), a price not worth
+    paying for the alert's extra margin alone.
+    """
     best: tuple[BatchingConfig, float] | None = None
     for cfg, shape in cands:
         p99 = correction * predict_p99_ms(rate_per_s=rate, replicas=n, shape=shape, service=service)
-        if cfg == current and p99 <= target_ms:
+        if cfg == current and p99 <= max(target_ms, keep_ms):
             return cfg, p99
         if best is None or p99 < best[1]:
             best = (cfg, p99)
@@ -260,6 +266,37 @@ def _recommend(
     return (current if n_down is None else max(n_need, min(current, n_down))), n_up is None, queue_forced
 
 
+def _alert_replicas_keeping_batching(
+    *,
+    config: PolicyConfig,
+    state: PolicyState,
+    n: int,
+    rate: float,
+    target_ms: float,
+    service: ServiceTimeModel,
+    correction: float,
+) -> int:
+    """Under an alert, the replicas that carry its extra margin with the batching in force.
+
+    The batching in force is kept while it meets the normal margin (`_best_at`), so the alert's
+    larger margin is met with replicas, not with a reload; 0 when that batching misses the normal
+    margin anyway (it will be replaced) or no replica count meets the alert's target with it.
+    """
+    shape = _shape(state.batching)
+    keep_ms = config.p99_target_ms * (1 - config.slo_margin)
+    if correction * predict_p99_ms(rate_per_s=rate, replicas=n, shape=shape, service=service) > keep_ms:
+        return 0
+    found = _fewest(
+        rate=rate,
+        target_ms=target_ms,
+        cands=((state.batching, shape),),
+        config=config,
+        service=service,
+        correction=correction,
+    )
+    return found or 0
+
+
 def _hold(
     *,
     config: PolicyConfig,
@@ -369,6 +406,14 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
         service=service, correction=correction,
     )  # fmt: skip
+    if alert_active and _in_bounds(config, profile, state.batching):
+        recommendation = max(
+            recommendation,
+            _alert_replicas_keeping_batching(
+                config=config, state=state, n=max(recommendation, current), rate=sizing,
+                target_ms=up_target, service=service, correction=correction,
+            ),
+        )  # fmt: skip
     # The stabilization window remembers what the arrivals alone need: replicas added to drain a
     # backlog go again once it is drained, without waiting out the window.
     steady = recommendation
@@ -419,6 +464,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         n=n,
         rate=sizing,
         target_ms=up_target,
+        keep_ms=config.p99_target_ms * (1 - config.slo_margin),
         cands=cands,
         current=state.batching,
         service=service,

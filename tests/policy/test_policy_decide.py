@@ -395,3 +395,18 @@ def test_a_backlog_is_sized_to_drain_and_the_drain_replicas_do_not_hold_the_wind
         at_s=t, request_rate=1000.0, p99_ms=20.0, ready_replicas=2, queue_depth_per_replica=4.0
     )
     assert "to drain" not in _decide_at(plant, short)[0].message
+
+
+def test_an_alert_does_not_reload_a_batching_that_meets_the_normal_margin():
+    # At 1750 req/s on 2 replicas max batch 8 predicts 36 ms: within 50 ms less the normal 15% margin
+    # (42.5 ms), outside the alert's 30% (35 ms). A reload stalls requests for seconds; the alert's
+    # extra margin alone is not worth one, so batching stays and replicas carry the margin.
+    plant = make_plant(replicas=2, batch=8)
+    alerted = plant.step(1750.0, alert=True)
+    assert alerted.batching == BatchingConfig(max_batch_size=8)
+    assert (alerted.action, alerted.replicas) == (ScalingAction.SCALE_UP, 3)
+    assert alerted.predicted_p99_ms is not None and alerted.predicted_p99_ms <= TARGET * 0.7
+    # Without the alert the same batching is kept too, and a batching that misses the normal
+    # margin is still replaced under an alert.
+    assert make_plant(replicas=2, batch=8).step(1750.0).batching == BatchingConfig(max_batch_size=8)
+    assert make_plant(replicas=2, batch=1).step(1750.0, alert=True).batching.max_batch_size > 1
