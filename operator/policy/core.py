@@ -349,7 +349,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         state: What the previous call returned (or `PolicyState.initial(...)`).
         now_s: The current time in seconds (the caller's clock; the policy reads none).
         alert_active: An SLO burn-rate alert is firing: larger margin, no scale-up
-            cooldown, no scale-down.
+            cooldown, no scale-down while requests flow.
 
     Returns:
         The decision and the state to pass to the next call.
@@ -449,7 +449,9 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         if state.first_seen_s is None or now_s - state.first_seen_s < window:
             stabilized = max(stabilized, current)
         target_n = max(stabilized, current - config.max_scale_down_step)
-        if alert_active:
+        # A burn alert looks back minutes to an hour; while requests flow it holds the size, but a
+        # service that no longer gets traffic has nothing left to protect.
+        if alert_active and rate >= config.min_rate_for_correction_per_s:
             blocked = Reason.ALERT_ACTIVE
         elif target_n >= current:
             blocked = Reason.STABILIZING

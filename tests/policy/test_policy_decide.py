@@ -272,9 +272,13 @@ def test_alert_uses_a_larger_margin_and_blocks_scale_down():
     alerted = alert_plant.step(3000.0, alert=True)
     assert alerted.replicas >= normal.replicas
     assert alerted.predicted_p99_ms is not None and alerted.predicted_p99_ms <= TARGET * 0.7
-    idle = make_plant(replicas=10, scale_down_stabilization_s=0.0, cooldown_s=0.0)
-    d = idle.run(100.0, 5, alert=True)[-1]
+    light = make_plant(replicas=10, scale_down_stabilization_s=0.0, cooldown_s=0.0)
+    d = light.run(100.0, 5, alert=True)[-1]
     assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.ALERT_ACTIVE, 10)
+    # The alert looks back minutes; once no requests flow, nothing holds the size any more.
+    idle = make_plant(replicas=10, scale_down_stabilization_s=0.0, cooldown_s=0.0)
+    d = idle.run(0.0, 5, alert=True)[1]  # the first call starts the stabilization window
+    assert (d.action, d.reason) == (ScalingAction.SCALE_DOWN, Reason.OVER_PROVISIONED)
 
 
 def test_dry_run_records_without_acting():
