@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.policy.model import Correction
 
 
 class Reason:
@@ -152,7 +153,9 @@ class PolicyState:
         last_scale_up_s: When replicas last went up.
         last_batching_change_s: When batching last changed.
         recommendations: (time, replicas) recommendations inside the stabilization window.
-        correction: Online factor multiplying the model's P99 (observed / predicted, smoothed).
+        correction: Online factor multiplying the model's P99 (observed / predicted, smoothed) for
+            candidates below `HEAVY_UTILIZATION` of their full-batch capacity.
+        correction_heavy: The same factor for candidates at or above it (learned from such windows).
         last_queue_total: Pending requests summed over replicas at the previous observation.
         last_queue_at_s: Time of that observation.
         last_backlog_s: When a backlog (more than a full batch queued per replica) was last seen.
@@ -166,10 +169,16 @@ class PolicyState:
     last_batching_change_s: float | None = None
     recommendations: tuple[tuple[float, int], ...] = field(default=())
     correction: float = 1.0
+    correction_heavy: float = 1.0
     last_queue_total: float | None = None
     last_queue_at_s: float | None = None
     first_seen_s: float | None = None
     last_backlog_s: float | None = None
+
+    @property
+    def corrections(self) -> Correction:
+        """Both learned factors."""
+        return Correction(light=self.correction, heavy=self.correction_heavy)
 
     @classmethod
     def initial(cls, *, replicas: int, batching: BatchingConfig) -> PolicyState:

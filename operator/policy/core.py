@@ -32,7 +32,16 @@ from functools import lru_cache
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile, ServiceTimeModel
 from tailpilot.policy.config import PolicyConfig, PolicyState, Reason
-from tailpilot.policy.model import BatchShape, capacity_per_s, min_replicas_for, predict_p99_ms
+from tailpilot.policy.model import (
+    BatchShape,
+    Correction,
+    capacity_per_s,
+    corrected_p99_ms,
+    heavy_weight,
+    min_replicas_for,
+    predict_p99_ms,
+    utilization,
+)
 
 _Candidate = tuple[BatchingConfig, BatchShape]
 
@@ -104,7 +113,7 @@ def _best_at(
     cands: tuple[_Candidate, ...],
     current: BatchingConfig,
     service: ServiceTimeModel,
-    correction: float,
+    correction: Correction,
 ) -> tuple[BatchingConfig, float]:
     """Batching to run at `n` replicas: the current one if it meets `keep_ms`, else the lowest P99.
 
@@ -114,7 +123,7 @@ def _best_at(
     """
     best: tuple[BatchingConfig, float] | None = None
     for cfg, shape in cands:
-        p99 = correction * predict_p99_ms(rate_per_s=rate, replicas=n, shape=shape, service=service)
+        p99 = corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service)
         if cfg == current and p99 <= max(target_ms, keep_ms):
             return cfg, p99
         if best is None or p99 < best[1]:
@@ -130,7 +139,7 @@ def _fewest(
     cands: tuple[_Candidate, ...],
     config: PolicyConfig,
     service: ServiceTimeModel,
-    correction: float,
+    correction: Correction,
 ) -> int | None:
     """Fewest replicas over all candidates meeting `target_ms`; None when max_replicas misses it."""
     best: int | None = None
@@ -154,10 +163,11 @@ def _fewest(
 
 def _update_correction(
     *, config: PolicyConfig, state: PolicyState, obs: Observation, service: ServiceTimeModel, now_s: float
-) -> float:
-    """Smoothed, bounded observed/predicted P99 ratio for what is in force."""
+) -> Correction:
+    """Smoothed, bounded observed/predicted P99 ratio for what is in force, in its load regime."""
     rate = obs.request_rate
     ready = obs.ready_replicas or state.replicas
+    learned = state.corrections
     # A backlog inflates the P99 of the whole observation window after it clears; learning from it
     # would make the model over-provision for as long as the correction takes to decay.
     changes = [
@@ -167,16 +177,22 @@ def _update_correction(
     ]
     settling = bool(changes) and now_s - max(changes) < config.correction_settle_s
     if obs.p99_ms is None or rate is None or rate < config.min_rate_for_correction_per_s:
-        return state.correction
+        return learned
     if settling or ready != state.replicas:
-        return state.correction
-    predicted = predict_p99_ms(rate_per_s=rate, replicas=ready, shape=_shape(state.batching), service=service)
+        return learned
+    shape = _shape(state.batching)
+    predicted = predict_p99_ms(rate_per_s=rate, replicas=ready, shape=shape, service=service)
     if not math.isfinite(predicted) or predicted <= 0:
-        return state.correction
+        return learned
     ratio = min(config.correction_max, max(config.correction_min, obs.p99_ms / predicted))
-    a = config.correction_alpha
-    smoothed = math.exp((1 - a) * math.log(state.correction) + a * math.log(ratio))
-    return min(config.correction_max, max(config.correction_min, smoothed))
+    w = heavy_weight(utilization(rate_per_s=rate, replicas=ready, shape=shape, service=service))
+
+    def learn(old: float, weight: float) -> float:
+        a = config.correction_alpha * weight
+        smoothed = math.exp((1 - a) * math.log(old) + a * math.log(ratio))
+        return min(config.correction_max, max(config.correction_min, smoothed))
+
+    return Correction(light=learn(learned.light, 1 - w), heavy=learn(learned.heavy, w))
 
 
 def _has_backlog(state: PolicyState, obs: Observation) -> bool:
@@ -231,7 +247,7 @@ def _recommend(
     margin: float,
     cands: tuple[_Candidate, ...],
     service: ServiceTimeModel,
-    correction: float,
+    correction: Correction,
 ) -> tuple[int, bool, bool]:
     """(replicas for `rate`, whether even max_replicas misses the SLO, whether the queue depth forced it).
 
@@ -274,7 +290,7 @@ def _alert_replicas_keeping_batching(
     rate: float,
     target_ms: float,
     service: ServiceTimeModel,
-    correction: float,
+    correction: Correction,
 ) -> int:
     """Under an alert, the replicas that carry its extra margin with the batching in force.
 
@@ -284,7 +300,7 @@ def _alert_replicas_keeping_batching(
     """
     shape = _shape(state.batching)
     keep_ms = config.p99_target_ms * (1 - config.slo_margin)
-    if correction * predict_p99_ms(rate_per_s=rate, replicas=n, shape=shape, service=service) > keep_ms:
+    if corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service) > keep_ms:
         return 0
     found = _fewest(
         rate=rate,
@@ -384,7 +400,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
                 reason=Reason.BOUNDS_ENFORCED,
                 message=f"{current} replicas is below the minimum {lo}; metrics unavailable ({hold_msg})",
                 predicted=None,
-                correction=state.correction,
+                correction=state.corrections,
                 recs=state.recommendations,
                 queue_total=state.last_queue_total,
                 queue_at=state.last_queue_at_s,
@@ -476,8 +492,8 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         batching != state.batching
         and _since(state.last_batching_change_s, now_s) < config.batching_cooldown_s
     ):
-        current_p99 = correction * predict_p99_ms(
-            rate_per_s=sizing, replicas=n, shape=_shape(state.batching), service=service
+        current_p99 = corrected_p99_ms(
+            correction, rate_per_s=sizing, replicas=n, shape=_shape(state.batching), service=service
         )
         # A reload needs the window to see its effect; only an SLO at risk under an alert jumps the queue.
         if not (alert_active and current_p99 > up_target):
@@ -496,7 +512,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     message = (
         f"{arrival:.1f} req/s{drain_txt}: predicted P99 {pred_txt} at {n} replicas ({_describe(batching)}), "
         f"observed {observed} at {current}; target {config.p99_target_ms:g} ms with {margin:.0%} margin; "
-        f"model correction x{correction:.2f}"
+        f"model correction x{correction.light:.2f} (light load) / x{correction.heavy:.2f} (heavy)"
     )
     backlog_state = replace(state, last_backlog_s=_backlog_at(state, obs, now_s))
     if blocked and n == current and batching == state.batching:
@@ -537,7 +553,7 @@ def _hold_with(
     reason: str,
     message: str,
     predicted: float,
-    correction: float,
+    correction: Correction,
     recs: tuple[tuple[float, int], ...],
     queue_total: float | None,
     queue_at: float,
@@ -547,7 +563,8 @@ def _hold_with(
     )
     return decision, replace(
         state,
-        correction=correction,
+        correction=correction.light,
+        correction_heavy=correction.heavy,
         recommendations=recs,
         last_queue_total=queue_total,
         last_queue_at_s=queue_at,
@@ -569,7 +586,7 @@ def _apply(
     reason: str,
     message: str,
     predicted: float | None,
-    correction: float,
+    correction: Correction,
     recs: tuple[tuple[float, int], ...],
     queue_total: float | None,
     queue_at: float | None,
@@ -587,7 +604,8 @@ def _apply(
     )
     new = replace(
         state,
-        correction=correction,
+        correction=correction.light,
+        correction_heavy=correction.heavy,
         recommendations=recs,
         last_queue_total=queue_total,
         last_queue_at_s=queue_at,

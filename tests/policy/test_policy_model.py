@@ -9,7 +9,7 @@ from policy_fakes import make_profile
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.policy import BatchShape, capacity_per_s, predict_p99_ms
-from tailpilot.policy.model import min_replicas_for
+from tailpilot.policy.model import Correction, min_replicas_for
 
 SERVICE = make_profile(intercept_ms=4.0, per_item_ms=0.5, jitter_cv=0.1).service_time
 
@@ -66,7 +66,13 @@ def test_min_replicas_matches_a_brute_force_scan(rate: float, batch: int):
     s = shape(batch)
     target = 30.0
     found = min_replicas_for(
-        rate_per_s=rate, target_ms=target, shape=s, service=SERVICE, correction=1.2, lo=1, hi=40
+        rate_per_s=rate,
+        target_ms=target,
+        shape=s,
+        service=SERVICE,
+        correction=Correction(1.2, 1.2),
+        lo=1,
+        hi=40,
     )
     brute = next((n for n in range(1, 41) if 1.2 * p99(rate, n, s) <= target), None)
     assert (found[0] if found else None) == brute
@@ -75,9 +81,11 @@ def test_min_replicas_matches_a_brute_force_scan(rate: float, batch: int):
 def test_scale_to_zero_only_without_traffic():
     s = shape(8)
     assert min_replicas_for(
-        rate_per_s=0.0, target_ms=30, shape=s, service=SERVICE, correction=1, lo=0, hi=5
+        rate_per_s=0.0, target_ms=30, shape=s, service=SERVICE, correction=Correction(), lo=0, hi=5
     ) == (0, 0.0)
-    found = min_replicas_for(rate_per_s=5.0, target_ms=30, shape=s, service=SERVICE, correction=1, lo=0, hi=5)
+    found = min_replicas_for(
+        rate_per_s=5.0, target_ms=30, shape=s, service=SERVICE, correction=Correction(), lo=0, hi=5
+    )
     assert found is not None and found[0] == 1
 
 
@@ -90,3 +98,12 @@ def test_max_batch_one_has_no_batch_size_spread():
     assert light == pytest.approx(service_p99, rel=0.05)
     # A max batch of 4 may execute bigger batches, so its light-load tail is longer.
     assert predict_p99_ms(rate_per_s=0.1, replicas=1, shape=shape(4), service=per_item) > light * 1.5
+
+
+def test_the_correction_blends_its_light_and_heavy_factors_by_utilization():
+    c = Correction(light=0.5, heavy=1.5)
+    assert c.at(0.1) == c.at(0.3) == 0.5
+    assert c.at(0.7) == c.at(2.0) == 1.5
+    middle = c.at(0.5)
+    assert middle == pytest.approx(math.sqrt(0.5 * 1.5))  # log-linear halfway
+    assert all(c.at(u) <= c.at(u + 0.01) for u in (0.3, 0.4, 0.5, 0.6))  # continuous, monotone
