@@ -297,6 +297,7 @@ class Autoscaler:
         )
         self.metrics.record_batching_change(outcome.reason)
         if not outcome.ok:
+            log.warning("%s/%s: batching change refused: %s", isvc.namespace, isvc.name, outcome.message)
             events.append(
                 ("Warning", "BatchingRefused", f"batching change refused, old config kept: {outcome.message}")
             )

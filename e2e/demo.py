@@ -43,9 +43,9 @@ from tailpilot_e2e.real_pods import (
     MODEL_NAME,
     SLO_LOOP_MODEL_WIDTH,
     SLO_LOOP_P99_MS,
-    cpu_example,
     prepare_storage,
     ready_endpoints,
+    slo_loop_service,
     start_monitored_operator,
 )
 from tailpilot_e2e.wait import eventually
@@ -81,13 +81,8 @@ def fresh_namespace(core: client.CoreV1Api) -> None:
 
 
 def the_service() -> dict[str, Any]:
-    """The CPU example with a demo-sized SLO window and scale-down stabilization."""
-    return cpu_example(
-        NAMESPACE,
-        name=NAME,
-        slo={"p99LatencyMs": SLO_MS, "evaluationWindowSeconds": 10},
-        autoscaling={"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 30},
-    )
+    """The CPU example as the SLO-loop acceptance test applies it, with up to 4 replicas."""
+    return slo_loop_service(NAMESPACE, name=NAME, max_replicas=4, stabilization_s=30)
 
 
 def trace_arrivals(peak_rate: float, seed: int = 7) -> np.ndarray:

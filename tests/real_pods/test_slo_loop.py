@@ -11,15 +11,20 @@ import contextlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from kubernetes import client
 
+from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.bench import traces
 from tailpilot.bench.loadgen import binary_infer_body
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
+from tailpilot.controllers.autoscaler import engine_profile
+from tailpilot.controllers.reconciler import batching_in_force
+from tailpilot.policy.model import BatchShape, predict_p99_ms
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.operator_harness import condition, custom_object
 from tailpilot_e2e.real_pods import (
@@ -27,20 +32,20 @@ from tailpilot_e2e.real_pods import (
     SLO_LOOP_MODEL_WIDTH,
     SLO_LOOP_P99_MS,
     MonitoredOperator,
-    cpu_example,
     prepare_storage,
     ready_endpoints,
+    slo_loop_service,
     start_monitored_operator,
 )
 from tailpilot_e2e.wait import eventually
 
-# Deselected by `make test`: on this 2-core machine the step's overload sits outside Triton's metrics
-# (docs/autoscaling.md, "Real pods"); `make test-slo-loop` runs it.
+# Part of `make test`; `make test-slo-loop` runs it alone and prints its timeline.
 pytestmark = [pytest.mark.cluster, pytest.mark.slo_loop]
 NAME = "mlp-cpu"
 SLO_MS = SLO_LOOP_P99_MS
 STABILIZATION_S = 20
-LOW_S, HIGH_S = 20.0, 100.0
+LOW_S, HIGH_S = 20.0, 150.0
+TAIL_S = 40.0  # the end of the step over which the client P99 must be back under the SLO
 
 
 @pytest.fixture
@@ -53,6 +58,52 @@ def monitored(real_cluster: LocalCluster, real_namespace: str, tmp_path: Path) -
             work_dir=tmp_path / "monitoring",
             control_period_s=4,
         )
+
+
+def timeline(
+    sent_s: np.ndarray,
+    latency_s: np.ndarray,
+    ok: np.ndarray,
+    samples: list[tuple[float, int, int, str]],
+    *,
+    bin_s: float = 5.0,
+) -> str:
+    """Per `bin_s`: requests sent, client P99, and the operator's target/ready replicas and reason."""
+    lines = ["   t  sent  p99 ms  target ready reason"]
+    end = float(sent_s.max()) if sent_s.size else 0.0
+    for start in np.arange(0.0, end + bin_s, bin_s):
+        inside = (sent_s >= start) & (sent_s < start + bin_s)
+        lat = latency_s[inside & ok]
+        p99 = f"{np.quantile(lat, 0.99) * 1000:7.0f}" if lat.size else "      -"
+        seen = [s for s in samples if start <= s[0] < start + bin_s]
+        target, ready, reason = seen[-1][1:] if seen else ("-", "-", "")
+        lines.append(f"{start:4.0f} {int(inside.sum()):5d} {p99} {target!s:>7} {ready!s:>5} {reason}")
+    return "\n".join(lines)
+
+
+def step_rate(obj: dict[str, Any]) -> float:
+    """The step's rate: where the policy's own model (the profile the build measured) puts one
+    replica at 1.3x the SLO whatever the batching, so even a correction of 0.7 learned in the calm
+    phase still sees it missed, while two replicas meet it with the policy's margin."""
+    isvc = InferenceService.model_validate(obj)
+    profile = engine_profile(obj["status"], max_batch_size=isvc.spec.batching.max_batch_size)
+    assert profile is not None
+    in_force = batching_in_force(isvc, obj["status"])
+    shapes = [
+        BatchShape.of(in_force.model_copy(update={"max_batch_size": b, "preferred_batch_sizes": ()}))
+        for b in range(1, in_force.max_batch_size + 1)
+    ]
+
+    def p99(rate: float, replicas: int) -> float:  # the best batching, as the policy would choose
+        return min(
+            predict_p99_ms(rate_per_s=rate, replicas=replicas, shape=s, service=profile.service_time)
+            for s in shapes
+        )
+
+    rate = next((r for r in np.arange(1.0, 200.0, 0.5) if p99(r, 1) >= 1.3 * SLO_MS), None)
+    assert rate is not None, profile.service_time
+    assert p99(rate, 2) <= 0.85 * SLO_MS, (rate, p99(rate, 2), profile.service_time)
+    return float(rate)
 
 
 def window_p99_ms(
@@ -71,12 +122,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     core, apps = client.CoreV1Api(real_api), client.AppsV1Api(real_api)
     ns = real_namespace
     prepare_storage(core, ns, tmp_path / "pvc", model_width=SLO_LOOP_MODEL_WIDTH)
-    service = cpu_example(
-        ns,
-        name=NAME,
-        slo={"p99LatencyMs": SLO_MS, "evaluationWindowSeconds": 10},
-        autoscaling={"minReplicas": 1, "maxReplicas": 3, "scaleDownStabilizationSeconds": STABILIZATION_S},
-    )
+    service = slo_loop_service(ns, name=NAME, max_replicas=3, stabilization_s=STABILIZATION_S)
     client.CustomObjectsApi(real_api).create_namespaced_custom_object(
         "tailpilot.io", "v1alpha1", ns, "inferenceservices", service
     )
@@ -87,14 +133,11 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     )
     assert monitored.prometheus.load_cluster_rules(real_api, ns)
     status = custom_object(real_api, ns, NAME)["status"]
-    batch1 = next(p["throughputPerS"] for p in status["profile"]["points"] if p["batchSize"] == 1)
-    # 80% of one replica's batch-1 throughput (measured beside the cluster): one replica falls behind
-    # once the load generator shares the cores, two catch up.
-    high = max(10.0, min(120.0, 0.8 * batch1))
+    high = step_rate(custom_object(real_api, ns, NAME))
     arrivals = traces.piecewise_poisson(
-        steps=[(LOW_S, 0.2 * high), (HIGH_S, high)], rng=np.random.default_rng(5)
+        steps=[(LOW_S, 0.4 * high), (HIGH_S, high)], rng=np.random.default_rng(5)
     )
-    before = {"replicas": status["replicas"], "batching": status.get("batching")}
+    initial_replicas = status["replicas"]
 
     load = LoadProcess(
         work_dir=tmp_path / "load",
@@ -106,26 +149,34 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
         targets=ready_endpoints(core, ns, NAME),
         timeout_s=10.0,
     )
+    # What was in force just before the step (the policy may tune batching in the calm phase), and
+    # when that first changed after it: the answer to the step.
+    before_step: dict[str, Any] | None = None
     acted_at: float | None = None
-    peak_replicas = before["replicas"]
+    peak_replicas = initial_replicas
+    samples: list[tuple[float, int, int, str]] = []  # (load time, target replicas, ready, reason)
     with load:
 
         def follow_pods_until_done() -> bool:
-            nonlocal acted_at, peak_replicas
-            load.set_targets(ready_endpoints(core, ns, NAME))
+            nonlocal acted_at, peak_replicas, before_step
+            ready = ready_endpoints(core, ns, NAME)
+            load.set_targets(ready)
             now = custom_object(real_api, ns, NAME)["status"]
             peak_replicas = max(peak_replicas, now["replicas"])
             progress = load.progress()
-            if (
-                acted_at is None
-                and progress
-                and (now["replicas"] > before["replicas"] or now.get("batching") != before["batching"])
-            ):
-                acted_at = progress[-1].t_s
+            if progress:
+                t = progress[-1].t_s
+                reason = (now.get("lastDecision") or {}).get("reason", "")
+                samples.append((t, now["replicas"], len(ready), reason))
+                in_force = {"replicas": now["replicas"], "batching": now.get("batching")}
+                if t < LOW_S:
+                    before_step = in_force
+                elif acted_at is None and before_step is not None and in_force != before_step:
+                    acted_at = t
             return load.process is not None and load.process.poll() is not None
 
         eventually(
-            follow_pods_until_done, timeout=LOW_S + HIGH_S + 60, interval=0.5, description="the load ran"
+            follow_pods_until_done, timeout=LOW_S + HIGH_S + 60, interval=1.0, description="the load ran"
         )
         result = load.wait(timeout=30)
 
@@ -134,13 +185,23 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     ok = np.asarray(result.status) == 200
     decision = custom_object(real_api, ns, NAME)["status"]["lastDecision"]
     events = [
-        e.reason for e in core.list_namespaced_event(ns, field_selector=f"involvedObject.name={NAME}").items
+        e.reason if e.type != "Warning" else f"{e.reason}: {e.message}"
+        for e in core.list_namespaced_event(
+            ns, field_selector=f"involvedObject.kind=InferenceService,involvedObject.name={NAME}"
+        ).items
     ]
-    assert acted_at is not None and acted_at >= LOW_S, (acted_at, decision, events)
-    # Under the SLO again: the last 30 s of the step, at least 20 s after the first action.
-    tail_start = max(acted_at + 20.0, LOW_S + HIGH_S - 30.0)
+    profile = custom_object(real_api, ns, NAME)["status"]["profile"]["serviceTime"]
+    story = f"step {high:.1f} req/s; profile {profile}\n{decision}\n{events}\n" + timeline(
+        sent, latency, ok, samples
+    )
+    print(story)  # `make test-slo-loop` shows it (-s); pytest shows it on failure
+    # The calm phase needs one replica; the step is answered (replicas or batching) once it began.
+    assert before_step is not None and before_step["replicas"] == initial_replicas, story
+    assert acted_at is not None, story
+    # Under the SLO again: the end of the step, at least 20 s after the first action.
+    tail_start = max(acted_at + 20.0, LOW_S + HIGH_S - TAIL_S)
     tail_p99 = window_p99_ms(sent, latency, ok, tail_start, LOW_S + HIGH_S)
-    assert tail_p99 <= SLO_MS, (tail_p99, acted_at, decision, events)
+    assert tail_p99 <= SLO_MS, f"tail P99 {tail_p99:.0f} ms, first action at {acted_at:.0f} s\n{story}"
     assert result.ok >= 0.99 * len(result.status), dict(result.errors)
 
     # With the load gone, back to one replica once the stabilization window has passed.
