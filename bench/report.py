@@ -99,7 +99,7 @@ def tailpilot_findings(rows: Sequence[Row], *, slo_target_pct: float = 99.0) -> 
             )
         for r in group:
             o = r.metrics
-            if r.policy in (TAILPILOT, TAILPILOT_OPTIMISTIC) or r.policy.startswith("oracle"):
+            if r.policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, "oracle-fluid", "oracle-realizable"):
                 continue
             if (
                 o.pct_windows_in_slo >= m.pct_windows_in_slo

@@ -27,10 +27,7 @@ from tailpilot.bench.simulator import Controller, SimConfig, Target, simulate
 from tailpilot.bench.traces import TRACE_NAMES, TraceSpec, build_trace, read_arrivals, step_onsets
 
 STATIC_POLICIES = ("static-peak", "static-mean")
-#: fluid: each window's need, ready at once; realizable: asked for Ts ahead (the cost reference);
-#: reactive: asked for when its window starts and ready Ts later, the best any policy that only
-#: reacts (however well informed) can do.
-ORACLES = ("oracle-fluid", "oracle-realizable", "oracle-reactive")
+ORACLES = ("oracle-fluid", "oracle-realizable")
 TAILPILOT = "tailpilot"
 #: TailPilot given a profile whose service times are 30% too low (the engine is slower than
 #: profiled): how much of its result depends on knowing the simulator's exact model.
@@ -190,8 +187,6 @@ def make_controller(
         return ScheduledOracle(needs, lead_s=0.0)
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
-    if policy == "oracle-reactive":
-        return ScheduledOracle(needs, lead_s=0.0)
     if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC):
         from tailpilot.bench.tailpilot_policy import TailPilot
         from tailpilot.policy import PolicyConfig
