@@ -289,6 +289,7 @@ def _alert_replicas_keeping_batching(
     n: int,
     rate: float,
     target_ms: float,
+    keep_ms: float,
     service: ServiceTimeModel,
     correction: Correction,
 ) -> int:
@@ -299,7 +300,6 @@ def _alert_replicas_keeping_batching(
     margin anyway (it will be replaced) or no replica count meets the alert's target with it.
     """
     shape = _shape(state.batching)
-    keep_ms = config.p99_target_ms * (1 - config.slo_margin)
     if corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service) > keep_ms:
         return 0
     found = _fewest(
@@ -417,6 +417,8 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     # 5. choice
     margin = config.alert_slo_margin if alert_active else config.slo_margin
     up_target = config.p99_target_ms * (1 - margin)
+    # The batching in force is kept while it meets the normal margin, even under an alert.
+    keep_target = config.p99_target_ms * (1 - config.slo_margin)
     sizing = arrival + drain
     recommendation, infeasible, queue_forced = _recommend(
         config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
@@ -427,7 +429,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
             recommendation,
             _alert_replicas_keeping_batching(
                 config=config, state=state, n=max(recommendation, current), rate=sizing,
-                target_ms=up_target, service=service, correction=correction,
+                target_ms=up_target, keep_ms=keep_target, service=service, correction=correction,
             ),
         )  # fmt: skip
     # The stabilization window remembers what the arrivals alone need: replicas added to drain a
@@ -482,7 +484,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         n=n,
         rate=sizing,
         target_ms=up_target,
-        keep_ms=config.p99_target_ms * (1 - config.slo_margin),
+        keep_ms=keep_target,
         cands=cands,
         current=state.batching,
         service=service,
