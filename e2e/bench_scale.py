@@ -32,7 +32,7 @@ from kubernetes import client
 from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
-from tailpilot_e2e.kube import api_client, service_account_kubeconfig
+from tailpilot_e2e.kube import api_client, create_namespace, service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
     create_engine_store,
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cluster with {h100_nodes} H100 nodes up in {time.monotonic() - t0:.1f}s")
     api = api_client(cluster.paths.kubeconfig)
     install_crds(cluster)
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    create_namespace(client.CoreV1Api(api), NAMESPACE)
     create_engine_store(client.CoreV1Api(api), NAMESPACE, host_path=state / "engines")
     kubeconfig = operator_identity(cluster, api, state / "operator.kubeconfig")
     player = BuildPlayer(api)

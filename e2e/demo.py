@@ -37,7 +37,7 @@ from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
 from tailpilot_e2e.config import REPO_ROOT
-from tailpilot_e2e.kube import api_client
+from tailpilot_e2e.kube import api_client, create_namespace
 from tailpilot_e2e.operator_harness import condition, custom_object
 from tailpilot_e2e.real_pods import (
     MODEL_NAME,
@@ -77,7 +77,7 @@ def fresh_namespace(core: client.CoreV1Api) -> None:
     for pv in core.list_persistent_volume().items:
         if pv.spec.claim_ref and pv.spec.claim_ref.namespace == NAMESPACE:
             core.delete_persistent_volume(pv.metadata.name)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    create_namespace(core, NAMESPACE)
 
 
 def the_service() -> dict[str, Any]:

@@ -7,12 +7,31 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from tailpilot_e2e.wait import eventually
+
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
     """A client for the kubeconfig's current context (no global config is touched)."""
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     return client.ApiClient(configuration)
+
+
+def create_namespace(
+    core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None, *, timeout_s: float = 30.0
+) -> None:
+    """Create a namespace and return once its `default` ServiceAccount exists.
+
+    The controller-manager adds that account asynchronously, and the ServiceAccount admission
+    plugin refuses a bare Pod (403 "serviceaccount default not found") until it is there;
+    controllers retry, a test that creates a Pod at once would not.
+    """
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    eventually(
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=timeout_s,
+        description=f"ServiceAccount {name}/default created",
+    )
 
 
 def token_client(*, server: str, ca_file: Path, token: str) -> client.ApiClient:

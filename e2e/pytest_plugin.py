@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.kube import api_client
+from tailpilot_e2e.kube import api_client, create_namespace
 
 
 @contextmanager
@@ -50,9 +50,7 @@ def fresh_namespace(request: pytest.FixtureRequest, api: client.ApiClient) -> It
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
-    core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"tailpilot.io/test": "true"}))
-    )
+    create_namespace(core, name, labels={"tailpilot.io/test": "true"})
     try:
         yield name
     finally:
