@@ -75,6 +75,10 @@ test-slo-loop: tools ## issue 6's acceptance test alone, with its timeline: a lo
 bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace (~10 min)
 	$(PY) -P -m tailpilot.bench.run
 
+.PHONY: bench-batching
+bench-batching: venv ## adaptive batching vs the best static batching: capacity within the SLO (~5 min)
+	$(PY) -P -m tailpilot.bench.batching_capacity
+
 .PHONY: bench-quick
 bench-quick: venv ## a one-minute subset of the policy benchmark
 	$(PY) -P -m tailpilot.bench.run --quick
