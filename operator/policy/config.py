@@ -82,7 +82,10 @@ class PolicyConfig:
         rate_rise_sigma: The recent rate replaces the window's rate when it exceeds it by more than this
             many Poisson standard deviations (a real rise, not noise).
         backlog_drain_s: A backlog (more than a full batch queued per replica) is sized to be drained
-            within this long, on top of the arrivals; 0 disables it.
+            within this long, on top of the arrivals; 0 disables it. The backlog sized is the one the
+            new replicas will find: the queue now plus what the ready replicas cannot serve until then.
+        replica_startup_s: Seconds from asking for a replica to its serving, until the policy has
+            timed a scale-up itself (then `PolicyState.replica_startup_s` is used).
         dry_run: Decisions are recorded (Decision.dry_run=True) but the state keeps the actual size.
     """
 
@@ -114,6 +117,7 @@ class PolicyConfig:
     min_rate_for_correction_per_s: float = 1.0
     rate_rise_sigma: float = 3.0
     backlog_drain_s: float = 30.0
+    replica_startup_s: float = 30.0
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -136,8 +140,8 @@ class PolicyConfig:
             raise ValueError("need 0 < correction_min <= 1 <= correction_max")
         if not 0 <= self.correction_alpha <= 1:
             raise ValueError("correction_alpha must be in [0, 1]")
-        if self.rate_rise_sigma < 0 or self.backlog_drain_s < 0:
-            raise ValueError("rate_rise_sigma and backlog_drain_s must be >= 0")
+        if self.rate_rise_sigma < 0 or self.backlog_drain_s < 0 or self.replica_startup_s < 0:
+            raise ValueError("rate_rise_sigma, backlog_drain_s and replica_startup_s must be >= 0")
         if not self.queue_delay_candidates_us or min(self.queue_delay_candidates_us) < 0:
             raise ValueError("queue_delay_candidates_us needs at least one value >= 0")
 
@@ -160,6 +164,8 @@ class PolicyState:
         last_queue_at_s: Time of that observation.
         last_backlog_s: When a backlog (more than a full batch queued per replica) was last seen.
         first_seen_s: Time of the first decision with data (the stabilization window starts there).
+        replica_startup_s: Start-up time learned from this service's scale-ups (None: none timed yet).
+        awaiting_ready_since_s: When the scale-up still being timed was decided (None: none pending).
     """
 
     replicas: int
@@ -174,6 +180,8 @@ class PolicyState:
     last_queue_at_s: float | None = None
     first_seen_s: float | None = None
     last_backlog_s: float | None = None
+    replica_startup_s: float | None = None
+    awaiting_ready_since_s: float | None = None
 
     @property
     def corrections(self) -> Correction:

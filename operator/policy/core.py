@@ -206,15 +206,50 @@ def _backlog_at(state: PolicyState, obs: Observation, now_s: float) -> float | N
     return now_s if _has_backlog(state, obs) else state.last_backlog_s
 
 
+def _startup_s(config: PolicyConfig, state: PolicyState) -> float:
+    """Expected seconds from asking for a replica to its serving: learned, else the configured guess."""
+    return state.replica_startup_s if state.replica_startup_s is not None else config.replica_startup_s
+
+
+def _learn_startup(state: PolicyState, obs: Observation) -> PolicyState:
+    """Once every replica of the last scale-up reports, the time that took is a start-up sample.
+
+    The sample is late by up to a control period and a scrape; averaging (EWMA 0.5) keeps one slow
+    start (an image pull) from dominating.
+    """
+    since = state.awaiting_ready_since_s
+    if since is None or obs.ready_replicas < state.replicas:
+        return state
+    took = max(0.0, obs.at_s - since)
+    learned = took if state.replica_startup_s is None else 0.5 * (state.replica_startup_s + took)
+    return replace(state, replica_startup_s=learned, awaiting_ready_since_s=None)
+
+
+def _growth_until_ready_s(config: PolicyConfig, state: PolicyState, obs: Observation, now_s: float) -> float:
+    """How much longer the ready replicas alone serve: until replicas still starting are ready, or
+    until replicas asked for now would be."""
+    ready = obs.ready_replicas or state.replicas
+    if state.replicas > ready and state.awaiting_ready_since_s is not None:
+        return max(0.0, state.awaiting_ready_since_s + _startup_s(config, state) - now_s)
+    return _startup_s(config, state)
+
+
 def _demand(
-    *, config: PolicyConfig, obs: Observation, state: PolicyState, rate: float
+    *,
+    config: PolicyConfig,
+    obs: Observation,
+    state: PolicyState,
+    rate: float,
+    top_capacity_per_s: float,
+    now_s: float,
 ) -> tuple[float, float, float | None]:
     """(arrival-rate estimate, backlog drain rate, queue total to remember).
 
     Arrivals: the window's completion rate, or the recent one when it is higher by more than
     noise (a step shows there first), plus the queue's growth since the last call (completions
     are capped at capacity under overload). Drain: a backlog's requests spread over
-    `backlog_drain_s`, capacity needed on top of the arrivals to bring the queue back.
+    `backlog_drain_s`, capacity needed on top of the arrivals to bring the queue back; the backlog
+    counted is the one expected when replicas asked for now start serving.
     """
     ready = obs.ready_replicas or state.replicas
     queue_total = obs.queue_depth_per_replica * ready if obs.queue_depth_per_replica is not None else None
@@ -233,8 +268,16 @@ def _demand(
         growth = (queue_total - state.last_queue_total) / (obs.at_s - state.last_queue_at_s)
         arrival += max(0.0, growth)
     drain = 0.0
-    if queue_total is not None and config.backlog_drain_s > 0 and _has_backlog(state, obs):
-        drain = queue_total / config.backlog_drain_s
+    if queue_total is not None and config.backlog_drain_s > 0:
+        # The queue keeps growing while only the ready replicas serve (at their fastest batching, a
+        # reload away): size the drain for the backlog the new replicas will find, not today's.
+        ready_capacity = ready * top_capacity_per_s
+        backlog = queue_total + max(0.0, arrival - ready_capacity) * _growth_until_ready_s(
+            config, state, obs, now_s
+        )
+        full = state.batching.max_batch_size * state.batching.instances_per_replica * ready
+        if backlog > full:
+            drain = backlog / config.backlog_drain_s
     return arrival, drain, queue_total
 
 
@@ -409,9 +452,13 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
             config=config, state=state, now_s=now_s, reason=hold_reason, message=f"holding: {hold_msg}"
         )
     assert rate is not None
+    state = _learn_startup(state, obs)
 
     # 3. demand and 4. learning
-    arrival, drain, queue_total = _demand(config=config, obs=obs, state=state, rate=rate)
+    arrival, drain, queue_total = _demand(
+        config=config, obs=obs, state=state, rate=rate, now_s=now_s,
+        top_capacity_per_s=capacity_per_s(cands[0][1], service),
+    )  # fmt: skip
     correction = _update_correction(config=config, state=state, obs=obs, service=service, now_s=now_s)
 
     # 5. choice
@@ -490,6 +537,15 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         service=service,
         correction=correction,
     )
+    fastest, fastest_shape = cands[0]
+    if drain > 0 and capacity_per_s(fastest_shape, service) > capacity_per_s(_shape(state.batching), service):
+        # A Service does not move queued requests: a backlog drains only through the replicas that
+        # hold it, so they get the most throughput now (a reload takes seconds, a replica Ts). Once
+        # drained, the batching in force is kept while it meets the SLO, like any other.
+        batching = fastest
+        predicted = corrected_p99_ms(
+            correction, rate_per_s=sizing, replicas=n, shape=fastest_shape, service=service
+        )
     if (
         batching != state.batching
         and _since(state.last_batching_change_s, now_s) < config.batching_cooldown_s
@@ -510,7 +566,12 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
 
     observed = f"{obs.p99_ms:.1f} ms" if obs.p99_ms is not None else "n/a"
     pred_txt = f"{predicted:.1f} ms" if math.isfinite(predicted) else "unbounded (over capacity)"
-    drain_txt = f" + {drain:.1f} req/s to drain {queue_total:.0f} queued" if drain > 0 else ""
+    drain_txt = ""
+    if drain > 0:
+        backlog, queued = drain * config.backlog_drain_s, queue_total or 0.0
+        drain_txt = f" + {drain:.1f} req/s to drain {queued:.0f} queued"
+        if backlog > queued + 0.5:
+            drain_txt += f" and {backlog - queued:.0f} more before new replicas serve"
     message = (
         f"{arrival:.1f} req/s{drain_txt}: predicted P99 {pred_txt} at {n} replicas ({_describe(batching)}), "
         f"observed {observed} at {current}; target {config.p99_target_ms:g} ms with {margin:.0%} margin; "
@@ -621,6 +682,7 @@ def _apply(
             replicas=n,
             last_replica_change_s=now_s,
             last_scale_up_s=now_s if up else state.last_scale_up_s,
+            awaiting_ready_since_s=now_s if up else None,
         )
     if rebatch:
         new = replace(new, batching=batching, last_batching_change_s=now_s)

@@ -469,3 +469,84 @@ def test_a_window_teaches_the_factor_of_its_own_load():
     assert rho < 0.3 and light < 1.0 and heavy == 1.0
     rho, light, heavy = learned(3000.0)
     assert rho > 0.7 and light == 1.0 and heavy < 1.0
+
+
+def _overloaded(plant: Plant, *, rate: float, queued_per_replica: float, ready: int) -> Observation:
+    return Observation(
+        at_s=plant.clock.now,
+        request_rate=rate,
+        p99_ms=400.0,
+        ready_replicas=ready,
+        queue_depth_per_replica=queued_per_replica,
+    )
+
+
+def test_the_drain_counts_the_backlog_that_builds_while_new_replicas_start():
+    # 2 replicas at max batch 32 serve 3200 req/s at most; 6000 req/s arrive. Replicas asked for now
+    # serve in 30 s, by when 2800 req/s x 30 s more have queued on top of the 200 queued now.
+    plant = make_plant(replicas=2, batch=32, replica_startup_s=30.0)
+    obs = _overloaded(plant, rate=6000.0, queued_per_replica=100.0, ready=2)
+    d, _ = _decide_at(plant, obs)
+    assert "+ 2806.7 req/s to drain 200 queued and 84000 more before new replicas serve" in d.message
+    instant = decide(
+        config=replace(plant.config, replica_startup_s=0.0),
+        profile=plant.profile,
+        observation=obs,
+        state=plant.state,
+        now_s=obs.at_s,
+    )[0]
+    assert "+ 6.7 req/s to drain 200 queued:" in instant.message
+    assert d.replicas > instant.replicas
+    # Replicas asked for 20 s ago are still starting: only their remaining 10 s add to the backlog.
+    pending = replace(plant.state, replicas=6, awaiting_ready_since_s=obs.at_s - 20.0)
+    d, _ = decide(config=plant.config, profile=plant.profile, observation=obs, state=pending, now_s=obs.at_s)
+    assert "to drain 200 queued and 28000 more" in d.message
+
+
+def test_the_start_up_time_is_learned_from_the_services_own_scale_ups():
+    plant = make_plant(replicas=2, batch=32, replica_startup_s=30.0)
+    t0 = plant.clock.now
+    up, state = _decide_at(plant, _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=2))
+    assert up.action == ScalingAction.SCALE_UP and state.awaiting_ready_since_s == t0
+    plant.state = state
+    # Still starting: nothing learned yet.
+    plant.clock.advance(15.0)
+    _, state = _decide_at(plant, _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=2))
+    assert state.replica_startup_s is None and state.awaiting_ready_since_s == t0
+    plant.state = state
+    # Every replica asked for reports 45 s after the decision: that is this service's start-up time.
+    plant.clock.advance(30.0)
+    _, state = _decide_at(plant, _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=up.replicas))
+    assert state.replica_startup_s == pytest.approx(45.0) and state.awaiting_ready_since_s is None
+    # A later sample of 25 s is averaged in.
+    later = replace(state, awaiting_ready_since_s=plant.clock.now)
+    plant.clock.advance(25.0)
+    obs = _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=up.replicas)
+    _, state = decide(
+        config=plant.config, profile=plant.profile, observation=obs, state=later, now_s=obs.at_s
+    )
+    assert state.replica_startup_s == pytest.approx(35.0)
+    # It survives a restart of the operator (the state's dict form).
+    assert PolicyState.from_dict(json.loads(json.dumps(state.to_dict()))).replica_startup_s == pytest.approx(
+        35.0
+    )
+
+
+def test_a_backlog_gets_the_fastest_batching_until_it_is_drained():
+    # 2 replicas at max batch 8 with 100 requests queued each: the queued requests can only leave
+    # through these two (a Service does not move them), so they reload to max batch 32 now.
+    plant = make_plant(replicas=2, batch=8, replica_startup_s=0.0)
+    d, state = _decide_at(plant, _overloaded(plant, rate=1500.0, queued_per_replica=100.0, ready=2))
+    assert d.batching.max_batch_size == 32
+    plant.state = state
+    plant.clock.advance(plant.config.batching_cooldown_s)
+    # Drained: the fastest batching is kept while it meets the SLO (no reload back and forth).
+    calm = Observation(
+        at_s=plant.clock.now,
+        request_rate=1500.0,
+        p99_ms=30.0,
+        ready_replicas=d.replicas,
+        queue_depth_per_replica=2.0,
+    )
+    d, _ = _decide_at(plant, calm)
+    assert d.batching.max_batch_size == 32 and d.action == ScalingAction.NONE
