@@ -226,8 +226,10 @@ def _learn_startup(state: PolicyState, obs: Observation) -> PolicyState:
 
 
 def _growth_until_ready_s(config: PolicyConfig, state: PolicyState, obs: Observation, now_s: float) -> float:
-    """How much longer the ready replicas alone serve: until replicas still starting are ready, or
-    until replicas asked for now would be."""
+    """How much longer the ready replicas alone serve.
+
+    Until the replicas still starting are ready, or else until replicas asked for now would be.
+    """
     ready = obs.ready_replicas or state.replicas
     if state.replicas > ready and state.awaiting_ready_since_s is not None:
         return max(0.0, state.awaiting_ready_since_s + _startup_s(config, state) - now_s)
