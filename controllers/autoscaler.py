@@ -119,6 +119,17 @@ def _moved(old: float | None, new: float | None) -> bool:
     return abs(new - old) > 0.1 * max(abs(old), 1e-9)
 
 
+def learned_status(state: PolicyState) -> dict[str, float]:
+    """status.learned: the model corrections and, once timed, the replica start-up time."""
+    learned = {
+        "modelCorrectionLightLoad": round(state.correction, 3),
+        "modelCorrectionHeavyLoad": round(state.correction_heavy, 3),
+    }
+    if state.replica_startup_s is not None:
+        learned["replicaStartupSeconds"] = round(state.replica_startup_s, 1)
+    return learned
+
+
 @dataclass
 class _Memory:
     state: PolicyState
@@ -203,7 +214,7 @@ class Autoscaler:
                     f"{batching.max_batch_size}->{decision.batching.max_batch_size}: {decision.message}",
                 )
             )
-        self._record(status, observation, decision)
+        self._record(status, observation, decision, state)
         updates = [
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
             ConditionUpdate(
@@ -303,7 +314,9 @@ class Autoscaler:
             )
         return outcome.ok
 
-    def _record(self, status: dict[str, Any], observation: Observation, decision: Decision) -> None:
+    def _record(
+        self, status: dict[str, Any], observation: Observation, decision: Decision, state: PolicyState
+    ) -> None:
         status["observed"] = {
             k: v
             for k, v in {
@@ -327,6 +340,7 @@ class Autoscaler:
             "replicas": decision.replicas,
             "dryRun": decision.dry_run,
         }
+        status["learned"] = learned_status(state)
 
     async def _write(
         self,

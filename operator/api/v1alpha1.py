@@ -784,6 +784,25 @@ class DecisionStatus(_Model):
     dry_run: bool = Field(default=False, description="True when the decision was only reported.")
 
 
+class LearnedStatus(_Model):
+    """What the autoscaler learned from this service's metrics (an operator restart starts over)."""
+
+    model_correction_light_load: float | None = Field(
+        default=None, ge=0, description="Observed / predicted P99 factor the model applies at light load."
+    )
+    model_correction_heavy_load: float | None = Field(
+        default=None, ge=0, description="The same factor at heavy load (blended in between by utilization)."
+    )
+    replica_startup_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Seconds from a scale-up to every new replica serving, timed on this service's scale-ups; "
+            "sizes the backlog new replicas will find. Unset until one is timed."
+        ),
+    )
+
+
 class InferenceServiceStatus(_Model):
     """Observed state of an InferenceService, written only by the operator."""
 
@@ -810,6 +829,9 @@ class InferenceServiceStatus(_Model):
         default=None, ge=0, description="P99 the policy predicts for the current replicas and batching, ms."
     )
     last_decision: DecisionStatus | None = Field(default=None, description="Last autoscaling decision.")
+    learned: LearnedStatus | None = Field(
+        default=None, description="What the autoscaler learned from metrics."
+    )
 
 
 # --- the object -------------------------------------------------------------------------------

@@ -157,6 +157,10 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                 assert observed["requestRate"] > 0 and observed["p99Ms"] > 100, (
                     observed
                 )  # the overload was seen
+                # The API server kept what the autoscaler learned (its status schema accepts it).
+                assert {"modelCorrectionLightLoad", "modelCorrectionHeavyLoad"} <= set(
+                    obj["status"]["learned"]
+                )
                 events = core.list_namespaced_event(
                     namespace, field_selector=f"involvedObject.name={NAME}"
                 ).items
