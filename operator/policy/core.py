@@ -110,6 +110,7 @@ def _best_at(
     rate: float,
     target_ms: float,
     keep_ms: float,
+    hysteresis: float,
     cands: tuple[_Candidate, ...],
     current: BatchingConfig,
     service: ServiceTimeModel,
@@ -119,16 +120,24 @@ def _best_at(
 
     `keep_ms` is the target with the normal margin even while an alert widens `target_ms`'s: a
     reload stalls requests for seconds (2-3.5 s on the Python backend, measured), a price not worth
-    paying for the alert's extra margin alone.
+    paying for the alert's extra margin alone. For the same reason a current batching that misses
+    is replaced only by one that meets `target_ms` or predicts a P99 lower by more than
+    `hysteresis`: at the fleet's limit neighbouring batchings predict nearly the same P99, and the
+    rate's noise would otherwise reload back and forth.
     """
     best: tuple[BatchingConfig, float] | None = None
+    current_p99: float | None = None
     for cfg, shape in cands:
         p99 = corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service)
-        if cfg == current and p99 <= max(target_ms, keep_ms):
-            return cfg, p99
+        if cfg == current:
+            if p99 <= max(target_ms, keep_ms):
+                return cfg, p99
+            current_p99 = p99
         if best is None or p99 < best[1]:
             best = (cfg, p99)
     assert best is not None  # cands is never empty
+    if current_p99 is not None and best[1] > target_ms and not best[1] < current_p99 * (1 - hysteresis):
+        return current, current_p99
     return best
 
 
@@ -534,6 +543,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         rate=sizing,
         target_ms=up_target,
         keep_ms=keep_target,
+        hysteresis=config.hysteresis,
         cands=cands,
         current=state.batching,
         service=service,

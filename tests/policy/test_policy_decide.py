@@ -550,3 +550,27 @@ def test_a_backlog_gets_the_fastest_batching_until_it_is_drained():
     )
     d, _ = _decide_at(plant, calm)
     assert d.batching.max_batch_size == 32 and d.action == ScalingAction.NONE
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected_batch"),
+    [
+        (830.0, 16),  # max batch 16 predicts 41.6 ms: within 50 ms less the 15% margin, kept
+        (840.0, 32),  # 16 misses (45.0 ms), 32 meets it (41.9 ms): reloaded although only 7% better
+        (850.0, 16),  # both miss (49.0 vs 45.0 ms, 8% apart): not worth a reload
+        (880.0, 32),  # both miss (67.8 vs 58.0 ms, 14% apart): reloaded
+    ],
+)
+def test_at_the_fleets_limit_batching_moves_only_for_a_clear_gain(rate, expected_batch):
+    # One replica, no more allowed: only batching can move, and near capacity the neighbouring
+    # batchings predict nearly the same P99; each reload stalls requests for seconds.
+    profile = make_profile(intercept_ms=1.0, per_item_ms=1.0)
+    config = PolicyConfig(p99_target_ms=TARGET, min_replicas=1, max_replicas=1)
+    state = PolicyState.initial(replicas=1, batching=BatchingConfig(max_batch_size=16))
+    current_p99 = Plant(config=config, profile=profile, state=state).p99(rate, 1, state.batching)
+    obs = Observation(
+        at_s=0.0, request_rate=rate, p99_ms=current_p99, ready_replicas=1, queue_depth_per_replica=0.0
+    )
+    decision, _ = decide(config=config, profile=profile, observation=obs, state=state, now_s=0.0)
+    assert decision.batching.max_batch_size == expected_batch
+    assert decision.replicas == 1
