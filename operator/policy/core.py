@@ -550,10 +550,17 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         correction=correction,
     )
     fastest, fastest_shape = cands[0]
-    if drain > 0 and capacity_per_s(fastest_shape, service) > capacity_per_s(_shape(state.batching), service):
+    ready_now = obs.ready_replicas or current
+    if (
+        drain > 0
+        and sizing > ready_now * capacity_per_s(_shape(state.batching), service)
+        and capacity_per_s(fastest_shape, service) > capacity_per_s(_shape(state.batching), service)
+    ):
         # A Service does not move queued requests: a backlog drains only through the replicas that
-        # hold it, so they get the most throughput now (a reload takes seconds, a replica Ts). Once
-        # drained, the batching in force is kept while it meets the SLO, like any other.
+        # hold it. When their batching in force cannot carry the arrivals and the drain, they get the
+        # most throughput now (a reload takes seconds, a replica Ts). A backlog they can drain as
+        # they are is not worth a reload: each stalls requests for seconds. Once drained, the
+        # batching in force is kept while it meets the SLO, like any other.
         batching = fastest
         predicted = corrected_p99_ms(
             correction, rate_per_s=sizing, replicas=n, shape=fastest_shape, service=service

@@ -532,24 +532,34 @@ def test_the_start_up_time_is_learned_from_the_services_own_scale_ups():
     )
 
 
-def test_a_backlog_gets_the_fastest_batching_until_it_is_drained():
-    # 2 replicas at max batch 8 with 100 requests queued each: the queued requests can only leave
-    # through these two (a Service does not move them), so they reload to max batch 32 now.
+def test_a_backlog_the_fleet_cannot_carry_gets_the_fastest_batching_until_it_is_drained():
+    # 2 replicas at max batch 8 (1000 req/s each at most) get 2100 req/s with 100 requests queued
+    # each: the queued requests can only leave through these two (a Service does not move them),
+    # and at max batch 8 they cannot even keep up, so they reload to max batch 32 now.
     plant = make_plant(replicas=2, batch=8, replica_startup_s=0.0)
-    d, state = _decide_at(plant, _overloaded(plant, rate=1500.0, queued_per_replica=100.0, ready=2))
+    d, state = _decide_at(plant, _overloaded(plant, rate=2100.0, queued_per_replica=100.0, ready=2))
     assert d.batching.max_batch_size == 32
     plant.state = state
     plant.clock.advance(plant.config.batching_cooldown_s)
     # Drained: the fastest batching is kept while it meets the SLO (no reload back and forth).
     calm = Observation(
         at_s=plant.clock.now,
-        request_rate=1500.0,
+        request_rate=2100.0,
         p99_ms=30.0,
         ready_replicas=d.replicas,
         queue_depth_per_replica=2.0,
     )
     d, _ = _decide_at(plant, calm)
     assert d.batching.max_batch_size == 32 and d.action == ScalingAction.NONE
+
+
+def test_a_backlog_the_fleet_drains_as_it_is_is_not_worth_a_reload():
+    # At 1500 req/s the same two replicas have 500 req/s to spare: 200 queued requests drain in
+    # well under a second without a reload (which would stall requests for seconds). On real pods
+    # the old rule reloaded max batch 1 <-> 4 every 30-45 s on queues of three requests.
+    plant = make_plant(replicas=2, batch=8, replica_startup_s=0.0)
+    d, _ = _decide_at(plant, _overloaded(plant, rate=1500.0, queued_per_replica=100.0, ready=2))
+    assert d.batching.max_batch_size == 8 and "to drain 200 queued" in d.message
 
 
 @pytest.mark.parametrize(
