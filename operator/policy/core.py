@@ -170,12 +170,17 @@ def _fewest(
     return best
 
 
+def _ready_replicas(obs: Observation, state: PolicyState) -> int:
+    """Replicas serving now: those reporting metrics, or the size in force when none is counted."""
+    return obs.ready_replicas or state.replicas
+
+
 def _update_correction(
     *, config: PolicyConfig, state: PolicyState, obs: Observation, service: ServiceTimeModel, now_s: float
 ) -> Correction:
     """Smoothed, bounded observed/predicted P99 ratio for what is in force, in its load regime."""
     rate = obs.request_rate
-    ready = obs.ready_replicas or state.replicas
+    ready = _ready_replicas(obs, state)
     learned = state.corrections
     # A backlog inflates the P99 of the whole observation window after it clears; learning from it
     # would make the model over-provision for as long as the correction takes to decay.
@@ -239,7 +244,7 @@ def _growth_until_ready_s(config: PolicyConfig, state: PolicyState, obs: Observa
 
     Until the replicas still starting are ready, or else until replicas asked for now would be.
     """
-    ready = obs.ready_replicas or state.replicas
+    ready = _ready_replicas(obs, state)
     if state.replicas > ready and state.awaiting_ready_since_s is not None:
         return max(0.0, state.awaiting_ready_since_s + _startup_s(config, state) - now_s)
     return _startup_s(config, state)
@@ -262,7 +267,7 @@ def _demand(
     `backlog_drain_s`, capacity needed on top of the arrivals to bring the queue back; the backlog
     counted is the one expected when replicas asked for now start serving.
     """
-    ready = obs.ready_replicas or state.replicas
+    ready = _ready_replicas(obs, state)
     queue_total = obs.queue_depth_per_replica * ready if obs.queue_depth_per_replica is not None else None
     arrival = rate
     recent, span = obs.recent_request_rate, obs.recent_window_s
@@ -466,10 +471,11 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     state = _learn_startup(state, obs)
 
     # 3. demand and 4. learning
+    fastest, fastest_shape = cands[0]  # highest capacity first
+    top_capacity = capacity_per_s(fastest_shape, service)
     arrival, drain, queue_total = _demand(
-        config=config, obs=obs, state=state, rate=rate, now_s=now_s,
-        top_capacity_per_s=capacity_per_s(cands[0][1], service),
-    )  # fmt: skip
+        config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
+    )
     correction = _update_correction(config=config, state=state, obs=obs, service=service, now_s=now_s)
 
     # 5. choice
@@ -549,12 +555,11 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         service=service,
         correction=correction,
     )
-    fastest, fastest_shape = cands[0]
-    ready_now = obs.ready_replicas or current
+    in_force_capacity = capacity_per_s(_shape(state.batching), service)
     if (
         drain > 0
-        and sizing > ready_now * capacity_per_s(_shape(state.batching), service)
-        and capacity_per_s(fastest_shape, service) > capacity_per_s(_shape(state.batching), service)
+        and sizing > _ready_replicas(obs, state) * in_force_capacity
+        and top_capacity > in_force_capacity
     ):
         # A Service does not move queued requests: a backlog drains only through the replicas that
         # hold it. When their batching in force cannot carry the arrivals and the drain, they get the
