@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ from tailpilot.bench.metrics import p99
 from tailpilot.bench.run import REPO, default_slo_ms, git_commit
 from tailpilot.bench.simulator import Controller, SimConfig, Target, simulate
 
-ADAPTIVE = "adaptive"
+STATIC, ADAPTIVE = "static", "adaptive"
 
 
 @dataclass(frozen=True)
@@ -59,14 +60,17 @@ class Case:
     seed: int = 1
 
     @property
-    def profile(self) -> EngineProfile:
-        return load_profile(PROFILES_DIR / f"{self.profile_name}.json")
+    def profile_path(self) -> Path:
+        return PROFILES_DIR / f"{self.profile_name}.json"
 
-    @property
+    # Read once per case, not once per simulation (a capacity search runs ~8).
+    @cached_property
+    def profile(self) -> EngineProfile:
+        return load_profile(self.profile_path)
+
+    @cached_property
     def slo_ms(self) -> float:
-        if self.slo_override_ms is not None:
-            return self.slo_override_ms
-        return default_slo_ms(PROFILES_DIR / f"{self.profile_name}.json")
+        return self.slo_override_ms if self.slo_override_ms is not None else default_slo_ms(self.profile_path)
 
 
 #: The default cases: each profile at its default SLO, where the engine's largest batch fits the
@@ -83,18 +87,21 @@ CASES = (
 QUICK_CASES = (Case("gpu-large-like", 1, duration_s=300.0, warmup_s=150.0),)
 
 
+def _describe(b: BatchingConfig) -> str:
+    return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_us} us"
+
+
 @dataclass(frozen=True)
 class Candidate:
     """What runs the fleet: a static batching, or the adaptive policy from a start batching."""
 
-    kind: str  # "static" or ADAPTIVE
+    kind: str  # STATIC or ADAPTIVE
     batching: BatchingConfig
 
     @property
     def label(self) -> str:
-        b = self.batching
-        text = f"max batch {b.max_batch_size}, delay {b.max_queue_delay_us} us"
-        return text if self.kind == "static" else f"TailPilot from {text}"
+        text = _describe(self.batching)
+        return text if self.kind == STATIC else f"TailPilot from {text}"
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,7 @@ def unit_arrivals(case: Case, upper_rate: float) -> npt.NDArray[np.float64]:
 
 def controller(case: Case, candidate: Candidate) -> Controller:
     """A fixed batching, or TailPilot configured as the operator configures it for `batching.mode: auto`."""
-    if candidate.kind == "static":
+    if candidate.kind == STATIC:
         return Static(replicas=case.replicas, batching=candidate.batching)
     from tailpilot.bench.tailpilot_policy import TailPilot
     from tailpilot.policy import PolicyConfig
@@ -183,7 +190,7 @@ def capacity(case: Case, candidate: Candidate, *, rel_tol: float = 0.005) -> Mea
     at most `rel_tol` of the range above it that misses it, not the supremum of passing rates.
     """
     profile, slo = case.profile, case.slo_ms
-    top_batch = candidate.batching.max_batch_size if candidate.kind == "static" else profile.max_batch_size
+    top_batch = candidate.batching.max_batch_size if candidate.kind == STATIC else profile.max_batch_size
     upper = case.replicas * top_batch * 1000.0 / profile.service_time.mean_ms(top_batch)
     unit = unit_arrivals(case, upper)
     lo, hi = 0.0, upper
@@ -210,8 +217,15 @@ class CaseResult:
     measured: list[Measured]
 
     @property
+    def statics(self) -> list[Measured]:
+        """The static batchings, highest capacity first."""
+        return sorted(
+            (m for m in self.measured if m.candidate.kind == STATIC), key=lambda m: -m.capacity_per_s
+        )
+
+    @property
     def best_static(self) -> Measured:
-        return max((m for m in self.measured if m.candidate.kind == "static"), key=lambda m: m.capacity_per_s)
+        return self.statics[0]
 
     @property
     def adaptive(self) -> list[Measured]:
@@ -227,15 +241,11 @@ def run(cases: Sequence[Case], *, jobs: int) -> list[CaseResult]:
     tasks = []
     for case in cases:
         profile = case.profile
-        tasks += [(case, Candidate("static", b)) for b in static_grid(profile, case.slo_ms)]
+        tasks += [(case, Candidate(STATIC, b)) for b in static_grid(profile, case.slo_ms)]
         tasks += [(case, Candidate(ADAPTIVE, b)) for b in adaptive_starts(profile)]
     with multiprocessing.get_context("fork").Pool(max(1, jobs)) as pool:
         measured = pool.map(_task, tasks, chunksize=1)
     return [CaseResult(case, [m for m in measured if m.case == case]) for case in cases]
-
-
-def _describe(b: BatchingConfig) -> str:
-    return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_us} us"
 
 
 def report(results: Sequence[CaseResult], *, top: int = 5) -> str:
@@ -263,9 +273,7 @@ def report(results: Sequence[CaseResult], *, top: int = 5) -> str:
             "| controller | capacity req/s | P99 at capacity ms | batching at the end | reloads |",
             "| --- | ---: | ---: | --- | ---: |",
         ]
-        statics = sorted(
-            (m for m in r.measured if m.candidate.kind == "static"), key=lambda m: -m.capacity_per_s
-        )
+        statics = r.statics
         for m in [*r.adaptive, *statics[:top]]:
             lines.append(
                 f"| {m.candidate.label} | {m.capacity_per_s:.1f} | {m.p99_at_capacity_ms:.0f} | "

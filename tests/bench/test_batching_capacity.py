@@ -8,6 +8,7 @@ from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.bench.batching_capacity import (
     ADAPTIVE,
     QUICK_CASES,
+    STATIC,
     Candidate,
     capacity,
     main,
@@ -28,7 +29,7 @@ def test_the_static_grid_covers_every_power_of_two_batch_and_four_delays():
 
 
 def test_a_capacity_is_the_edge_of_the_slo():
-    candidate = Candidate("static", BatchingConfig(max_batch_size=8, max_queue_delay_us=0))
+    candidate = Candidate(STATIC, BatchingConfig(max_batch_size=8, max_queue_delay_us=0))
     measured = capacity(CASE, candidate)
     unit = unit_arrivals(CASE, 100.0)
     within, _, _ = run_at(CASE, candidate, measured.capacity_per_s, unit)
@@ -39,7 +40,7 @@ def test_a_capacity_is_the_edge_of_the_slo():
 
 
 def test_batching_raises_capacity_and_the_policy_finds_it_from_no_batching():
-    no_batching = capacity(CASE, Candidate("static", BatchingConfig(max_batch_size=1, max_queue_delay_us=0)))
+    no_batching = capacity(CASE, Candidate(STATIC, BatchingConfig(max_batch_size=1, max_queue_delay_us=0)))
     adaptive = capacity(CASE, Candidate(ADAPTIVE, BatchingConfig(max_batch_size=1, max_queue_delay_us=0)))
     # One request at a time runs at 1000/130 req/s at most; batches of 16 at 16000/580.
     assert no_batching.capacity_per_s < 1000 / 130
