@@ -10,6 +10,10 @@ size, after a few warm-up requests. Latencies are measured on the client
 The fit is pure (`fit_service_time`): least squares of the mean latency per
 batch size at concurrency 1 against the batch size gives t(b) = a + c*b, and
 the jitter is the pooled coefficient of variation around the per-batch means.
+Triton's own compute time per executed batch size, read from its statistics
+after the runs, is fitted the same way (`fit_compute_time`): the serving pods
+report that time, and the autoscaler compares the two to learn how fast the
+hardware serving now runs the engine.
 """
 
 from __future__ import annotations
@@ -111,22 +115,58 @@ def fit_service_time(measurements: Sequence[Measurement]) -> ServiceTimeModel:
     """
     if not measurements:
         raise ValueError("no measurements to fit")
-    b = np.array([m.batch_size for m in measurements], dtype=np.float64)
-    means = np.array([float(np.mean(m.latencies_ms)) for m in measurements])
+    means = [float(np.mean(m.latencies_ms)) for m in measurements]
     cvs = [
         float(np.std(m.latencies_ms)) / mean for m, mean in zip(measurements, means, strict=True) if mean > 0
     ]
     jitter = math.sqrt(sum(cv * cv for cv in cvs) / len(cvs)) if cvs else 0.0
+    intercept, slope = _fit_line([float(m.batch_size) for m in measurements], means)
+    return ServiceTimeModel(intercept_ms=intercept, per_item_ms=slope, jitter_cv=jitter)
+
+
+def fit_compute_time(executions: Mapping[int, tuple[int, float]]) -> ServiceTimeModel | None:
+    """Fit t(b) = a + c*b to Triton's own compute time per executed batch size (pure).
+
+    `executions` maps an executed batch size to (executions, total compute ms), as Triton's
+    statistics report them. This is what the serving pods' `nv_inference_compute_infer_duration_us`
+    measures, so the autoscaler compares like with like when it learns how fast the serving
+    hardware runs the engine. None without a single execution.
+    """
+    seen = {b: total / n for b, (n, total) in executions.items() if n > 0 and total > 0}
+    if not seen:
+        return None
+    intercept, slope = _fit_line([float(b) for b in seen], list(seen.values()))
+    return ServiceTimeModel(intercept_ms=intercept, per_item_ms=slope)
+
+
+def _fit_line(sizes: Sequence[float], means: Sequence[float]) -> tuple[float, float]:
+    """(intercept, slope) of means against sizes, least squares on relative residuals, clamped >= 0."""
+    b = np.asarray(sizes, dtype=np.float64)
+    y = np.asarray(means, dtype=np.float64)
     if len(set(b.tolist())) < 2:
-        return ServiceTimeModel(intercept_ms=0.0, per_item_ms=float(np.mean(means / b)), jitter_cv=jitter)
-    w = 1.0 / np.maximum(means, 1e-9)
-    slope, intercept = (float(x) for x in np.polyfit(b, means, 1, w=w))
+        return 0.0, float(np.mean(y / b))
+    w = 1.0 / np.maximum(y, 1e-9)
+    slope, intercept = (float(x) for x in np.polyfit(b, y, 1, w=w))
     if slope < 0:
         # Flat: the weighted mean of a constant under relative weights.
-        slope, intercept = 0.0, float(np.sum(w * w * means) / np.sum(w * w))
-    elif intercept < 0:
-        slope, intercept = float(np.sum(w * w * b * means) / np.sum(w * w * b * b)), 0.0
-    return ServiceTimeModel(intercept_ms=intercept, per_item_ms=slope, jitter_cv=jitter)
+        return float(np.sum(w * w * y) / np.sum(w * w)), 0.0
+    if intercept < 0:
+        return 0.0, float(np.sum(w * w * b * y) / np.sum(w * w * b * b))
+    return intercept, slope
+
+
+def compute_stats(grpc_url: str, model_name: str) -> dict[int, tuple[int, float]]:
+    """Triton's executions and total compute ms per executed batch size of `model_name` so far."""
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        stats = client.get_inference_statistics(model_name, as_json=True)
+    out: dict[int, tuple[int, float]] = {}
+    for model in stats.get("model_stats", []):
+        for batch in model.get("batch_stats", []):
+            infer = batch.get("compute_infer", {})
+            size, count, ns = int(batch["batch_size"]), int(infer.get("count", 0)), int(infer.get("ns", 0))
+            n, total = out.get(size, (0, 0.0))
+            out[size] = (n + count, total + ns / 1e6)
+    return out
 
 
 def make_inputs(
@@ -253,6 +293,7 @@ def profile_engine(
                     f"{point.throughput_per_s:.0f} items/s"
                 )
                 measurements.append(m)
+            compute = fit_compute_time(compute_stats(server.grpc_url, manifest.model_name))
     except TritonStartError as exc:
         raise BuildError(PROFILE_FAILED, f"Triton did not start on the engine: {exc}") from exc
     finally:
@@ -268,6 +309,7 @@ def profile_engine(
         max_batch_size=max_batch,
         points=[summarize(m) for m in measurements],
         service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),
+        compute_time=compute,
         method=(
             f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
             f"{options.duration_s:g} s per batch size, Triton 2.51 (nvidia-pytriton)"

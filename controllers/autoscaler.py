@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ import httpx
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
-from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.api.v1alpha1 import InferenceService, LearnedStatus
 from tailpilot.builders import triton_config
 from tailpilot.controllers.batching import apply_batching
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
@@ -89,10 +90,15 @@ def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProf
             )
             for p in profile["points"]
         ],
-        service_time=ServiceTimeModel(
-            intercept_ms=fit["interceptMs"], per_item_ms=fit["perItemMs"], jitter_cv=fit.get("jitterCv", 0.0)
-        ),
+        service_time=_service_time(fit),
+        compute_time=_service_time(compute) if (compute := profile.get("computeTime")) else None,
         method="profile summary from the InferenceService status",
+    )
+
+
+def _service_time(fit: Mapping[str, Any]) -> ServiceTimeModel:
+    return ServiceTimeModel(
+        intercept_ms=fit["interceptMs"], per_item_ms=fit["perItemMs"], jitter_cv=fit.get("jitterCv", 0.0)
     )
 
 
@@ -120,14 +126,35 @@ def _moved(old: float | None, new: float | None) -> bool:
 
 
 def learned_status(state: PolicyState) -> dict[str, float]:
-    """status.learned: the model corrections and, once timed, the replica start-up time."""
+    """status.learned: the model corrections, the hardware's speed and, once timed, the start-up time."""
     learned = {
         "modelCorrectionLightLoad": round(state.correction, 3),
         "modelCorrectionHeavyLoad": round(state.correction_heavy, 3),
+        "serviceTimeScale": round(state.service_scale, 3),
     }
     if state.replica_startup_s is not None:
         learned["replicaStartupSeconds"] = round(state.replica_startup_s, 1)
     return learned
+
+
+def restore_learned(state: PolicyState, learned: Mapping[str, Any] | None) -> PolicyState:
+    """The state with what `learned_status` wrote: a restarted operator keeps what it learned."""
+    if not learned:
+        return state
+    kept = LearnedStatus.model_validate(learned)
+
+    def either(value: float | None, default: float) -> float:
+        return default if value is None else value
+
+    return replace(
+        state,
+        correction=either(kept.model_correction_light_load, state.correction),
+        correction_heavy=either(kept.model_correction_heavy_load, state.correction_heavy),
+        service_scale=either(kept.service_time_scale, state.service_scale),
+        replica_startup_s=(
+            state.replica_startup_s if kept.replica_startup_seconds is None else kept.replica_startup_seconds
+        ),
+    )
 
 
 @dataclass
@@ -166,7 +193,13 @@ class Autoscaler:
         now = float(self.clock())
         replicas, batching = int(status.get("replicas") or 1), batching_in_force(isvc, status)
         memory = self._memory.get((namespace, name))
-        state = memory.state if memory else PolicyState.initial(replicas=replicas, batching=batching)
+        state = (
+            memory.state
+            if memory
+            else restore_learned(
+                PolicyState.initial(replicas=replicas, batching=batching), status.get("learned")
+            )
+        )
         state = state.with_actual(replicas=replicas, batching=batching)
         try:
             observation = await observe_service(

@@ -66,6 +66,9 @@ class EngineProfile(_Frozen):
     max_batch_size: int = Field(ge=1, alias="maxBatchSize")
     points: list[BatchProfilePoint]
     service_time: ServiceTimeModel = Field(alias="serviceTime")
+    #: Triton's compute time per executed batch (no transport, no queue), fitted the same way; what
+    #: the serving pods report as compute time. None for profiles that did not record it.
+    compute_time: ServiceTimeModel | None = Field(default=None, alias="computeTime")
     #: How the numbers were obtained (tool, version, duration) or, for scaled
     #: variants that stand for GPU engines, that they are scaled and from what.
     method: str = ""
@@ -75,6 +78,7 @@ class EngineProfile(_Frozen):
         return ProfileSummary(
             hardware=self.hardware,
             service_time=self.service_time,
+            compute_time=self.compute_time,
             points=[
                 ProfileSummaryPoint(
                     batch_size=p.batch_size,
@@ -99,6 +103,7 @@ class ProfileSummary(_Frozen):
 
     hardware: str
     service_time: ServiceTimeModel = Field(alias="serviceTime")
+    compute_time: ServiceTimeModel | None = Field(default=None, alias="computeTime")
     points: list[ProfileSummaryPoint]
 
 

@@ -724,6 +724,13 @@ class ProfileStatus(_Model):
 
     hardware: str = Field(max_length=128, description="cpu or the GPU product the engine was profiled on.")
     service_time: ServiceTimeStatus = Field(description="Fitted service time per batch.")
+    compute_time: ServiceTimeStatus | None = Field(
+        default=None,
+        description=(
+            "Triton's own compute time per executed batch, fitted the same way (no transport, no queue); "
+            "the autoscaler compares the serving pods' compute time with it."
+        ),
+    )
     points: list[ProfilePointStatus] = Field(
         default_factory=list, max_length=MAX_PROFILE_POINTS, description="One entry per profiled batch size."
     )
@@ -785,7 +792,7 @@ class DecisionStatus(_Model):
 
 
 class LearnedStatus(_Model):
-    """What the autoscaler learned from this service's metrics (an operator restart starts over)."""
+    """What the autoscaler learned from this service's metrics; a restarted operator starts from it."""
 
     model_correction_light_load: float | None = Field(
         default=None, ge=0, description="Observed / predicted P99 factor the model applies at light load."
@@ -799,6 +806,15 @@ class LearnedStatus(_Model):
         description=(
             "Seconds from a scale-up to every new replica serving, timed on this service's scale-ups; "
             "sizes the backlog new replicas will find. Unset until one is timed."
+        ),
+    )
+    service_time_scale: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Observed compute time per batch over the engine profile's: above 1 the serving hardware runs "
+            "the engine slower than when it was profiled (e.g. replicas sharing CPU cores). Multiplies the "
+            "profile's service time once it is more than 10% away from 1."
         ),
     )
 

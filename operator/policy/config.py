@@ -79,6 +79,9 @@ class PolicyConfig:
         correction_settle_s: No correction update this long after a replica or batching change or a
             backlog: the observed P99's window still contains the transient. Keep it >= the window.
         min_rate_for_correction_per_s: Below this request rate the P99 is too noisy to learn from.
+        service_scale_alpha: EWMA weight (log space) of a new observed / profiled compute-time ratio.
+        service_scale_min: Lower bound of the learned service-time scale.
+        service_scale_max: Upper bound of the learned service-time scale.
         rate_rise_sigma: The recent rate replaces the window's rate when it exceeds it by more than this
             many Poisson standard deviations (a real rise, not noise).
         backlog_drain_s: A backlog (more than a full batch queued per replica) is sized to be drained
@@ -115,6 +118,9 @@ class PolicyConfig:
     correction_max: float = 3.0
     correction_settle_s: float = 90.0
     min_rate_for_correction_per_s: float = 1.0
+    service_scale_alpha: float = 0.5
+    service_scale_min: float = 0.5
+    service_scale_max: float = 4.0
     rate_rise_sigma: float = 3.0
     backlog_drain_s: float = 30.0
     replica_startup_s: float = 30.0
@@ -136,14 +142,20 @@ class PolicyConfig:
             raise ValueError("slo_margin + hysteresis must be in [0, 1)")
         if self.max_scale_up_step < 1 or self.max_scale_down_step < 1:
             raise ValueError("step limits must be >= 1")
-        if not 0 < self.correction_min <= 1 <= self.correction_max:
-            raise ValueError("need 0 < correction_min <= 1 <= correction_max")
-        if not 0 <= self.correction_alpha <= 1:
-            raise ValueError("correction_alpha must be in [0, 1]")
+        self._check_learning()
         if self.rate_rise_sigma < 0 or self.backlog_drain_s < 0 or self.replica_startup_s < 0:
             raise ValueError("rate_rise_sigma, backlog_drain_s and replica_startup_s must be >= 0")
         if not self.queue_delay_candidates_us or min(self.queue_delay_candidates_us) < 0:
             raise ValueError("queue_delay_candidates_us needs at least one value >= 0")
+
+    def _check_learning(self) -> None:
+        """The online factors: bounds around 1, smoothing weights in [0, 1]."""
+        if not 0 < self.correction_min <= 1 <= self.correction_max:
+            raise ValueError("need 0 < correction_min <= 1 <= correction_max")
+        if not 0 < self.service_scale_min <= 1 <= self.service_scale_max:
+            raise ValueError("need 0 < service_scale_min <= 1 <= service_scale_max")
+        if not (0 <= self.correction_alpha <= 1 and 0 <= self.service_scale_alpha <= 1):
+            raise ValueError("correction_alpha and service_scale_alpha must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,9 @@ class PolicyState:
         correction: Online factor multiplying the model's P99 (observed / predicted, smoothed) for
             candidates below `HEAVY_UTILIZATION` of their full-batch capacity.
         correction_heavy: The same factor for candidates at or above it (learned from such windows).
+        service_scale: Observed compute time per batch over the profile's for the batch size observed
+            (smoothed): how much slower (> 1) or faster the serving hardware runs the engine than when
+            it was profiled, e.g. replicas sharing CPU cores. Multiplies the profile's service time.
         last_queue_total: Pending requests summed over replicas at the previous observation.
         last_queue_at_s: Time of that observation.
         last_backlog_s: When a backlog (more than a full batch queued per replica) was last seen.
@@ -176,6 +191,7 @@ class PolicyState:
     recommendations: tuple[tuple[float, int], ...] = field(default=())
     correction: float = 1.0
     correction_heavy: float = 1.0
+    service_scale: float = 1.0
     last_queue_total: float | None = None
     last_queue_at_s: float | None = None
     first_seen_s: float | None = None

@@ -9,9 +9,14 @@ One call, in order (docs/autoscaling.md has the long form):
 3. Demand: the observed completion rate plus the growth of the queue since the
    last call (completions are capped at capacity under overload; the queue's
    growth is the unserved part of the demand).
-4. Learning: the model's P99 for what is in force is compared with the observed
-   P99; the log of the bounded ratio is smoothed into `correction`, which
-   multiplies every prediction. Skipped while a change settles.
+4. Learning: first the hardware's speed: the observed compute time per batch
+   over the profile's for the batch size observed, smoothed into
+   `service_scale`, which multiplies the profile's service time (replicas
+   sharing CPU cores, a slower GPU than the one profiled). Then the model's
+   P99 for what is in force is compared with the observed P99; the log of the
+   bounded ratio is smoothed into `correction`, which multiplies every
+   prediction. The correction is skipped while a change settles; the scale
+   is not (compute time carries no queueing transient).
 5. Choice: for every batching candidate, the fewest replicas whose corrected P99
    is within the SLO minus the margin (`n_up`), and minus margin and hysteresis
    (`n_down`). Scale up to `n_up` when above the current size; scale down to
@@ -225,6 +230,75 @@ def _startup_s(config: PolicyConfig, state: PolicyState) -> float:
     return state.replica_startup_s if state.replica_startup_s is not None else config.replica_startup_s
 
 
+#: Within this fraction of the profile, the profile's service time is used as is: compute times
+#: vary about that much from one window to the next, and a constant model keeps decisions still.
+SERVICE_SCALE_DEADBAND = 0.1
+#: The speed is learned only where batch sizes barely spread: mean batch up to this, or at least
+#: this fraction of the max batch size (a saturated replica runs full batches).
+_NARROW_SPREAD_MEAN_BATCH = 1.25
+_NARROW_SPREAD_FILL = 0.9
+_SERVICE_SCALE_STEP = 0.05
+
+
+def _learn_service_scale(
+    config: PolicyConfig, state: PolicyState, obs: Observation, profiled: ServiceTimeModel
+) -> PolicyState:
+    """Smooth the observed / profiled compute time per batch (at the mean batch observed) into the state.
+
+    Only from steady windows: a backlog in the window (or pods starting) mixes the requests whose
+    compute time is counted with batches counted in other windows, which read as a slower machine
+    (up to 2x in the simulator's spikes, on a machine exactly as fast as its profile).
+    """
+    compute, batch, rate = obs.compute_time_ms, obs.mean_batch_size, obs.request_rate
+    if compute is None or batch is None or rate is None or rate < config.min_rate_for_correction_per_s:
+        return state
+    m, full = max(1.0, batch), float(state.batching.max_batch_size)
+    if _NARROW_SPREAD_MEAN_BATCH < m < _NARROW_SPREAD_FILL * full:
+        # Between single requests and full batches the sizes spread as the arrivals do (bursts fill
+        # batches, lulls run singles), and the batch the average request ran in is unknown: bursty
+        # traces read as a 1.2x+ slower machine in the simulator. Learn only where it is known.
+        return state
+    backlog_at = _backlog_at(state, obs, obs.at_s)
+    if _ready_replicas(obs, state) != state.replicas or (
+        backlog_at is not None and obs.at_s - backlog_at < config.correction_settle_s
+    ):
+        return state
+    expected = profiled.mean_ms(1) + profiled.per_item_ms * (_request_weighted_batch(batch, state) - 1.0)
+    if compute <= 0 or expected <= 0:
+        return state
+    ratio = min(config.service_scale_max, max(config.service_scale_min, compute / expected))
+    a = config.service_scale_alpha
+    learned = math.exp((1 - a) * math.log(state.service_scale) + a * math.log(ratio))
+    return replace(state, service_scale=learned)
+
+
+def _request_weighted_batch(mean_batch: float, state: PolicyState) -> float:
+    """The batch size the average *request* ran in, from the mean per execution.
+
+    Compute time per request weighs each batch by its size, so it is the time of a larger batch
+    than the mean per execution whenever sizes vary. With the sizes the model assumes (one plus a
+    Poisson count, mean m), that batch is E[b^2]/E[b] = m + 1 - 1/m (1 when every batch is 1),
+    and never beyond the max batch size.
+    """
+    m = max(1.0, mean_batch)
+    return min(float(state.batching.max_batch_size), m + 1.0 - 1.0 / m)
+
+
+def _service_time(profiled: ServiceTimeModel, scale: float) -> ServiceTimeModel:
+    """The service time on the hardware serving now: the learned scale, in steps, past a deadband."""
+    if abs(scale - 1.0) < SERVICE_SCALE_DEADBAND:
+        return profiled
+    step = round(scale / _SERVICE_SCALE_STEP) * _SERVICE_SCALE_STEP
+    return _scaled_service(profiled, round(step, 2))
+
+
+@lru_cache(maxsize=64)
+def _scaled_service(profiled: ServiceTimeModel, factor: float) -> ServiceTimeModel:
+    return profiled.model_copy(
+        update={"intercept_ms": profiled.intercept_ms * factor, "per_item_ms": profiled.per_item_ms * factor}
+    )
+
+
 def _learn_startup(state: PolicyState, obs: Observation) -> PolicyState:
     """Once every replica of the last scale-up reports, the time that took is a start-up sample.
 
@@ -430,7 +504,6 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         The decision and the state to pass to the next call.
     """
     obs = observation
-    service = profile.service_time
     lo, hi = config.min_replicas, config.max_replicas
     current = state.replicas
     cands = _allowed(config, profile, state)
@@ -468,7 +541,11 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
             config=config, state=state, now_s=now_s, reason=hold_reason, message=f"holding: {hold_msg}"
         )
     assert rate is not None
-    state = _learn_startup(state, obs)
+    # Compare like with like: the profile's own compute-time fit when the build recorded one (the
+    # service time also holds the profiling client's transport).
+    profiled_compute = profile.compute_time or profile.service_time
+    state = _learn_service_scale(config, _learn_startup(state, obs), obs, profiled_compute)
+    service = _service_time(profile.service_time, state.service_scale)
 
     # 3. demand and 4. learning
     fastest, fastest_shape = cands[0]  # highest capacity first
@@ -601,6 +678,8 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         f"observed {observed} at {current}; target {config.p99_target_ms:g} ms with {margin:.0%} margin; "
         f"model correction x{correction.light:.2f} (light load) / x{correction.heavy:.2f} (heavy)"
     )
+    if service is not profile.service_time:
+        message += f"; compute x{state.service_scale:.2f} of the profile"
     backlog_state = replace(state, last_backlog_s=_backlog_at(state, obs, now_s))
     if blocked and n == current and batching == state.batching:
         wanted = f"wanted {recommendation} replicas ({reason}); "

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tailpilot.builders.perf_analyzer import parse_csv, perf_analyzer_command
-from tailpilot.builders.profiler import Measurement, fit_service_time, summarize
+from tailpilot.builders.profiler import Measurement, fit_compute_time, fit_service_time, summarize
 from tailpilot.builders.triton_server import TritonPorts, make_backend_dir, tritonserver_command
 
 
@@ -49,6 +49,16 @@ def test_fit_weighs_relative_error_so_small_batches_are_not_drowned() -> None:
     unweighted_slope, unweighted_intercept = np.polyfit([1, 4, 16], [a + c, a + 4 * c, 2 * (a + 16 * c)], 1)
     unweighted_error_b1 = abs(unweighted_intercept + unweighted_slope - (a + c)) / (a + c)
     assert relative_error_b1 < unweighted_error_b1
+
+
+def test_compute_time_is_fitted_on_tritons_executions_per_batch_size() -> None:
+    # Executed batch size -> (executions, total compute ms), as Triton's statistics give them.
+    fit = fit_compute_time({1: (200, 200 * 3.0), 2: (10, 10 * 4.0), 4: (100, 100 * 6.0), 8: (0, 0.0)})
+    assert fit is not None
+    assert (fit.intercept_ms, fit.per_item_ms) == (pytest.approx(2.0), pytest.approx(1.0))
+    assert fit_compute_time({}) is None and fit_compute_time({4: (0, 0.0)}) is None
+    only_one_size = fit_compute_time({4: (50, 50 * 8.0)})
+    assert only_one_size is not None and only_one_size.mean_ms(4) == pytest.approx(8.0)
 
 
 def test_summarize_counts_items_not_requests() -> None:

@@ -89,6 +89,9 @@ def test_build_with_profile_writes_profile_json(make_request: Callable[..., Buil
         assert 0 < point.p50_ms <= point.p95_ms <= point.p99_ms
         assert point.throughput_per_s > 0
     assert profile.service_time.mean_ms(4) > profile.service_time.mean_ms(1) > 0
+    # Triton's own compute time, read from its statistics: part of what the client waited for.
+    assert profile.compute_time is not None
+    assert 0 < profile.compute_time.mean_ms(1) < profile.service_time.mean_ms(1)
     assert (profile.engine_key, profile.hardware, profile.max_batch_size) == (result.engine_key, "cpu", 16)
     assert result.profile == profile.to_summary()
     # Profiling left nothing behind in the published engine (e.g. the Python backend's __pycache__).

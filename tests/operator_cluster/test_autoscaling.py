@@ -158,7 +158,7 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                     observed
                 )  # the overload was seen
                 # The API server kept what the autoscaler learned (its status schema accepts it).
-                assert {"modelCorrectionLightLoad", "modelCorrectionHeavyLoad"} <= set(
+                assert {"modelCorrectionLightLoad", "modelCorrectionHeavyLoad", "serviceTimeScale"} <= set(
                     obj["status"]["learned"]
                 )
                 events = core.list_namespaced_event(

@@ -52,7 +52,12 @@ class FakeClock:
 
 @dataclass
 class Plant:
-    """Replays a rate schedule against the policy, with the model x bias as the true P99."""
+    """Replays a rate schedule against the policy, with the model x bias as the true P99.
+
+    `slowdown` stands for hardware that runs the engine that many times slower than the profile
+    says (replicas sharing CPU cores); with `report_compute` the observations carry the compute
+    time per batch that such hardware shows.
+    """
 
     config: PolicyConfig
     profile: EngineProfile
@@ -60,6 +65,8 @@ class Plant:
     bias: float = 1.0
     rate_noise_cv: float = 0.0
     p99_noise_cv: float = 0.0
+    slowdown: float = 1.0
+    report_compute: bool = False
     seed: int = 7
     clock: FakeClock = field(default_factory=FakeClock)
     decisions: list[Decision] = field(default_factory=list)
@@ -74,9 +81,19 @@ class Plant:
             rate_per_s=rate,
             replicas=replicas,
             shape=BatchShape.of(batching),
-            service=self.profile.service_time,
+            service=self.true_service_time,
         )
         return self.bias * raw if math.isfinite(raw) else 20 * self.config.p99_target_ms
+
+    @property
+    def true_service_time(self) -> ServiceTimeModel:
+        st = self.profile.service_time
+        return st.model_copy(
+            update={
+                "intercept_ms": st.intercept_ms * self.slowdown,
+                "per_item_ms": st.per_item_ms * self.slowdown,
+            }
+        )
 
     def observe(self, rate: float) -> Observation:
         noisy_rate = rate * math.exp(self.rng.gauss(0, self.rate_noise_cv)) if self.rate_noise_cv else rate
@@ -89,6 +106,8 @@ class Plant:
             p99_ms=p99,
             ready_replicas=self.state.replicas,
             queue_depth_per_replica=0.0,
+            compute_time_ms=self.true_service_time.mean_ms(1) if self.report_compute else None,
+            mean_batch_size=1.0 if self.report_compute else None,
         )
 
     def step(self, rate: float, *, alert: bool = False) -> Decision:

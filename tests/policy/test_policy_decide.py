@@ -16,10 +16,25 @@ from tailpilot.policy.model import BatchShape, utilization
 TARGET = 50.0
 
 
-def make_plant(*, replicas: int = 2, batch: int = 8, bias: float = 1.0, **cfg: object) -> Plant:
+def make_plant(
+    *,
+    replicas: int = 2,
+    batch: int = 8,
+    bias: float = 1.0,
+    slowdown: float = 1.0,
+    report_compute: bool = False,
+    **cfg: object,
+) -> Plant:
     config = PolicyConfig(p99_target_ms=TARGET, min_replicas=1, max_replicas=20, **cfg)  # type: ignore[arg-type]
     state = PolicyState.initial(replicas=replicas, batching=BatchingConfig(max_batch_size=batch))
-    return Plant(config=config, profile=make_profile(), state=state, bias=bias)
+    return Plant(
+        config=config,
+        profile=make_profile(),
+        state=state,
+        bias=bias,
+        slowdown=slowdown,
+        report_compute=report_compute,
+    )
 
 
 def test_step_up_restores_slo_within_two_periods_then_scales_down_after_stabilization():
@@ -123,6 +138,56 @@ def test_online_correction_learns_a_biased_model():
     unbiased.run(2500.0, 30)
     # The biased plant needs at least as many replicas for the same load.
     assert plant.state.replicas >= unbiased.state.replicas
+
+
+def test_hardware_slower_than_profiled_is_learned_from_compute_time_and_provisioned_for():
+    # Replicas that share CPU cores run the engine 1.8x slower than the build profiled it.
+    blind = make_plant(slowdown=1.8)
+    seeing = make_plant(slowdown=1.8, report_compute=True)
+    blind.run(2500.0, 12)
+    seeing.run(2500.0, 12)
+    assert seeing.state.service_scale == pytest.approx(1.8, rel=0.05)
+    assert "compute x1.80 of the profile" in seeing.decisions[-1].message
+    # Learning the speed needs no settling: the SLO is kept from the fourth period on (the EWMA
+    # takes two), while the P99 correction alone (which waits for each change to settle) still misses.
+    assert all(p <= TARGET for p in seeing.true_p99[3:])
+    assert blind.true_p99[-1] > TARGET
+    assert sum(p > TARGET for p in blind.true_p99) > sum(p > TARGET for p in seeing.true_p99)
+    assert seeing.state.replicas > make_plant(report_compute=True).run(2500.0, 12)[-1].replicas
+
+
+def test_compute_time_near_the_profile_changes_nothing_and_the_scale_is_bounded():
+    near = make_plant(slowdown=1.05, report_compute=True)
+    as_profiled = make_plant(slowdown=1.05)
+    assert replica_series(near.run(2500.0, 20)) == replica_series(as_profiled.run(2500.0, 20))
+    assert near.state.service_scale == pytest.approx(1.05, rel=0.02)
+    assert "compute x" not in near.decisions[-1].message
+    runaway = make_plant(slowdown=20.0, report_compute=True)
+    runaway.run(100.0, 20)
+    assert runaway.state.service_scale == pytest.approx(runaway.config.service_scale_max, rel=1e-3)
+
+
+def test_the_speed_is_read_where_batch_sizes_barely_spread_and_only_from_steady_windows():
+    plant = make_plant(replicas=2, batch=8)
+    st = plant.profile.service_time
+    base = {"at_s": plant.clock.now, "request_rate": 1000.0, "p99_ms": 20.0, "ready_replicas": 2}
+
+    def seen(mean_batch: float, compute_ms: float, **extra: float) -> float:
+        obs = Observation(**{**base, **extra}, mean_batch_size=mean_batch, compute_time_ms=compute_ms)
+        return _decide_at(plant, obs)[1].service_scale
+
+    # Mostly single requests (1 + Poisson(0.2)): the average request ran in a batch of
+    # E[b^2]/E[b] = 1.2 + 1 - 1/1.2, so this compute time is a machine as fast as the profile ...
+    as_fast = st.mean_ms(1) + (1.2 - 1 / 1.2) * st.per_item_ms
+    assert seen(1.2, as_fast) == pytest.approx(1.0)
+    # ... and twice it one twice as slow (EWMA 0.5 from 1). Full batches (a saturated replica) too.
+    assert seen(1.2, 2 * as_fast) == pytest.approx(2**0.5)
+    assert seen(7.5, 2 * st.mean_ms(8)) == pytest.approx(2**0.5)
+    # In between, sizes spread as the arrivals do: the batch of the average request is unknown.
+    assert seen(4.0, 2 * st.mean_ms(4)) == 1.0
+    # Not while a backlog is in the window, nor while pods start.
+    assert seen(1.2, 2 * as_fast, queue_depth_per_replica=40.0) == 1.0
+    assert seen(1.2, 2 * as_fast, ready_replicas=1) == 1.0
 
 
 def test_no_learning_from_a_backlog_or_while_its_window_lasts():
