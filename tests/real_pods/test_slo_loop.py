@@ -44,8 +44,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slo_loop]
 NAME = "mlp-cpu"
 SLO_MS = SLO_LOOP_P99_MS
 STABILIZATION_S = 20
+#: The node runs every replica on the machine's two cores: a third replica adds contention, not
+#: capacity (run of 00:51 UTC: compute 1.63x the profile at three replicas, P99 over the SLO there).
+MAX_REPLICAS = 2
 LOW_S, HIGH_S = 20.0, 150.0
-TAIL_S = 40.0  # the end of the step over which the client P99 must be back under the SLO
+#: From this long after the answer is in place (its replicas ready), the client P99 must be back under
+#: the SLO until the step ends: the backlog built before has drained by then.
+SETTLE_S = 15.0
+#: The answer must be in place with at least this much of the step left to judge it on.
+JUDGED_S = 60.0
 
 
 @pytest.fixture
@@ -81,29 +88,38 @@ def timeline(
     return "\n".join(lines)
 
 
+#: What two replicas serve within the SLO on the two cores, whatever the profile says: busy side by
+#: side they compute at ~75 ms a request (1.6x a 46 ms profile, run of 01:25 UTC, where a step of
+#: 17.5 req/s kept the client P99 at 620 ms), so 13 req/s is about half of each replica. Profiles of
+#: 57-62 ms give 12-13.5 req/s anyway; the cap holds the faster ones (46-50 ms: 16-17.5 req/s) to
+#: it, where one replica on the machine is still well past the SLO (~60 ms a request alone).
+MACHINE_STEP_CAP_PER_S = 13.0
+
+
 def step_rate(obj: dict[str, Any]) -> float:
     """The step's rate: where the policy's own model (the profile the build measured) puts one
-    replica at 1.3x the SLO whatever the batching, so even a correction of 0.7 learned in the calm
-    phase still sees it missed, while two replicas meet it with the policy's margin."""
+    replica at max batch 1 at 1.3x the SLO, so even a correction of 0.7 learned in the calm phase
+    still sees it missed, while two replicas meet it with the policy's margin.
+
+    Capped at what the machine serves with two replicas (`MACHINE_STEP_CAP_PER_S`). Batch 1 only:
+    the profile's batch-1 time varies less from build to build (46-62 ms in the runs) than its gain
+    from batching (none in most builds, a 26 ms intercept in one, which put the step
+    at 20 req/s, beyond what the two cores serve: run of 00:56 UTC). This model is per-item bound,
+    so batching buys it little on the machine, whatever a profile says.
+    """
     isvc = InferenceService.model_validate(obj)
     profile = engine_profile(obj["status"], max_batch_size=isvc.spec.batching.max_batch_size)
     assert profile is not None
     in_force = batching_in_force(isvc, obj["status"])
-    shapes = [
-        BatchShape.of(in_force.model_copy(update={"max_batch_size": b, "preferred_batch_sizes": ()}))
-        for b in range(1, in_force.max_batch_size + 1)
-    ]
+    batch_1 = BatchShape.of(in_force.model_copy(update={"max_batch_size": 1, "preferred_batch_sizes": ()}))
 
-    def p99(rate: float, replicas: int) -> float:  # the best batching, as the policy would choose
-        return min(
-            predict_p99_ms(rate_per_s=rate, replicas=replicas, shape=s, service=profile.service_time)
-            for s in shapes
-        )
+    def p99(rate: float, replicas: int) -> float:
+        return predict_p99_ms(rate_per_s=rate, replicas=replicas, shape=batch_1, service=profile.service_time)
 
     rate = next((r for r in np.arange(1.0, 200.0, 0.5) if p99(r, 1) >= 1.3 * SLO_MS), None)
     assert rate is not None, profile.service_time
     assert p99(rate, 2) <= 0.85 * SLO_MS, (rate, p99(rate, 2), profile.service_time)
-    return float(rate)
+    return min(float(rate), MACHINE_STEP_CAP_PER_S)
 
 
 def window_p99_ms(
@@ -122,7 +138,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     core, apps = client.CoreV1Api(real_api), client.AppsV1Api(real_api)
     ns = real_namespace
     prepare_storage(core, ns, tmp_path / "pvc", model_width=SLO_LOOP_MODEL_WIDTH)
-    service = slo_loop_service(ns, name=NAME, max_replicas=3, stabilization_s=STABILIZATION_S)
+    service = slo_loop_service(ns, name=NAME, max_replicas=MAX_REPLICAS, stabilization_s=STABILIZATION_S)
     client.CustomObjectsApi(real_api).create_namespaced_custom_object(
         "tailpilot.io", "v1alpha1", ns, "inferenceservices", service
     )
@@ -198,10 +214,18 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     # The calm phase needs one replica; the step is answered (replicas or batching) once it began.
     assert before_step is not None and before_step["replicas"] == initial_replicas, story
     assert acted_at is not None, story
-    # Under the SLO again: the end of the step, at least 20 s after the first action.
-    tail_start = max(acted_at + 20.0, LOW_S + HIGH_S - TAIL_S)
-    tail_p99 = window_p99_ms(sent, latency, ok, tail_start, LOW_S + HIGH_S)
-    assert tail_p99 <= SLO_MS, f"tail P99 {tail_p99:.0f} ms, first action at {acted_at:.0f} s\n{story}"
+    # The answer is in place once the replicas it asked for are ready (at once for batching alone),
+    # with a minute of the step left: a loop still adding replicas then has not answered it.
+    in_place_at = max([acted_at, *(t for t, target, ready, _ in samples if t >= LOW_S and ready < target)])
+    assert in_place_at <= LOW_S + HIGH_S - JUDGED_S, f"answer in place at {in_place_at:.0f} s\n{story}"
+    # Under the SLO again: the P99 of every request from SETTLE_S after that to the end of the step
+    # (a thousand or more). A step left unanswered keeps it at 1.3x the SLO or more; a few seconds in
+    # which the two cores run every replica slower (CI runs saw them, with no action near) move it
+    # little, where the P99 of the last 40 s alone (~500 requests) failed on them.
+    settled_p99 = window_p99_ms(sent, latency, ok, in_place_at + SETTLE_S, LOW_S + HIGH_S)
+    assert settled_p99 <= SLO_MS, (
+        f"P99 {settled_p99:.0f} ms from {in_place_at + SETTLE_S:.0f} s, acted at {acted_at:.0f} s\n{story}"
+    )
     assert result.ok >= 0.99 * len(result.status), dict(result.errors)
 
     # With the load gone, back to one replica once the stabilization window has passed.
