@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from tritonclient import grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel, TensorSpec
 from tailpilot.builders.errors import PROFILE_FAILED, BuildError
@@ -156,9 +157,16 @@ def _fit_line(sizes: Sequence[float], means: Sequence[float]) -> tuple[float, fl
 
 
 def compute_stats(grpc_url: str, model_name: str) -> dict[int, tuple[int, float]]:
-    """Triton's executions and total compute ms per executed batch size of `model_name` so far."""
-    with grpcclient.InferenceServerClient(grpc_url) as client:
-        stats = client.get_inference_statistics(model_name, as_json=True)
+    """Triton's executions and total compute ms per executed batch size of `model_name` so far.
+
+    Empty when Triton does not answer: the compute time is optional in a profile, the latencies
+    measured are not, so a statistics call that fails must not fail the build.
+    """
+    try:
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            stats = client.get_inference_statistics(model_name, as_json=True)
+    except InferenceServerException:
+        return {}
     out: dict[int, tuple[int, float]] = {}
     for model in stats.get("model_stats", []):
         for batch in model.get("batch_stats", []):

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
@@ -141,7 +142,14 @@ def restore_learned(state: PolicyState, learned: Mapping[str, Any] | None) -> Po
     """The state with what `learned_status` wrote: a restarted operator keeps what it learned."""
     if not learned:
         return state
-    kept = LearnedStatus.model_validate(learned)
+    # Only the fields this operator knows (a newer one may have written more), and nothing at all
+    # from a status it cannot read: what is learned once can be learned again.
+    known = {field.alias or name for name, field in LearnedStatus.model_fields.items()}
+    try:
+        kept = LearnedStatus.model_validate({k: v for k, v in learned.items() if k in known})
+    except ValidationError:
+        log.warning("ignoring status.learned that does not validate: %s", learned)
+        return state
 
     def either(value: float | None, default: float) -> float:
         return default if value is None else value

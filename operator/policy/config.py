@@ -78,6 +78,7 @@ class PolicyConfig:
         correction_max: Upper bound of the online model-correction factor.
         correction_settle_s: No correction update this long after a replica or batching change or a
             backlog: the observed P99's window still contains the transient. Keep it >= the window.
+            The service-time scale waits as long after a backlog.
         min_rate_for_correction_per_s: Below this request rate the P99 is too noisy to learn from.
         service_scale_alpha: EWMA weight (log space) of a new observed / profiled compute-time ratio.
         service_scale_min: Lower bound of the learned service-time scale.

@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tailpilot.builders.perf_analyzer import parse_csv, perf_analyzer_command
-from tailpilot.builders.profiler import Measurement, fit_compute_time, fit_service_time, summarize
+from tailpilot.builders.profiler import (
+    Measurement,
+    compute_stats,
+    fit_compute_time,
+    fit_service_time,
+    summarize,
+)
 from tailpilot.builders.triton_server import TritonPorts, make_backend_dir, tritonserver_command
 
 
@@ -59,6 +66,14 @@ def test_compute_time_is_fitted_on_tritons_executions_per_batch_size() -> None:
     assert fit_compute_time({}) is None and fit_compute_time({4: (0, 0.0)}) is None
     only_one_size = fit_compute_time({4: (50, 50 * 8.0)})
     assert only_one_size is not None and only_one_size.mean_ms(4) == pytest.approx(8.0)
+
+
+def test_a_triton_that_does_not_answer_the_statistics_call_gives_no_compute_time() -> None:
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        assert compute_stats(f"127.0.0.1:{port}", "mlp") == {}
+    assert fit_compute_time({}) is None
 
 
 def test_summarize_counts_items_not_requests() -> None:

@@ -69,6 +69,10 @@ def test_a_restarted_operator_starts_from_what_the_status_kept():
     assert restore_learned(fresh, None) == fresh
     untimed = restore_learned(fresh, {"modelCorrectionLightLoad": 0.9})
     assert (untimed.correction, untimed.service_scale, untimed.replica_startup_s) == (0.9, 1.0, None)
+    # A field a newer operator wrote is skipped; a value that does not validate drops it all.
+    newer = restore_learned(fresh, {"serviceTimeScale": 1.5, "queueingModel": "v2"})
+    assert newer.service_scale == 1.5
+    assert restore_learned(fresh, {"serviceTimeScale": -1, "modelCorrectionLightLoad": 0.9}) == fresh
 
 
 def test_the_policys_profile_carries_tritons_compute_time_when_the_build_recorded_it():
