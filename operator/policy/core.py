@@ -9,14 +9,16 @@ One call, in order (docs/autoscaling.md has the long form):
 3. Demand: the observed completion rate plus the growth of the queue since the
    last call (completions are capped at capacity under overload; the queue's
    growth is the unserved part of the demand).
-4. Learning: first the hardware's speed: the observed compute time per batch
-   over the profile's for the batch size observed, smoothed into
-   `service_scale`, which multiplies the profile's service time (replicas
-   sharing CPU cores, a slower GPU than the one profiled). Then the model's
-   P99 for what is in force is compared with the observed P99; the log of the
+4. Learning: first the hardware's speed: the observed compute time per
+   request over the profile's for the batch the average request ran in,
+   smoothed into `service_scale`, which multiplies the profile's service time
+   (replicas sharing CPU cores, a slower GPU than the one profiled); learned
+   from steady windows where batch sizes barely spread. Then the model's P99
+   for what is in force is compared with the observed P99; the log of the
    bounded ratio is smoothed into `correction`, which multiplies every
    prediction. The correction is skipped while a change settles; the scale
-   is not (compute time carries no queueing transient).
+   only while a backlog's window lasts or pods start (a replica or batching
+   change leaves compute time per request as it was).
 5. Choice: for every batching candidate, the fewest replicas whose corrected P99
    is within the SLO minus the margin (`n_up`), and minus margin and hysteresis
    (`n_down`). Scale up to `n_up` when above the current size; scale down to
@@ -115,6 +117,7 @@ def _best_at(
     rate: float,
     target_ms: float,
     keep_ms: float,
+    slo_ms: float,
     hysteresis: float,
     cands: tuple[_Candidate, ...],
     current: BatchingConfig,
@@ -126,9 +129,13 @@ def _best_at(
     `keep_ms` is the target with the normal margin even while an alert widens `target_ms`'s: a
     reload stalls requests for seconds (2-3.5 s on the Python backend, measured), a price not worth
     paying for the alert's extra margin alone. For the same reason a current batching that misses
-    is replaced only by one that meets `target_ms` or predicts a P99 lower by more than
-    `hysteresis`: at the fleet's limit neighbouring batchings predict nearly the same P99, and the
-    rate's noise would otherwise reload back and forth.
+    is replaced only by one that meets `target_ms`, or, when it is predicted past the SLO itself
+    (`slo_ms`), by one that predicts a P99 lower by more than `hysteresis`: at the fleet's limit
+    neighbouring batchings predict nearly the same P99, and the rate's noise would otherwise reload
+    back and forth; and while the batching in force only eats into the margin, a reload that does
+    not restore it costs more than it buys (on real pods a reload at two replicas, 437 against
+    ~500 ms predicted, stalled 2.5-3.4 s of requests and failed the SLO-loop test, CI run of 02:12
+    UTC 2026-11-30).
     """
     best: tuple[BatchingConfig, float] | None = None
     current_p99: float | None = None
@@ -141,8 +148,9 @@ def _best_at(
         if best is None or p99 < best[1]:
             best = (cfg, p99)
     assert best is not None  # cands is never empty
-    if current_p99 is not None and best[1] > target_ms and not best[1] < current_p99 * (1 - hysteresis):
-        return current, current_p99
+    if current_p99 is not None and best[1] > target_ms:
+        if current_p99 <= slo_ms or not best[1] < current_p99 * (1 - hysteresis):
+            return current, current_p99
     return best
 
 
@@ -243,7 +251,7 @@ _SERVICE_SCALE_STEP = 0.05
 def _learn_service_scale(
     config: PolicyConfig, state: PolicyState, obs: Observation, profiled: ServiceTimeModel
 ) -> PolicyState:
-    """Smooth the observed / profiled compute time per batch (at the mean batch observed) into the state.
+    """Smooth observed / profiled compute time per request (the average request's batch) into the state.
 
     Only from steady windows: a backlog in the window (or pods starting) mixes the requests whose
     compute time is counted with batches counted in other windows, which read as a slower machine
@@ -626,6 +634,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         rate=sizing,
         target_ms=up_target,
         keep_ms=keep_target,
+        slo_ms=config.p99_target_ms,
         hysteresis=config.hysteresis,
         cands=cands,
         current=state.batching,

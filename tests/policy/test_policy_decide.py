@@ -649,3 +649,29 @@ def test_at_the_fleets_limit_batching_moves_only_for_a_clear_gain(rate, expected
     decision, _ = decide(config=config, profile=profile, observation=obs, state=state, now_s=0.0)
     assert decision.batching.max_batch_size == expected_batch
     assert decision.replicas == 1
+
+
+def test_a_batching_that_only_eats_into_the_margin_is_not_reloaded_for_one_that_misses_too():
+    # Max batch 16 predicts 48.8 ms (within the 50 ms SLO, not its 15% margin), 32 predicts 43.4 ms:
+    # 11% better but still short of the margin. A reload stalls requests for seconds; it must
+    # restore the margin, or rescue a batching predicted past the SLO itself.
+    profile = make_profile(intercept_ms=3.0, per_item_ms=1.0)
+    config = PolicyConfig(p99_target_ms=TARGET, min_replicas=1, max_replicas=1)
+    state = PolicyState.initial(replicas=1, batching=BatchingConfig(max_batch_size=16))
+    plant = Plant(config=config, profile=profile, state=state)
+
+    def decided(rate: float) -> int:
+        obs = Observation(
+            at_s=0.0,
+            request_rate=rate,
+            p99_ms=plant.p99(rate, 1, state.batching),
+            ready_replicas=1,
+            queue_depth_per_replica=0.0,
+        )
+        return decide(config=config, profile=profile, observation=obs, state=state, now_s=0.0)[
+            0
+        ].batching.max_batch_size
+
+    assert decided(710.0) == 16
+    assert plant.p99(760.0, 1, state.batching) > TARGET  # past the SLO itself: the clear gain is taken
+    assert decided(760.0) == 32
