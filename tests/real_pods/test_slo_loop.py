@@ -169,12 +169,16 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     # when that first changed after it: the answer to the step.
     before_step: dict[str, Any] | None = None
     acted_at: float | None = None
+    # When what was in force last changed during the step: the answer's last part (a reload of the
+    # Python backend stalls requests 2-3.5 s, a transient of the answer like a replica's start).
+    last_change_at: float | None = None
+    last_in_force: dict[str, Any] | None = None
     peak_replicas = initial_replicas
     samples: list[tuple[float, int, int, str]] = []  # (load time, target replicas, ready, reason)
     with load:
 
         def follow_pods_until_done() -> bool:
-            nonlocal acted_at, peak_replicas, before_step
+            nonlocal acted_at, peak_replicas, before_step, last_change_at, last_in_force
             ready = ready_endpoints(core, ns, NAME)
             load.set_targets(ready)
             now = custom_object(real_api, ns, NAME)["status"]
@@ -189,6 +193,9 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
                     before_step = in_force
                 elif acted_at is None and before_step is not None and in_force != before_step:
                     acted_at = t
+                if t >= LOW_S and last_in_force is not None and in_force != last_in_force:
+                    last_change_at = t
+                last_in_force = in_force
             return load.process is not None and load.process.poll() is not None
 
         eventually(
@@ -214,9 +221,17 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     # The calm phase needs one replica; the step is answered (replicas or batching) once it began.
     assert before_step is not None and before_step["replicas"] == initial_replicas, story
     assert acted_at is not None, story
-    # The answer is in place once the replicas it asked for are ready (at once for batching alone),
-    # with a minute of the step left: a loop still adding replicas then has not answered it.
-    in_place_at = max([acted_at, *(t for t, target, ready, _ in samples if t >= LOW_S and ready < target)])
+    # The answer is in place once the replicas it asked for are ready and its last change (replicas
+    # or a batching reload) is made, with a minute of the step left: a loop still changing things
+    # then has not answered it. (CI run of 02:26 UTC: the one reload of a step, from the spec's max
+    # batch 4 to 1 some 40 s after the step, stalled requests 2.6 s inside the judged window.)
+    in_place_at = max(
+        [
+            acted_at,
+            *([last_change_at] if last_change_at is not None else []),
+            *(t for t, target, ready, _ in samples if t >= LOW_S and ready < target),
+        ]
+    )
     assert in_place_at <= LOW_S + HIGH_S - JUDGED_S, f"answer in place at {in_place_at:.0f} s\n{story}"
     # Under the SLO again: the P99 of every request from SETTLE_S after that to the end of the step
     # (a thousand or more). A step left unanswered keeps it at 1.3x the SLO or more; a few seconds in
