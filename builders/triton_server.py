@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -97,10 +98,37 @@ def make_backend_dir(dest: Path, *, home: Path | None = None) -> Path:
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range.
+
+    The OS's own pick (binding port 0) comes from the ephemeral range, which every outgoing
+    connection draws from too: one took such a port before the operator bound it as its metrics
+    port (fresh-clone CI run of 2026-11-30 02:40 UTC, "Address already in use"). Below that range
+    only servers bind, so only another pick like this one can race it.
+    """
+    first_ephemeral = _first_ephemeral_port()
+    for _ in range(200):
+        port = secrets.randbelow(first_ephemeral - _LOWEST_PICKED_PORT) + _LOWEST_PICKED_PORT
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # all taken: let the OS pick
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_LOWEST_PICKED_PORT = 10000
+
+
+def _first_ephemeral_port() -> int:
+    """The low end of Linux's ephemeral port range (32768 when it cannot be read)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(low, _LOWEST_PICKED_PORT + 1000)
 
 
 def tritonserver_command(
