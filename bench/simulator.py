@@ -449,6 +449,23 @@ class FleetView:
         busy = s.busy_cum[-1] - s.busy_cum[j0]
         return min(1.0, busy / cap) if cap > 0 else 0.0
 
+    def arrival_counts(self, lookback_s: float) -> tuple[tuple[float, ...], float]:
+        """(requests that arrived in each scrape interval of the lookback, oldest first; the interval).
+
+        What Prometheus gives from the fleet's success counter and pending gauge: completions in
+        the interval plus the growth of the pending queue (never below zero).
+        """
+        sim = self._sim
+        s, comp, done = sim._samples, sim._completed, sim._done
+        sl = self._sample_slice(lookback_s + sim._cfg.scrape_s)  # k bins need k + 1 samples
+        first = max(1, sl.start)
+        counts = []
+        for j in range(first, sl.stop):
+            lo = bisect.bisect_right(comp, s.t[j - 1], key=done.__getitem__)
+            hi = bisect.bisect_right(comp, s.t[j], key=done.__getitem__)
+            counts.append(float(max(0, hi - lo + s.queued[j] - s.queued[j - 1])))
+        return tuple(counts), sim._cfg.scrape_s
+
     def pod_windows(self, window_s: float) -> list[PodWindow]:
         """Per-pod Triton metrics over the last `window_s` (counter deltas, summary quantiles)."""
         sim = self._sim

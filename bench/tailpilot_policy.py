@@ -68,8 +68,14 @@ class TailPilot:
             for w in view.pod_windows(self._window_s)
         ]
         try:
+            counts, bin_s = view.arrival_counts(self._config.scale_down_stabilization_s)
             obs = observation_from_pod_metrics(
-                pods=pods, window_s=self._window_s, now_s=now, recent_window_s=recent_s
+                pods=pods,
+                window_s=self._window_s,
+                now_s=now,
+                recent_window_s=recent_s,
+                arrival_counts=counts,
+                arrival_bin_s=bin_s,
             )
             decision, self._state = decide(
                 config=self._config, profile=self._profile, observation=obs, state=self._state, now_s=now

@@ -218,6 +218,9 @@ class Autoscaler:
                 window_s=float(isvc.spec.slo.evaluation_window_seconds),
                 now_s=now,
                 recent_window_s=recent_window_s(isvc, control_period_s=self.control_period_s),
+                # Bursts are remembered as long as a scale-down is held back by the window.
+                arrival_lookback_s=float(isvc.spec.autoscaling.scale_down_stabilization_seconds),
+                arrival_bin_s=float(isvc.spec.monitoring.scrape_interval_seconds),
             )
         except ObservationError as error:
             log.warning("observing %s/%s: %s", namespace, name, error)

@@ -24,6 +24,12 @@ into per-second rates with `rate(...[window])`; Triton does not reset them on
 a model reload, and `rate` handles pod restarts. The P99 is the newest value of
 Triton's summary (its own sliding window); all quantiles are fetched so the
 merge can fit each pod's tail.
+
+The burst sizing needs the service's arrivals per scrape interval over a lookback
+(`arrival_queries`, `arrival_counts`): two subqueries sample the service-wide sums of the
+success counter and of the pending gauge at every scrape step, and a bin's arrivals are its
+completions plus the queue's growth. A pod that goes away or restarts makes the counter sum
+drop: that bin counts no completions rather than a negative number.
 """
 
 from __future__ import annotations
@@ -109,6 +115,64 @@ def build_queries(
     return queries
 
 
+def arrival_queries(selector: Selector, *, lookback_s: float, bin_s: float) -> dict[str, str]:
+    """Two subqueries (range vectors) of the service-wide success counter and pending gauge, per bin."""
+    sel = selector.matchers()
+    span, step = _window(lookback_s + bin_s), _window(bin_s)
+    return {
+        "arrivals_completed": f"sum({RATE_COUNTERS['request_rate']}{{{sel}}})[{span}:{step}]",
+        "arrivals_pending": f"sum({PENDING_GAUGE}{{{sel}}})[{span}:{step}]",
+    }
+
+
+def _result(body: Mapping[str, Any], result_type: str, what: str) -> list[Any]:
+    """The "result" list of a successful answer of `result_type`.
+
+    Raises:
+        ObservationError: When the answer is an error or of another type.
+    """
+    if body.get("status") != "success":
+        raise ObservationError(f"Prometheus error {body.get('errorType', '')}: {body.get('error', body)}")
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("resultType") != result_type or not isinstance(result, list):
+        raise ObservationError(f"expected {what}, got {str(data)[:200]}")
+    return result
+
+
+def parse_series(body: Mapping[str, Any]) -> dict[float, float]:
+    """Timestamp -> value of the single series of a range-vector answer (empty with no series).
+
+    Raises:
+        ObservationError: When the answer is an error or not a matrix.
+    """
+    out: dict[float, float] = {}
+    for item in _result(body, "matrix", "a range vector")[:1]:
+        for point in item.get("values", []) if isinstance(item, dict) else []:
+            if isinstance(point, list) and len(point) == 2:
+                t, value = _number(point[0]), _number(point[1])
+                if t is not None and value is not None:
+                    out[t] = value
+    return out
+
+
+def arrival_counts(completed: Mapping[float, float], pending: Mapping[float, float]) -> tuple[float, ...]:
+    """Arrivals per bin, oldest first: completions (counter growth, never negative) plus queue growth.
+
+    Bins are the gaps between consecutive samples of the counter sum; a step with no pending sample
+    keeps the last one seen (the queue did not visibly move).
+    """
+    times = sorted(completed)
+    counts: list[float] = []
+    last_pending = pending.get(times[0], 0.0) if times else 0.0
+    for before, after in zip(times, times[1:], strict=False):
+        queued = pending.get(after, last_pending)
+        done = max(0.0, completed[after] - completed[before])
+        counts.append(max(0.0, done + queued - last_pending))
+        last_pending = queued
+    return tuple(counts)
+
+
 def _number(raw: object) -> float | None:
     try:
         value = float(raw)  # type: ignore[arg-type]  # Prometheus sends numbers as strings
@@ -123,17 +187,8 @@ def parse_vector(body: Mapping[str, Any]) -> list[tuple[dict[str, str], float | 
     Raises:
         ObservationError: When the answer is an error or not a vector.
     """
-    if body.get("status") != "success":
-        raise ObservationError(f"Prometheus error {body.get('errorType', '')}: {body.get('error', body)}")
-    data = body.get("data")
-    if (
-        not isinstance(data, dict)
-        or data.get("resultType") != "vector"
-        or not isinstance(data.get("result"), list)
-    ):
-        raise ObservationError(f"expected an instant vector, got {str(data)[:200]}")
     out: list[tuple[dict[str, str], float | None]] = []
-    for item in data["result"]:
+    for item in _result(body, "vector", "an instant vector"):
         metric = item.get("metric", {}) if isinstance(item, dict) else {}
         value = item.get("value") if isinstance(item, dict) else None
         number = _number(value[1]) if isinstance(value, list) and len(value) == 2 else None
@@ -202,6 +257,8 @@ async def observe_service(
     window_s: float,
     now_s: float,
     recent_window_s: float | None = None,
+    arrival_lookback_s: float | None = None,
+    arrival_bin_s: float | None = None,
     namespace_label: str = DEFAULT_NAMESPACE_LABEL,
     service_label: str = DEFAULT_SERVICE_LABEL,
     pod_label: str = DEFAULT_POD_LABEL,
@@ -223,9 +280,33 @@ async def observe_service(
         pod_label=pod_label,
     )
     queries = build_queries(selector, window_s=window_s, recent_window_s=recent_window_s)
+    curve_queries = (
+        arrival_queries(selector, lookback_s=arrival_lookback_s, bin_s=arrival_bin_s)
+        if arrival_lookback_s and arrival_bin_s
+        else {}
+    )
     url = prometheus_url.rstrip("/") + "/api/v1/query"
-    bodies = await asyncio.gather(*(_query(client, url, q, now_s) for q in queries.values()))
-    results = {key: parse_vector(body) for key, body in zip(queries, bodies, strict=True)}
+    everything = {**queries, **curve_queries}
+    bodies = dict(
+        zip(
+            everything,
+            await asyncio.gather(*(_query(client, url, q, now_s) for q in everything.values())),
+            strict=True,
+        )
+    )
+    results = {key: parse_vector(bodies[key]) for key in queries}
     pods = pod_metrics_from_results(results, pod_label=pod_label)
     recent = recent_window_s if "recent_request_rate" in queries else None
-    return observation_from_pod_metrics(pods=pods, window_s=window_s, now_s=now_s, recent_window_s=recent)
+    counts: tuple[float, ...] = ()
+    if curve_queries:
+        counts = arrival_counts(
+            parse_series(bodies["arrivals_completed"]), parse_series(bodies["arrivals_pending"])
+        )
+    return observation_from_pod_metrics(
+        pods=pods,
+        window_s=window_s,
+        now_s=now_s,
+        recent_window_s=recent,
+        arrival_counts=counts,
+        arrival_bin_s=arrival_bin_s if counts else None,
+    )

@@ -50,6 +50,11 @@ class Observation(_Frozen):
     #: window): a load step shows here a window earlier. None when not measured.
     recent_request_rate: float | None = None
     recent_window_s: float | None = None
+    #: Requests that arrived in each scrape interval of a lookback, oldest first, ending at
+    #: `at_s` (completions plus the growth of the pending queue): the arrival curve bursts are
+    #: sized from. Empty when not measured.
+    arrival_counts: tuple[float, ...] = ()
+    arrival_bin_s: float | None = None
 
 
 class ScalingAction(StrEnum):

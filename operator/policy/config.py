@@ -85,6 +85,10 @@ class PolicyConfig:
         service_scale_max: Upper bound of the learned service-time scale.
         rate_rise_sigma: The recent rate replaces the window's rate when it exceeds it by more than this
             many Poisson standard deviations (a real rise, not noise).
+        burst_false_alarm: How often steady Poisson traffic may read as a burst: a span of the arrival
+            curve is a burst when its peak is beyond what Poisson noise gives with this probability
+            (`tailpilot.policy.bursts`).
+        burst_max_span_s: Longest span sized as a burst; longer ones are a sustained rate.
         backlog_drain_s: A backlog (more than a full batch queued per replica) is sized to be drained
             within this long, on top of the arrivals; 0 disables it. The backlog sized is the one the
             new replicas will find: the queue now plus what the ready replicas cannot serve until then.
@@ -123,6 +127,8 @@ class PolicyConfig:
     service_scale_min: float = 0.5
     service_scale_max: float = 4.0
     rate_rise_sigma: float = 3.0
+    burst_false_alarm: float = 0.01
+    burst_max_span_s: float = 60.0
     backlog_drain_s: float = 30.0
     replica_startup_s: float = 30.0
     dry_run: bool = False
@@ -146,6 +152,8 @@ class PolicyConfig:
         self._check_learning()
         if self.rate_rise_sigma < 0 or self.backlog_drain_s < 0 or self.replica_startup_s < 0:
             raise ValueError("rate_rise_sigma, backlog_drain_s and replica_startup_s must be >= 0")
+        if not 0 < self.burst_false_alarm < 1 or self.burst_max_span_s <= 0:
+            raise ValueError("burst_false_alarm must be in (0, 1) and burst_max_span_s > 0")
         if not self.queue_delay_candidates_us or min(self.queue_delay_candidates_us) < 0:
             raise ValueError("queue_delay_candidates_us needs at least one value >= 0")
 

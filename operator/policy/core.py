@@ -21,7 +21,8 @@ One call, in order (docs/autoscaling.md has the long form):
    change leaves compute time per request as it was).
 5. Choice: for every batching candidate, the fewest replicas whose corrected P99
    is within the SLO minus the margin (`n_up`), and minus margin and hysteresis
-   (`n_down`). Scale up to `n_up` when above the current size; scale down to
+   (`n_down`), and never fewer than absorb the bursts of the arrival curve's
+   lookback with that batching (`tailpilot.policy.bursts`). Scale up to `n_up` when above the current size; scale down to
    the maximum recommendation of the stabilization window when `n_down` is
    below it; otherwise keep the size. Batching is then the candidate that
    meets the target at the chosen size, keeping the current one whenever it
@@ -38,6 +39,7 @@ from functools import lru_cache
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile, ServiceTimeModel
+from tailpilot.policy.bursts import NO_BURSTS, ArrivalCurve, Bursts, burst_rate_per_s
 from tailpilot.policy.config import PolicyConfig, PolicyState, Reason
 from tailpilot.policy.model import (
     BatchShape,
@@ -51,6 +53,20 @@ from tailpilot.policy.model import (
 )
 
 _Candidate = tuple[BatchingConfig, BatchShape]
+
+
+def _burst_floor(bursts: Bursts, *, target_ms: float, shape: BatchShape, service: ServiceTimeModel) -> int:
+    """Replicas of `shape` that absorb the recent bursts within `target_ms` (0 without bursts)."""
+    if not bursts:
+        return 0
+    running = min(shape.max_batch, max(1, round(bursts.running_batch)))
+    need = burst_rate_per_s(
+        bursts.spans,
+        target_ms=target_ms,
+        full_batch_ms=service.mean_ms(shape.max_batch),
+        in_progress_ms=service.mean_ms(running),
+    )
+    return math.ceil(need / capacity_per_s(shape, service))
 
 
 @lru_cache(maxsize=256)
@@ -123,8 +139,12 @@ def _best_at(
     current: BatchingConfig,
     service: ServiceTimeModel,
     correction: Correction,
+    bursts: Bursts = NO_BURSTS,
 ) -> tuple[BatchingConfig, float]:
     """Batching to run at `n` replicas: the current one if it meets `keep_ms`, else the lowest P99.
+
+    Only batchings that absorb the recent bursts at `n` replicas are considered (all of them when
+    none does: the fleet is at its limit).
 
     `keep_ms` is the target with the normal margin even while an alert widens `target_ms`'s: a
     reload stalls requests for seconds (2-3.5 s on the Python backend, measured), a price not worth
@@ -139,7 +159,10 @@ def _best_at(
     """
     best: tuple[BatchingConfig, float] | None = None
     current_p99: float | None = None
-    for cfg, shape in cands:
+    fit = tuple(
+        c for c in cands if _burst_floor(bursts, target_ms=target_ms, shape=c[1], service=service) <= n
+    )
+    for cfg, shape in fit or cands:
         p99 = corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service)
         if cfg == current:
             if p99 <= max(target_ms, keep_ms):
@@ -162,20 +185,27 @@ def _fewest(
     config: PolicyConfig,
     service: ServiceTimeModel,
     correction: Correction,
+    bursts: Bursts = NO_BURSTS,
 ) -> int | None:
-    """Fewest replicas over all candidates meeting `target_ms`; None when max_replicas misses it."""
+    """Fewest replicas over all candidates meeting `target_ms` and absorbing the recent bursts.
+
+    None when max_replicas misses it.
+    """
     best: int | None = None
     for _, shape in cands:
         hi = config.max_replicas if best is None else best - 1
         if hi < config.min_replicas:
             break
+        floor = _burst_floor(bursts, target_ms=target_ms, shape=shape, service=service)
+        if floor > hi:
+            continue
         found = min_replicas_for(
             rate_per_s=rate,
             target_ms=target_ms,
             shape=shape,
             service=service,
             correction=correction,
-            lo=config.min_replicas,
+            lo=max(config.min_replicas, floor),
             hi=hi,
         )
         if found is not None:
@@ -389,6 +419,7 @@ def _recommend(
     cands: tuple[_Candidate, ...],
     service: ServiceTimeModel,
     correction: Correction,
+    bursts: Bursts = NO_BURSTS,
 ) -> tuple[int, bool, bool]:
     """(replicas for `rate`, whether even max_replicas misses the SLO, whether the queue depth forced it).
 
@@ -402,6 +433,7 @@ def _recommend(
         config=config,
         service=service,
         correction=correction,
+        bursts=bursts,
     )
     n_need = config.max_replicas if n_up is None else n_up
     queue_forced = False
@@ -419,6 +451,7 @@ def _recommend(
         config=config,
         service=service,
         correction=correction,
+        bursts=bursts,
     )
     return (current if n_down is None else max(n_need, min(current, n_down))), n_up is None, queue_forced
 
@@ -562,6 +595,13 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
     )
     correction = _update_correction(config=config, state=state, obs=obs, service=service, now_s=now_s)
+    curve = ArrivalCurve.of(
+        obs.arrival_counts, bin_s=obs.arrival_bin_s or 0.0, max_span_s=config.burst_max_span_s
+    )
+    bursts = Bursts(
+        spans=curve.bursts(config.burst_false_alarm, rate_per_s=arrival) if curve is not None else (),
+        running_batch=obs.mean_batch_size or 1.0,
+    )
 
     # 5. choice
     margin = config.alert_slo_margin if alert_active else config.slo_margin
@@ -571,7 +611,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     sizing = arrival + drain
     recommendation, infeasible, queue_forced = _recommend(
         config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
-        service=service, correction=correction,
+        service=service, correction=correction, bursts=bursts,
     )  # fmt: skip
     if alert_active and _in_bounds(config, profile, state.batching):
         recommendation = max(
@@ -587,7 +627,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     if drain > 0:
         steady = _recommend(
             config=config, obs=obs, current=current, rate=arrival, margin=margin, cands=cands,
-            service=service, correction=correction,
+            service=service, correction=correction, bursts=bursts,
         )[0]  # fmt: skip
     window = config.scale_down_stabilization_s
     recs = tuple(r for r in state.recommendations if now_s - r[0] <= window) + ((now_s, steady),)
@@ -640,6 +680,7 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
         current=state.batching,
         service=service,
         correction=correction,
+        bursts=bursts,
     )
     in_force_capacity = capacity_per_s(_shape(state.batching), service)
     if (
@@ -689,6 +730,9 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     )
     if service is not profile.service_time:
         message += f"; compute x{state.service_scale:.2f} of the profile"
+    if bursts:
+        span, peak = max(bursts.spans, key=lambda b: b[1] / b[0])
+        message += f"; bursts up to {peak:.0f} requests in {span:g} s"
     backlog_state = replace(state, last_backlog_s=_backlog_at(state, obs, now_s))
     if blocked and n == current and batching == state.batching:
         wanted = f"wanted {recommendation} replicas ({reason}); "

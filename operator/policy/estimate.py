@@ -142,7 +142,13 @@ def _per_request_ms(pods: Sequence[PodMetrics], field_name: str) -> float | None
 
 
 def observation_from_pod_metrics(
-    *, pods: Sequence[PodMetrics], window_s: float, now_s: float, recent_window_s: float | None = None
+    *,
+    pods: Sequence[PodMetrics],
+    window_s: float,
+    now_s: float,
+    recent_window_s: float | None = None,
+    arrival_counts: Sequence[float] = (),
+    arrival_bin_s: float | None = None,
 ) -> Observation:
     """Build the service-level Observation the policy reads.
 
@@ -151,6 +157,8 @@ def observation_from_pod_metrics(
     `data_age_s` is the age of the newest sample of any pod, so a service whose
     metrics stopped flowing reads as stale, and one with no pods as missing.
     `recent_window_s` is the window of the pods' `recent_request_rate` (None: not measured).
+    `arrival_counts` are the service's arrivals per `arrival_bin_s` over a lookback (empty: not
+    measured), passed through for the burst sizing.
     """
     ages = [now_s - (p.last_sample_s if p.last_sample_s is not None else now_s) for p in pods]
     data_age = max(0.0, min(ages)) if ages else 0.0
@@ -176,4 +184,6 @@ def observation_from_pod_metrics(
         data_age_s=data_age,
         recent_request_rate=sum(recent) if measured_recent else None,
         recent_window_s=recent_window_s if measured_recent else None,
+        arrival_counts=tuple(arrival_counts) if arrival_bin_s else (),
+        arrival_bin_s=arrival_bin_s if arrival_counts else None,
     )

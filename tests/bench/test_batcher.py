@@ -117,3 +117,38 @@ def test_batching_change_applies_to_new_batches_after_reload():
     after = res.batch_size[res.batch_start_s > 2.6]
     assert before.max() == 1
     assert after.max() == 8
+
+
+class _Recorder(Static):
+    """A static fleet that records what the arrival curve reads at each tick."""
+
+    tick_s = 10.0
+
+    def __init__(self, *, replicas: int, batching: BatchingConfig) -> None:
+        super().__init__(replicas=replicas, batching=batching)
+        self.seen: list[tuple[float, tuple[float, ...], float]] = []
+
+    def decide(self, view: FleetView) -> Target:
+        counts, bin_s = view.arrival_counts(10.0)
+        self.seen.append((view.now_s, counts, bin_s))
+        return super().decide(view)
+
+
+def test_arrival_counts_are_completions_plus_queue_growth_per_scrape():
+    # One replica at max batch 1 (10 req/s) gets 20 req/s for 2 s from t = 3.5: the queue holds
+    # what it cannot serve yet, and the counts still show the arrivals, not the completions.
+    arrivals = [3.5 + i * 0.05 for i in range(40)]
+    recorder = _Recorder(replicas=1, batching=BatchingConfig(max_batch_size=1))
+    simulate(
+        arrivals_s=np.asarray(arrivals),
+        config=SimConfig(service=FLAT, duration_s=12.0, startup_s=0.0),
+        controller=recorder,
+    )
+    now, counts, bin_s = recorder.seen[0]
+    assert (now, bin_s) == (10.0, 1.0)
+    assert len(counts) == 9  # scrapes at 1..10 s: the bins between them, oldest first
+    # A request runs 100 ms before it counts as done and Triton's pending gauge leaves out the one
+    # executing, so a bin is off by at most one at each edge; in all, the 40 arrivals.
+    assert counts[:2] == (0.0, 0.0)
+    assert [abs(c - want) <= 1 for c, want in zip(counts[2:5], (10, 20, 10), strict=True)] == [True] * 3
+    assert sum(counts) == 40

@@ -12,8 +12,11 @@ import pytest
 from tailpilot.controllers.observe import (
     ObservationError,
     Selector,
+    arrival_counts,
+    arrival_queries,
     build_queries,
     observe_service,
+    parse_series,
     parse_vector,
     pod_metrics_from_results,
 )
@@ -210,3 +213,44 @@ def test_a_recent_window_shorter_than_the_window_adds_the_recent_success_rate():
     assert (obs.recent_request_rate, obs.recent_window_s) == (pytest.approx(800.0), 15)
     plain = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
     assert (plain.recent_request_rate, plain.recent_window_s) == (None, None)
+
+
+def matrix(*points: tuple[float, str]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [list(p) for p in points]}]},
+    }
+
+
+def test_arrivals_per_bin_are_completions_plus_the_queues_growth():
+    sel = Selector(namespace="shop", service="resnet")
+    matchers = '{namespace="shop",inferenceservice="resnet"}'
+    assert arrival_queries(sel, lookback_s=300, bin_s=2) == {
+        "arrivals_completed": f"sum(nv_inference_request_success{matchers})[302s:2s]",
+        "arrivals_pending": f"sum(nv_inference_pending_request_count{matchers})[302s:2s]",
+    }
+    completed = {0.0: 100.0, 2.0: 110.0, 4.0: 130.0, 6.0: 40.0, 8.0: 50.0}
+    # The queue grows by 5 in the second bin and drains in the third; a pod goes away in the fourth
+    # (the counter sum drops: no completions counted, never a negative number).
+    pending = {0.0: 0.0, 2.0: 0.0, 4.0: 5.0, 6.0: 0.0}
+    assert arrival_counts(completed, pending) == (10.0, 25.0, 0.0, 10.0)
+    assert arrival_counts({}, {}) == ()
+    assert parse_series(matrix((2.0, "7"), (0.0, "3"), (4.0, "NaN"))) == {0.0: 3.0, 2.0: 7.0}
+    assert parse_series({"status": "success", "data": {"resultType": "matrix", "result": []}}) == {}
+    with pytest.raises(ObservationError, match="range vector"):
+        parse_series(vector(({"pod": "a"}, "1")))
+
+
+def test_observe_service_passes_the_arrival_curve_on_when_asked():
+    answers = {
+        "[302s:2s]": matrix((0.0, "0"), (2.0, "10"), (4.0, "40")),
+        "nv_inference_request_success": vector(({"pod": "a"}, "300")),
+        "timestamp(nv_inference_pending": vector(({"pod": "a"}, str(NOW))),
+    }
+    prom = ScriptedPrometheus(answers)
+    obs = observe(httpx.MockTransport(prom), arrival_lookback_s=300, arrival_bin_s=2)
+    # Both subqueries got the same series here, the pending one included: (10 + 10, 30 + 30).
+    assert (obs.arrival_counts, obs.arrival_bin_s) == ((20.0, 60.0), 2)
+    assert len(prom.seen) == 12
+    plain = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
+    assert (plain.arrival_counts, plain.arrival_bin_s) == ((), None)

@@ -51,6 +51,8 @@ LEVEL_SECONDS = 8.0
 WARMUP_REQUESTS = 3
 #: Model base times of the two pods (ms): a fast and a slow replica.
 POD_BASE_MS = {"a": 100.0, "b": 150.0}
+#: Covers every level (about a minute in all), so the last observation's arrival curve holds them all.
+ARRIVAL_LOOKBACK_S = 300.0
 
 
 PROMETHEUS_YML = """
@@ -172,6 +174,8 @@ def observe(prom_url: str) -> Observation:
                 service=SERVICE,
                 window_s=30.0,
                 now_s=time.time(),
+                arrival_lookback_s=ARRIVAL_LOOKBACK_S,
+                arrival_bin_s=2.0,
             )
 
     return asyncio.run(main())
@@ -185,6 +189,8 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
     }
     report = []
     phases: list[float] = []
+    # Requests of every level, without and with the warm-up ones (scraped, maybe before the first sample).
+    sent, sent_with_warmups = 0, 0
     for level, workers, rate in LEVELS:
         level_start = time.monotonic()
         servers = {
@@ -230,6 +236,7 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
                 timeout=10,
                 description=f"prometheus scraped all {count} requests of level {level}",
             )
+            sent, sent_with_warmups = sent + count, sent_with_warmups + count + warmups
             obs = observe(prometheus.url)
             per_pod = [(client_p99_ms_of(load, srv.http_url), server_p99_ms(srv)) for srv in servers.values()]
         finally:
@@ -241,5 +248,9 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
         assert obs.ready_replicas == 2
         report.append((level, count, round(client_p99_ms, 2), round(obs.p99_ms, 2), per_pod))
         assert abs(obs.p99_ms - client_p99_ms) / client_p99_ms <= 0.15, report
+    # The arrival curve's bins add up to the requests sent: each level's pods are new series, whose
+    # first sample holds at most the warm-ups, and the old pods' disappearance counts nothing.
+    assert obs.arrival_bin_s == 2.0
+    assert sent <= sum(obs.arrival_counts) <= sent_with_warmups, (sum(obs.arrival_counts), sent)
     print("level, requests, client P99 ms, estimated P99 ms, per pod (client, server) P99 ms:", report)
     print("seconds per level:", phases)
