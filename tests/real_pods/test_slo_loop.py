@@ -129,6 +129,11 @@ def window_p99_ms(
     return float(np.quantile(latency_s[mask], 0.99) * 1000) if mask.sum() >= 50 else math.nan
 
 
+def adds_or_reloads(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether what is in force changed by adding replicas or by a batching change."""
+    return after["replicas"] > before["replicas"] or after.get("batching") != before.get("batching")
+
+
 def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then_undone(
     real_api: client.ApiClient,
     real_namespace: str,
@@ -169,8 +174,12 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     # when that first changed after it: the answer to the step.
     before_step: dict[str, Any] | None = None
     acted_at: float | None = None
-    # When what was in force last changed during the step: the answer's last part (a reload of the
-    # Python backend stalls requests 2-3.5 s, a transient of the answer like a replica's start).
+    # When what was in force last changed during the step, replicas added or batching reloaded: the
+    # answer's last part (a reload of the Python backend stalls requests 2-3.5 s, a transient of the
+    # answer like a replica's start). Replicas removed are not part of answering the step: the P99
+    # judged to the end of the step covers them (run of 2026-11-30 04:07 UTC: with the corrections
+    # learned, one replica was predicted at 338 ms for 12.6 req/s and the loop went back to it 5 s
+    # before the step ended; the client P99 after it was 276 ms).
     last_change_at: float | None = None
     last_in_force: dict[str, Any] | None = None
     peak_replicas = initial_replicas
@@ -193,7 +202,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
                     before_step = in_force
                 elif acted_at is None and before_step is not None and in_force != before_step:
                     acted_at = t
-                if t >= LOW_S and last_in_force is not None and in_force != last_in_force:
+                if t >= LOW_S and last_in_force is not None and adds_or_reloads(last_in_force, in_force):
                     last_change_at = t
                 last_in_force = in_force
             return load.process is not None and load.process.poll() is not None
