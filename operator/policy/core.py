@@ -22,11 +22,12 @@ One call, in order (docs/autoscaling.md has the long form):
 5. Choice: for every batching candidate, the fewest replicas whose corrected P99
    is within the SLO minus the margin (`n_up`), and minus margin and hysteresis
    (`n_down`), and never fewer than absorb the bursts of the arrival curve's
-   lookback with that batching (`tailpilot.policy.bursts`). Scale up to `n_up` when above the current size; scale down to
-   the maximum recommendation of the stabilization window when `n_down` is
-   below it; otherwise keep the size. Batching is then the candidate that
-   meets the target at the chosen size, keeping the current one whenever it
-   qualifies, so batching (a live reload) moves before replicas do.
+   lookback with that batching (`tailpilot.policy.bursts`). Scale up to `n_up`
+   when above the current size; scale down to the maximum recommendation of the
+   stabilization window when `n_down` is below it; otherwise keep the size.
+   Batching is then the candidate that meets the target at the chosen size,
+   keeping the current one whenever it qualifies, so batching (a live reload)
+   moves before replicas do.
 6. Guardrails: step limits, cooldowns (skipped for scale-up while an alert
    fires), no scale-down during an alert, dry run.
 """
