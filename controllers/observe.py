@@ -26,10 +26,10 @@ Triton's summary (its own sliding window); all quantiles are fetched so the
 merge can fit each pod's tail.
 
 The burst sizing needs the service's arrivals per scrape interval over a lookback
-(`arrival_queries`, `arrival_counts`): two subqueries sample the service-wide sums of the
-success counter and of the pending gauge at every scrape step, and a bin's arrivals are its
-completions plus the queue's growth. A pod that goes away or restarts makes the counter sum
-drop: that bin counts no completions rather than a negative number.
+(`arrival_queries`, `arrival_counts`): subqueries sample each pod's success counter and
+pending gauge at every scrape step (and the time of its newest counter sample), and a bin's
+arrivals are the pods' completions plus their queues' growth, counted per pod so that pods
+coming and going count only what they served.
 """
 
 from __future__ import annotations
@@ -116,12 +116,18 @@ def build_queries(
 
 
 def arrival_queries(selector: Selector, *, lookback_s: float, bin_s: float) -> dict[str, str]:
-    """Two subqueries (range vectors) of the service-wide success counter and pending gauge, per bin."""
+    """Subqueries (range vectors, one series per pod, a point per bin) for the arrival curve.
+
+    Each pod's success counter and pending gauge, and the time of its newest counter sample.
+    """
     sel = selector.matchers()
+    by = f"by ({selector.pod_label})"
     span, step = _window(lookback_s + bin_s), _window(bin_s)
+    success = f"{RATE_COUNTERS['request_rate']}{{{sel}}}"
     return {
-        "arrivals_completed": f"sum({RATE_COUNTERS['request_rate']}{{{sel}}})[{span}:{step}]",
-        "arrivals_pending": f"sum({PENDING_GAUGE}{{{sel}}})[{span}:{step}]",
+        "arrivals_completed": f"sum {by} ({success})[{span}:{step}]",
+        "arrivals_pending": f"sum {by} ({PENDING_GAUGE}{{{sel}}})[{span}:{step}]",
+        "arrivals_sampled": f"max {by} (timestamp({success}))[{span}:{step}]",
     }
 
 
@@ -140,37 +146,67 @@ def _result(body: Mapping[str, Any], result_type: str, what: str) -> list[Any]:
     return result
 
 
-def parse_series(body: Mapping[str, Any]) -> dict[float, float]:
-    """Timestamp -> value of the single series of a range-vector answer (empty with no series).
+def parse_series(
+    body: Mapping[str, Any], *, pod_label: str = DEFAULT_POD_LABEL
+) -> dict[str, dict[float, float]]:
+    """Pod -> (timestamp -> value) of a range-vector answer; NaN/Inf points are left out.
 
     Raises:
         ObservationError: When the answer is an error or not a matrix.
     """
-    out: dict[float, float] = {}
-    for item in _result(body, "matrix", "a range vector")[:1]:
-        for point in item.get("values", []) if isinstance(item, dict) else []:
+    out: dict[str, dict[float, float]] = {}
+    for item in _result(body, "matrix", "a range vector"):
+        if not isinstance(item, dict):
+            continue
+        pod = str((item.get("metric") or {}).get(pod_label, ""))
+        points = out.setdefault(pod, {})
+        for point in item.get("values", []):
             if isinstance(point, list) and len(point) == 2:
                 t, value = _number(point[0]), _number(point[1])
                 if t is not None and value is not None:
-                    out[t] = value
+                    points[t] = value
     return out
 
 
-def arrival_counts(completed: Mapping[float, float], pending: Mapping[float, float]) -> tuple[float, ...]:
-    """Arrivals per bin, oldest first: completions (counter growth, never negative) plus queue growth.
+#: Per pod: timestamp -> value.
+_PodSeries = Mapping[str, Mapping[float, float]]
 
-    Bins are the gaps between consecutive samples of the counter sum; a step with no pending sample
-    keeps the last one seen (the queue did not visibly move).
+
+def arrival_counts(
+    completed: _PodSeries, pending: _PodSeries, sampled: _PodSeries, *, step_s: float
+) -> tuple[tuple[float, ...], float | None]:
+    """(arrivals per bin, oldest first; the bin's seconds), from each pod's counter and queue.
+
+    A pod's arrivals between two of its samples are its completions (counter growth, never
+    negative: a restart resets it) plus its queue's growth, counted at the step where the newer
+    sample first shows. Per pod, so pods that come and go count only what they served: a new pod's
+    first sample (its warm-up requests) and a gone pod's absence count nothing. When Prometheus
+    scrapes less often than the step (a scrape interval other than the spec's), steps are grouped
+    by the median gap between samples: otherwise an empty step and a double one would read as a
+    burst at twice the rate.
     """
-    times = sorted(completed)
-    counts: list[float] = []
-    last_pending = pending.get(times[0], 0.0) if times else 0.0
-    for before, after in zip(times, times[1:], strict=False):
-        queued = pending.get(after, last_pending)
-        done = max(0.0, completed[after] - completed[before])
-        counts.append(max(0.0, done + queued - last_pending))
-        last_pending = queued
-    return tuple(counts)
+    steps = sorted({t for series in completed.values() for t in series})
+    if len(steps) < 2:
+        return (), None
+    at = {t: i for i, t in enumerate(steps)}
+    per_step = [0.0] * len(steps)
+    gaps: list[float] = []
+    for pod, series in completed.items():
+        times, seen, queue = sorted(series), sampled.get(pod, {}), pending.get(pod, {})
+        last, last_queue = times[0], queue.get(times[0], 0.0)
+        for t in times[1:]:
+            if seen.get(t, t) <= seen.get(last, last):
+                continue  # the same sample as before: nothing new to count
+            queued = queue.get(t, last_queue)
+            per_step[at[t]] += max(0.0, series[t] - series[last]) + queued - last_queue
+            gaps.append(seen.get(t, t) - seen.get(last, last))
+            last, last_queue = t, queued
+    gaps.sort()
+    group = max(1, round(gaps[len(gaps) // 2] / step_s)) if gaps else 1
+    deltas = per_step[1:]
+    deltas = deltas[len(deltas) % group :]  # whole groups, the newest ending now
+    counts = tuple(max(0.0, sum(deltas[i : i + group])) for i in range(0, len(deltas), group))
+    return counts, group * step_s
 
 
 def _number(raw: object) -> float | None:
@@ -298,9 +334,14 @@ async def observe_service(
     pods = pod_metrics_from_results(results, pod_label=pod_label)
     recent = recent_window_s if "recent_request_rate" in queries else None
     counts: tuple[float, ...] = ()
-    if curve_queries:
-        counts = arrival_counts(
-            parse_series(bodies["arrivals_completed"]), parse_series(bodies["arrivals_pending"])
+    bin_s: float | None = None
+    if curve_queries and arrival_bin_s:
+        series = {key: parse_series(bodies[key], pod_label=pod_label) for key in curve_queries}
+        counts, bin_s = arrival_counts(
+            series["arrivals_completed"],
+            series["arrivals_pending"],
+            series["arrivals_sampled"],
+            step_s=arrival_bin_s,
         )
     return observation_from_pod_metrics(
         pods=pods,
@@ -308,5 +349,5 @@ async def observe_service(
         now_s=now_s,
         recent_window_s=recent,
         arrival_counts=counts,
-        arrival_bin_s=arrival_bin_s if counts else None,
+        arrival_bin_s=bin_s if counts else None,
     )

@@ -215,42 +215,64 @@ def test_a_recent_window_shorter_than_the_window_adds_the_recent_success_rate():
     assert (plain.recent_request_rate, plain.recent_window_s) == (None, None)
 
 
-def matrix(*points: tuple[float, str]) -> dict[str, Any]:
-    return {
-        "status": "success",
-        "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [list(p) for p in points]}]},
-    }
+def matrix(*series: tuple[str, list[tuple[float, str]]]) -> dict[str, Any]:
+    result = [{"metric": {"pod": pod}, "values": [list(p) for p in points]} for pod, points in series]
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
 
 
-def test_arrivals_per_bin_are_completions_plus_the_queues_growth():
+def every(step_s: float, values: list[float]) -> dict[float, float]:
+    """A series with a point every `step_s` from 0."""
+    return {i * step_s: v for i, v in enumerate(values)}
+
+
+def test_arrivals_per_bin_are_each_pods_completions_plus_its_queues_growth():
     sel = Selector(namespace="shop", service="resnet")
     matchers = '{namespace="shop",inferenceservice="resnet"}'
     assert arrival_queries(sel, lookback_s=300, bin_s=2) == {
-        "arrivals_completed": f"sum(nv_inference_request_success{matchers})[302s:2s]",
-        "arrivals_pending": f"sum(nv_inference_pending_request_count{matchers})[302s:2s]",
+        "arrivals_completed": f"sum by (pod) (nv_inference_request_success{matchers})[302s:2s]",
+        "arrivals_pending": f"sum by (pod) (nv_inference_pending_request_count{matchers})[302s:2s]",
+        "arrivals_sampled": f"max by (pod) (timestamp(nv_inference_request_success{matchers}))[302s:2s]",
     }
-    completed = {0.0: 100.0, 2.0: 110.0, 4.0: 130.0, 6.0: 40.0, 8.0: 50.0}
-    # The queue grows by 5 in the second bin and drains in the third; a pod goes away in the fourth
-    # (the counter sum drops: no completions counted, never a negative number).
-    pending = {0.0: 0.0, 2.0: 0.0, 4.0: 5.0, 6.0: 0.0}
-    assert arrival_counts(completed, pending) == (10.0, 25.0, 0.0, 10.0)
-    assert arrival_counts({}, {}) == ()
-    assert parse_series(matrix((2.0, "7"), (0.0, "3"), (4.0, "NaN"))) == {0.0: 3.0, 2.0: 7.0}
+    # Pod a serves 10 per step; its queue grows by 5 in the second bin and drains in the third; it
+    # restarts in the fourth (its counter resets: nothing counted, never a negative number). Pod b
+    # appears at 4 s with 7 warm-up requests already done (not arrivals of the lookback) and serves 3
+    # per step; pod c is gone after 2 s (its series ends: nothing counted).
+    completed = {
+        "a": every(2, [100, 110, 120, 130, 5]),
+        "b": {4.0: 7.0, 6.0: 10.0, 8.0: 13.0},
+        "c": every(2, [50, 60]),
+    }
+    pending = {"a": every(2, [0, 0, 5, 0, 0])}
+    sampled = {pod: {t: t - 0.5 for t in series} for pod, series in completed.items()}
+    counts, bin_s = arrival_counts(completed, pending, sampled, step_s=2)
+    assert (counts, bin_s) == ((20.0, 15.0, 8.0, 3.0), 2)
+    assert arrival_counts({}, {}, {}, step_s=2) == ((), None)
+    got = parse_series(matrix(("a", [(2.0, "7"), (0.0, "3"), (4.0, "NaN")]), ("b", [(0.0, "1")])))
+    assert got == {"a": {0.0: 3.0, 2.0: 7.0}, "b": {0.0: 1.0}}
     assert parse_series({"status": "success", "data": {"resultType": "matrix", "result": []}}) == {}
     with pytest.raises(ObservationError, match="range vector"):
         parse_series(vector(({"pod": "a"}, "1")))
 
 
+def test_a_prometheus_scraping_less_often_than_the_step_gives_longer_bins_not_bursts():
+    # Steps of 2 s, samples every 4 s at a steady 10 req/s: without the sample times the bins read
+    # 0, 40, 0, 40 (a burst at twice the rate); with them, 40 per 4 s.
+    completed = {"a": every(2, [0, 0, 40, 40, 80, 80, 120])}
+    sampled = {"a": every(2, [0, 0, 4, 4, 8, 8, 12])}
+    assert arrival_counts(completed, {}, sampled, step_s=2) == ((40.0, 40.0, 40.0), 4)
+
+
 def test_observe_service_passes_the_arrival_curve_on_when_asked():
     answers = {
-        "[302s:2s]": matrix((0.0, "0"), (2.0, "10"), (4.0, "40")),
+        "(timestamp(nv_inference_request_success": matrix(("a", [(0.0, "0"), (2.0, "2"), (4.0, "4")])),
+        "[302s:2s]": matrix(("a", [(0.0, "0"), (2.0, "10"), (4.0, "40")])),
         "nv_inference_request_success": vector(({"pod": "a"}, "300")),
         "timestamp(nv_inference_pending": vector(({"pod": "a"}, str(NOW))),
     }
     prom = ScriptedPrometheus(answers)
     obs = observe(httpx.MockTransport(prom), arrival_lookback_s=300, arrival_bin_s=2)
-    # Both subqueries got the same series here, the pending one included: (10 + 10, 30 + 30).
+    # The counter and the pending gauge got the same series here: (10 + 10, 30 + 30).
     assert (obs.arrival_counts, obs.arrival_bin_s) == ((20.0, 60.0), 2)
-    assert len(prom.seen) == 12
+    assert len(prom.seen) == 13
     plain = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
     assert (plain.arrival_counts, plain.arrival_bin_s) == ((), None)
