@@ -69,6 +69,16 @@ def recent_window_s(isvc: InferenceService, *, control_period_s: float) -> float
     return max(control_period_s, 2.0 * isvc.spec.monitoring.scrape_interval_seconds)
 
 
+def arrival_lookback_s(isvc: InferenceService) -> float | None:
+    """How far back the arrival curve looks for bursts (None: `spec.autoscaling.absorbBursts` is false).
+
+    As long as a scale-down is held back by the stabilization window: burst capacity goes the way a
+    stabilized recommendation does.
+    """
+    autoscaling = isvc.spec.autoscaling
+    return float(autoscaling.scale_down_stabilization_seconds) if autoscaling.absorb_bursts else None
+
+
 def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProfile | None:
     """The policy's view of the engine, from the profile summary on the status (pure)."""
     profile, engine = status.get("profile"), status.get("engine") or {}
@@ -218,8 +228,7 @@ class Autoscaler:
                 window_s=float(isvc.spec.slo.evaluation_window_seconds),
                 now_s=now,
                 recent_window_s=recent_window_s(isvc, control_period_s=self.control_period_s),
-                # Bursts are remembered as long as a scale-down is held back by the window.
-                arrival_lookback_s=float(isvc.spec.autoscaling.scale_down_stabilization_seconds),
+                arrival_lookback_s=arrival_lookback_s(isvc),
                 arrival_bin_s=float(isvc.spec.monitoring.scrape_interval_seconds),
             )
         except ObservationError as error:

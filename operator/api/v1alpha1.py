@@ -532,6 +532,14 @@ class AutoscalingSpec(_Model):
     max_scale_up_step: int = Field(
         default=4, ge=1, le=100, description="Most replicas added by one decision."
     )
+    absorb_bursts: bool = Field(
+        default=True,
+        description=(
+            "Hold the replicas that absorb the bursts of arrivals seen within the scale-down "
+            "stabilization window (bursts beyond Poisson noise, from Prometheus); false sizes the "
+            "fleet for the evaluation window's rate only."
+        ),
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

@@ -8,6 +8,7 @@ from typing import Any
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
 from tailpilot.controllers.autoscaler import (
+    arrival_lookback_s,
     engine_profile,
     learned_status,
     policy_config,
@@ -32,6 +33,12 @@ def test_the_recent_window_is_a_control_period_but_at_least_two_scrapes():
     assert recent_window_s(service(), control_period_s=15) == 30  # default 15 s scrapes: two of them
     fast = service(monitoring={"scrapeIntervalSeconds": 1})
     assert recent_window_s(fast, control_period_s=4) == 4
+
+
+def test_bursts_are_looked_for_over_the_stabilization_window_unless_switched_off():
+    assert arrival_lookback_s(service()) == 300
+    assert arrival_lookback_s(service(autoscaling={"scaleDownStabilizationSeconds": 120})) == 120
+    assert arrival_lookback_s(service(autoscaling={"absorbBursts": False})) is None
 
 
 def test_policy_config_carries_the_spec_bounds():

@@ -248,6 +248,7 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
         assert obs.ready_replicas == 2
         report.append((level, count, round(client_p99_ms, 2), round(obs.p99_ms, 2), per_pod))
         assert abs(obs.p99_ms - client_p99_ms) / client_p99_ms <= 0.15, report
+
     # The arrival curve's bins add up to the requests sent, across three generations of pods: each
     # pod counts from its first sample (taken before its load, after at most its warm-ups) and a
     # gone pod counts nothing more. Eventually: the newest sample can lie past the last step.
