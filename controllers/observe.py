@@ -349,5 +349,5 @@ async def observe_service(
         now_s=now_s,
         recent_window_s=recent,
         arrival_counts=counts,
-        arrival_bin_s=bin_s if counts else None,
+        arrival_bin_s=bin_s,
     )

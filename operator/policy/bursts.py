@@ -13,12 +13,12 @@ that from the service's arrival curve, the network-calculus way:
   traffic raises a false burst with probability `false_alarm` even though the peak is the largest
   of every position of the span in the lookback (a Bonferroni bound). Poisson noise is what the
   model already prices in; sizing for it again would over-provision steady traffic.
-* A fleet serving C requests per second (full batches, since a burst queues) with each request's
-  delay made of one batch in progress, its own batch and the backlog ahead of it meets a target
-  of `target` when, for every burst span, `A(w) <= C * (w + target - 2 * t(B))`: the last request
-  of the span leaves when the `A(w)` ahead of it are served. So
-  `C >= max over bursts of A(w) / (w + D)` with `D = target - 2 t(B)`; a batching whose two
-  full batches already take the target (`D <= 0`) cannot absorb a burst at all.
+* A fleet serving C requests per second (full batches, since a burst queues) meets a target of
+  `target` when, for every burst span, `A(w) <= C * (w + D)` with `D = target - t(m) - t(B)`: a
+  burst's first requests wait for the batch in progress (`t(m)`, the batch size the service runs
+  now), and the last request of the span leaves once the backlog ahead of it and its own full
+  batch are done. So `C >= max over bursts of A(w) / (w + D)`; a batching that leaves no time for
+  a backlog (`D <= 0`) must at least keep up with every burst's own rate (`C >= A(w) / w`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class ArrivalCurve:
     #: peaks[k] = most arrivals in any span of k + 1 consecutive bins.
     peaks: tuple[float, ...]
     mean_rate_per_s: float
+    #: Bins in the lookback (a span of k bins has bins - k + 1 positions).
+    bins: int
 
     @classmethod
     def of(
@@ -56,9 +58,6 @@ class ArrivalCurve:
         spans = max(1, min(n, int(max_span_s / bin_s)))
         peaks = tuple(max(prefix[i + k] - prefix[i] for i in range(n - k + 1)) for k in range(1, spans + 1))
         return cls(bin_s=bin_s, peaks=peaks, mean_rate_per_s=prefix[-1] / (n * bin_s), bins=n)
-
-    #: Bins in the lookback (a span of k bins has bins - k + 1 positions).
-    bins: int = 0
 
     def bursts(self, false_alarm: float, *, rate_per_s: float = 0.0) -> tuple[tuple[float, float], ...]:
         """(span seconds, arrivals) of the spans whose peak is beyond Poisson noise.
