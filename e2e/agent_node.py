@@ -1,8 +1,8 @@
 """The node agent's Node object: registration labels, capacity and conditions (pure).
 
 `local-0` is a CPU inference node (`tailpilot.io/node-pool=cpu`) whose pods run as
-local processes (`tailpilot.io/local-processes=true`); its capacity is advertised,
-not enforced.
+local processes (`tailpilot.io/local-processes=true`); its capacity is advertised
+(containers' CPU limits are enforced, `agent_cgroups`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ its children, e.g. Triton's backend stubs) as one process group.
 Standard library only, run as a script (`python -I -S agent_shim.py`) so it
 starts fast and does not depend on the agent's environment.
 
-    agent_shim.py RUN_DIR LOG_FILE CWD -- ARGV...
+    agent_shim.py RUN_DIR LOG_FILE CWD [CGROUP_PROCS...] -- ARGV...
+
+Each CGROUP_PROCS (a cgroup's `cgroup.procs` file) is joined by the container process before it
+runs its command, so the process and all its children count against that cgroup (CPU limits,
+`agent_cgroups`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,13 @@ def _write_json(path: Path, data: dict[str, object]) -> None:
 def main(argv: list[str]) -> int:
     """Start the container process, wait for it, write exit.json."""
     run_dir, log_file, cwd = Path(argv[0]), Path(argv[1]), argv[2]
-    command = argv[argv.index("--") + 1 :]
+    separator = argv.index("--")
+    cgroups, command = argv[3:separator], argv[separator + 1 :]
+
+    def join_cgroups() -> None:  # in the child, before exec: its children inherit the cgroups
+        for procs in cgroups:
+            Path(procs).write_text(str(os.getpid()))
+
     started = time.time()
     with log_file.open("ab") as log:
         try:
@@ -48,8 +58,9 @@ def main(argv: list[str]) -> int:
                 stdin=subprocess.DEVNULL,
                 cwd=cwd,
                 start_new_session=True,
+                preexec_fn=join_cgroups if cgroups else None,  # noqa: PLW1509 - the shim has no threads
             )
-        except OSError as error:
+        except (OSError, subprocess.SubprocessError) as error:
             log.write(f"node agent: cannot start {command[0]}: {error}\n".encode())
             _write_json(
                 run_dir / "exit.json",

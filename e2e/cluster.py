@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tailpilot_e2e import fleet as fleet_mod
 from tailpilot_e2e import pki
+from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.agent_node import NODE_NAME
 from tailpilot_e2e.agent_process import kill_all
 from tailpilot_e2e.config import E2E_DIR, Binaries, Ports, read_versions, state_dir
@@ -493,6 +494,7 @@ class LocalCluster:
         stopped = [NODE_AGENT] if stop(NODE_AGENT, state=self.paths.root, binary=NODE_AGENT_MODULE) else []
         if kill_all(self.agent_state_dir):
             stopped.append("pod processes")
+        CpuCgroups.of(self.agent_state_dir).remove()
         return stopped + [
             name for name in reversed(COMPONENTS) if stop(name, state=self.paths.root, binary=binaries[name])
         ]

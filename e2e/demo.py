@@ -32,9 +32,10 @@ import numpy as np
 from kubernetes import client
 
 from tailpilot.bench import traces
-from tailpilot.bench.loadgen import LoadResult, binary_infer_body
+from tailpilot.bench.loadgen import LoadResult
 from tailpilot.bench.loadgen_process import LoadProcess
-from tailpilot.builders import example_model
+from tailpilot_e2e.agent_cgroups import CpuCgroups
+from tailpilot_e2e.calibration import PAYLOAD, calibrate
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
 from tailpilot_e2e.config import REPO_ROOT
 from tailpilot_e2e.kube import api_client, create_namespace
@@ -56,6 +57,8 @@ OUT = REPO_ROOT / ".demo"
 SLO_MS = SLO_LOOP_P99_MS
 #: (phase, seconds, fraction of the peak rate): the trace's shape, stepped up and back down.
 PHASES = (("calm", 40, 0.25), ("step x4", 80, 1.0), ("calm again", 60, 0.25))
+#: The step's peak over what one replica serves at its CPU limit (`tailpilot_e2e.calibration`).
+PEAK_OVER_ONE_REPLICA = 1.4
 
 
 def say(text: str) -> None:
@@ -316,23 +319,23 @@ def run(stack: contextlib.ExitStack) -> None:
     print(
         f"  Prometheus finds the Triton pods through kubernetes_sd; rules loaded from PrometheusRule {rules}"
     )
-    status = custom_object(api, NAMESPACE, NAME)["status"]
-    points = (status.get("profile") or {}).get("points", [])
-    batch1 = next((p["throughputPerS"] for p in points if p["batchSize"] == 1), 40.0)
-    # The step peaks at 95% of one replica's batch-1 throughput: one replica queues past the SLO,
-    # two hold it (the model is CPU-bound; batching adds little on a CPU).
-    peak = max(10.0, min(120.0, 0.95 * batch1))
+    say("   calibrating: one replica's CPU time per request, read from its pod's cgroup under a light load")
+    calibration = calibrate(
+        core, CpuCgroups.of(cluster.agent_state_dir), custom_object(api, NAMESPACE, NAME), OUT / "calibration"
+    )
+    print(f"  {calibration}")
+    # One replica cannot keep up with the step; two serve it at 70% of their CPU limits.
+    peak = PEAK_OVER_ONE_REPLICA * calibration.capacity_per_s
     arrivals = trace_arrivals(peak)
     total_s = sum(p[1] for p in PHASES)
     say(
         f"5/6 the SLO loop: {arrivals.size} requests of the Azure conversation trace over {total_s} s, "
-        f"{0.25 * peak:.0f} -> {peak:.0f} -> {0.25 * peak:.0f} req/s (batch-1 profile: {batch1}/s)"
+        f"{0.25 * peak:.0f} -> {peak:.0f} -> {0.25 * peak:.0f} req/s"
     )
-    payload = binary_infer_body(inputs=[(example_model.INPUT_NAME, example_model.example_inputs(1))])
     load = LoadProcess(
         work_dir=OUT / "load",
         model=MODEL_NAME,
-        payload=payload,
+        payload=PAYLOAD,
         arrivals_s=arrivals,
         max_requests=int(arrivals.size),
         max_duration_s=float(total_s),

@@ -22,7 +22,10 @@ running processes instead of orphaning them, and processes of pods that
 vanished meanwhile are stopped. Pods are listed every 0.5 s (no watch): a
 harness on one machine, where simplicity beats the last 0.5 s of latency.
 
-Not a kubelet: no resource limits, no user switching, no image pulls, no
+CPU limits are enforced as the kubelet does, by a CFS quota per container
+(`agent_cgroups`), where the machine's cgroup filesystem lets the agent.
+
+Not a kubelet: no memory limits, no user switching, no image pulls, no
 `kubectl logs/exec` (logs are files under the pod's directory).
 
     python -P -m tailpilot_e2e.node_agent --kubeconfig K --state-dir D [--node local-0]
@@ -56,6 +59,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tailpilot_e2e import agent_images
+from tailpilot_e2e.agent_cgroups import CpuCgroups, cfs_quota_us
 from tailpilot_e2e.agent_node import LEASE_DURATION_S, NODE_IP, NODE_NAME, node_manifest, node_status
 from tailpilot_e2e.agent_pod import (
     DEFAULT_TERMINATION_MESSAGE_PATH,
@@ -178,6 +182,10 @@ class NodeAgent:
         self._next_heartbeat = 0.0
         self._refresh_volumes = False
         self._no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.cgroups: CpuCgroups | None = CpuCgroups.of(state_dir)
+        if not self.cgroups.available():
+            log.warning("cgroups (v1 cpu, cpuacct) are not writable here: CPU limits are not enforced")
+            self.cgroups = None
 
     def _default_table(self) -> dict[str, agent_images.ImageEntry]:
         from tailpilot.builders.triton_server import TritonStartError, make_backend_dir, pytriton_home
@@ -411,8 +419,20 @@ class NodeAgent:
         run_dir = c.dir / f"run-{index}"
         run_dir.mkdir()
         log_file = c.dir / f"{index}.log"
+        cgroup_procs = self._cgroups_of(runtime, c)
         shim = subprocess.Popen(  # noqa: S603 - the pod's command, under our shim
-            [sys.executable, "-I", "-S", str(SHIM), str(run_dir), str(log_file), cwd, "--", *argv],
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                str(SHIM),
+                str(run_dir),
+                str(log_file),
+                cwd,
+                *cgroup_procs,
+                "--",
+                *argv,
+            ],
             env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -431,6 +451,24 @@ class NodeAgent:
         self._arm_probes(c, time.monotonic())
         log.info("started %s/%s %s: %s", runtime.namespace, runtime.name, c.name, " ".join(argv)[:300])
         self._event(runtime, "Started", f"Started container {c.name}")
+
+    def _cgroups_of(self, runtime: PodRuntime, c: ContainerRuntime) -> list[str]:
+        """The container's cgroups, its CPU limit as their quota; none where cgroups are not writable."""
+        if self.cgroups is None:
+            return []
+        limit = ((c.spec.get("resources") or {}).get("limits") or {}).get("cpu")
+        try:
+            quota = cfs_quota_us(limit)
+        except ValueError:
+            log.warning(
+                "%s/%s %s: CPU limit %r not understood: not enforced",
+                runtime.namespace,
+                runtime.name,
+                c.name,
+                limit,
+            )
+            quota = None
+        return [str(p) for p in self.cgroups.create(runtime.uid, c.name, quota)]
 
     def _arm_probes(self, c: ContainerRuntime, now: float) -> None:
         ports = c.spec.get("ports") or []
@@ -665,6 +703,8 @@ class NodeAgent:
     def _forget(self, runtime: PodRuntime) -> None:
         self.pods.pop(runtime.uid, None)
         shutil.rmtree(runtime.dir, ignore_errors=True)
+        if self.cgroups is not None:
+            self.cgroups.remove(runtime.uid)
 
     def _stop_vanished(self, runtime: PodRuntime) -> None:
         """The pod is gone from the API (force-deleted, or deleted while the agent was down)."""
@@ -784,6 +824,8 @@ class NodeAgent:
                     r.signal(signal.SIGKILL)
                 log.info("stopped %d process(es) of vanished pod %s", len(alive), pod_dir.name)
                 shutil.rmtree(pod_dir, ignore_errors=True)
+                if self.cgroups is not None:
+                    self.cgroups.remove(pod_dir.name)
 
     def run_forever(self) -> None:
         """Sync every LIST_PERIOD_S until SIGTERM/SIGINT; container processes keep running after it."""
@@ -815,7 +857,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--node", default=NODE_NAME)
-    parser.add_argument("--cpu", default="8", help="advertised CPU capacity (not enforced)")
+    parser.add_argument(
+        "--cpu", default="8", help="advertised CPU capacity (containers' limits are enforced)"
+    )
     parser.add_argument("--memory", default="16Gi", help="advertised memory capacity (not enforced)")
     parser.add_argument("--backoff-base-seconds", type=float, default=1.0)
     parser.add_argument("--backoff-max-seconds", type=float, default=20.0)
@@ -826,6 +870,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.kill_all:
         print(f"stopped {kill_all(args.state_dir)} container process(es)")
+        CpuCgroups.of(args.state_dir).remove()
         return 0
     agent = NodeAgent(
         api_client(args.kubeconfig),

@@ -11,6 +11,7 @@ bound to hostPath PersistentVolumes in a work directory.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,16 +44,43 @@ SLO_LOOP_MODEL_WIDTH = 6
 #: 6, the client P99 was 130-290 ms per 5 s even at 13 req/s on three replicas (2026-11-29 19:36
 #: UTC): the target must sit well above that floor.
 SLO_LOOP_P99_MS = 500.0
+#: Each Triton replica's CPU limit in SLO-loop runs, enforced by the node agent (a CFS quota, as the
+#: kubelet does): a replica serves what its limit buys, whatever else the machine runs, and two
+#: replicas (1.2 cores at most) leave the rest of the two cores to the control plane, Prometheus, the
+#: operator and the client. Without limits, a replica's capacity was whatever the rest left it, and
+#: two busy replicas slowed each other (1.6x the profile's compute time, 2026-11-30 01:25 UTC).
+SLO_LOOP_CPU_LIMIT = "600m"
 #: Prometheus' scrape interval in SLO-loop runs: a scrape every second stalled requests visibly
 #: (docs/autoscaling.md, section 1).
 SLO_LOOP_SCRAPE_S = 2
 
 
-def slo_loop_service(namespace: str, *, name: str, max_replicas: int, stabilization_s: int) -> dict[str, Any]:
+#: Batching the operator tunes, up to 4 (`make demo`).
+AUTO_BATCHING = {
+    "mode": "auto",
+    "maxBatchSize": 4,
+    "preferredBatchSizes": [2, 4],
+    "maxQueueDelayMicroseconds": 1000,
+}
+#: Single requests, never changed: the SLO-loop test's step is answered by replicas alone. The
+#: model is per-item bound, so batching buys it little, and a batching change reloads the Python
+#: backend, which stalls requests 2-4.5 s under the CPU limit (run of 2026-11-30 06:35 UTC: a
+#: reload to max batch 1 in the calm phase put its P99 at 4.5 s and the loop added a replica for it).
+SINGLE_REQUESTS = {"mode": "fixed", "maxBatchSize": 1, "maxQueueDelayMicroseconds": 0}
+
+
+def slo_loop_service(
+    namespace: str,
+    *,
+    name: str,
+    max_replicas: int,
+    stabilization_s: int,
+    batching: Mapping[str, Any] = AUTO_BATCHING,
+) -> dict[str, Any]:
     """The CPU example as the SLO-loop runs apply it.
 
-    Their SLO, a 30 s window, scrapes as their Prometheus does them, and batching up to 4 (bigger
-    batches only add latency to this per-item-bound model).
+    Their SLO, a 30 s window, scrapes as their Prometheus does them, a CPU limit per replica, and
+    `batching` (`AUTO_BATCHING` or `SINGLE_REQUESTS`).
     """
     return cpu_example(
         namespace,
@@ -66,12 +94,15 @@ def slo_loop_service(namespace: str, *, name: str, max_replicas: int, stabilizat
             "scaleDownStabilizationSeconds": stabilization_s,
         },
         monitoring={"scrapeIntervalSeconds": SLO_LOOP_SCRAPE_S},
-        batching={
-            "mode": "auto",
-            "maxBatchSize": 4,
-            "preferredBatchSizes": [2, 4],
-            "maxQueueDelayMicroseconds": 1000,
+        runtime={
+            "device": "cpu",
+            "servingVariant": "python",
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi"},
+                "limits": {"cpu": SLO_LOOP_CPU_LIMIT, "memory": "2Gi"},
+            },
         },
+        batching=dict(batching),
     )
 
 

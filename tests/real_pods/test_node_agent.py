@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.wait import eventually
@@ -260,6 +262,43 @@ def test_deletion_honours_the_grace_period_then_stops_the_process(
     assert Path(f"/proc/{pid}").exists()
     eventually(lambda: gone(core, ns, "stubborn"), timeout=20, description="deleted after the grace period")
     assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+
+
+def test_a_containers_cpu_limit_is_enforced_and_its_cgroup_goes_with_the_pod(
+    real_cluster: LocalCluster, real_api: client.ApiClient, real_namespace: str
+) -> None:
+    core = client.CoreV1Api(real_api)
+    ns = real_namespace
+    busy = "python3 -c 'while True: pass'"
+    core.create_namespaced_pod(
+        ns,
+        pod(
+            "busy",
+            f"{busy} & {busy} & wait",
+            container={"resources": {"limits": {"cpu": "200m"}}},
+            terminationGracePeriodSeconds=1,
+        ),
+    )
+    uid = eventually(
+        lambda: (p := read(core, ns, "busy")).status.phase == "Running" and p.metadata.uid,
+        timeout=30,
+        description="running",
+    )
+    cgroups = CpuCgroups.of(real_cluster.agent_state_dir)
+    eventually(
+        lambda: (cgroups.cpu_seconds(uid, "main") or 0) > 0.05, timeout=10, description="CPU time counted"
+    )
+    before, started = cgroups.cpu_seconds(uid, "main"), time.monotonic()
+    time.sleep(2.0)  # the interval the CPU time is measured over, not a synchronization
+    after, elapsed = cgroups.cpu_seconds(uid, "main"), time.monotonic() - started
+    assert before is not None and after is not None
+    # Unlimited, the two busy processes would take both cores; the limit holds them to 0.2.
+    assert 0.1 < (after - before) / elapsed < 0.3
+    core.delete_namespaced_pod("busy", ns)
+    eventually(lambda: gone(core, ns, "busy"), timeout=20, description="deleted")
+    eventually(
+        lambda: cgroups.cpu_seconds(uid, "main") is None, timeout=10, description="its cgroups removed"
+    )
 
 
 def _is_zombie(pid: int) -> bool:

@@ -17,18 +17,15 @@ import numpy as np
 import pytest
 from kubernetes import client
 
-from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.bench import traces
-from tailpilot.bench.loadgen import binary_infer_body
 from tailpilot.bench.loadgen_process import LoadProcess
-from tailpilot.builders import example_model
-from tailpilot.controllers.autoscaler import engine_profile
-from tailpilot.controllers.reconciler import batching_in_force
-from tailpilot.policy.model import BatchShape, predict_p99_ms
+from tailpilot_e2e.agent_cgroups import CpuCgroups
+from tailpilot_e2e.calibration import PAYLOAD, calibrate
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.operator_harness import condition, custom_object
 from tailpilot_e2e.real_pods import (
     MODEL_NAME,
+    SINGLE_REQUESTS,
     SLO_LOOP_MODEL_WIDTH,
     SLO_LOOP_P99_MS,
     MonitoredOperator,
@@ -50,7 +47,7 @@ MAX_REPLICAS = 2
 LOW_S, HIGH_S = 20.0, 150.0
 #: From this long after the answer is in place (its replicas ready), the client P99 must be back under
 #: the SLO until the step ends: the backlog built before has drained by then.
-SETTLE_S = 15.0
+SETTLE_S = 30.0
 #: The answer must be in place with at least this much of the step left to judge it on.
 JUDGED_S = 60.0
 
@@ -88,42 +85,9 @@ def timeline(
     return "\n".join(lines)
 
 
-#: What two replicas serve within the SLO on the two cores, whatever the profile says: busy side by
-#: side they compute at ~75 ms a request (1.6x a 46 ms profile, run of 01:25 UTC, where a step of
-#: 17.5 req/s kept the client P99 at 620 ms), so 13 req/s is about half of each replica. Profiles of
-#: 57-62 ms give 12-13.5 req/s anyway; the cap holds the faster ones (46-50 ms: 16-17.5 req/s) to
-#: it, where one replica on the machine is still well past the SLO (~60 ms a request alone).
-#: Both sides of it fail at times (fresh-clone CI, 2026-11-30): at 13 req/s the two Python backends
-#: ran at 75-88% of a core and the step's tail reached 1-2 s with no action near (04:46 UTC); at
-#: 11 req/s one replica at max batch 4 kept the client P99 under 430 ms and the loop rightly held
-#: it, so the step was never answered (05:41 UTC). 13 passed two of three CI runs, 11 one of two.
-MACHINE_STEP_CAP_PER_S = 13.0
-
-
-def step_rate(obj: dict[str, Any]) -> float:
-    """The step's rate: where the policy's own model (the profile the build measured) puts one
-    replica at max batch 1 at 1.3x the SLO, so even a correction of 0.7 learned in the calm phase
-    still sees it missed, while two replicas meet it with the policy's margin.
-
-    Capped at what the machine serves with two replicas (`MACHINE_STEP_CAP_PER_S`). Batch 1 only:
-    the profile's batch-1 time varies less from build to build (46-62 ms in the runs) than its gain
-    from batching (none in most builds, a 26 ms intercept in one, which put the step
-    at 20 req/s, beyond what the two cores serve: run of 00:56 UTC). This model is per-item bound,
-    so batching buys it little on the machine, whatever a profile says.
-    """
-    isvc = InferenceService.model_validate(obj)
-    profile = engine_profile(obj["status"], max_batch_size=isvc.spec.batching.max_batch_size)
-    assert profile is not None
-    in_force = batching_in_force(isvc, obj["status"])
-    batch_1 = BatchShape.of(in_force.model_copy(update={"max_batch_size": 1, "preferred_batch_sizes": ()}))
-
-    def p99(rate: float, replicas: int) -> float:
-        return predict_p99_ms(rate_per_s=rate, replicas=replicas, shape=batch_1, service=profile.service_time)
-
-    rate = next((r for r in np.arange(1.0, 200.0, 0.5) if p99(r, 1) >= 1.3 * SLO_MS), None)
-    assert rate is not None, profile.service_time
-    assert p99(rate, 2) <= 0.85 * SLO_MS, (rate, p99(rate, 2), profile.service_time)
-    return min(float(rate), MACHINE_STEP_CAP_PER_S)
+#: The step's rate over what one replica serves at its CPU limit (`tailpilot_e2e.calibration`):
+#: past it, so one replica cannot keep up and the loop must answer; two replicas run at 62% of theirs.
+STEP_OVER_ONE_REPLICA = 1.15
 
 
 def window_p99_ms(
@@ -139,6 +103,7 @@ def adds_or_reloads(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 
 def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then_undone(
+    real_cluster: LocalCluster,
     real_api: client.ApiClient,
     real_namespace: str,
     monitored: MonitoredOperator,
@@ -147,7 +112,9 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     core, apps = client.CoreV1Api(real_api), client.AppsV1Api(real_api)
     ns = real_namespace
     prepare_storage(core, ns, tmp_path / "pvc", model_width=SLO_LOOP_MODEL_WIDTH)
-    service = slo_loop_service(ns, name=NAME, max_replicas=MAX_REPLICAS, stabilization_s=STABILIZATION_S)
+    service = slo_loop_service(
+        ns, name=NAME, max_replicas=MAX_REPLICAS, stabilization_s=STABILIZATION_S, batching=SINGLE_REQUESTS
+    )
     client.CustomObjectsApi(real_api).create_namespaced_custom_object(
         "tailpilot.io", "v1alpha1", ns, "inferenceservices", service
     )
@@ -158,7 +125,9 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     )
     assert monitored.prometheus.load_cluster_rules(real_api, ns)
     status = custom_object(real_api, ns, NAME)["status"]
-    high = step_rate(custom_object(real_api, ns, NAME))
+    cgroups = CpuCgroups.of(real_cluster.agent_state_dir)
+    calibration = calibrate(core, cgroups, custom_object(real_api, ns, NAME), tmp_path / "calibration")
+    high = STEP_OVER_ONE_REPLICA * calibration.capacity_per_s
     arrivals = traces.piecewise_poisson(
         steps=[(LOW_S, 0.4 * high), (HIGH_S, high)], rng=np.random.default_rng(5)
     )
@@ -167,7 +136,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     load = LoadProcess(
         work_dir=tmp_path / "load",
         model=MODEL_NAME,
-        payload=binary_infer_body(inputs=[(example_model.INPUT_NAME, example_model.example_inputs(1))]),
+        payload=PAYLOAD,
         arrivals_s=arrivals,
         max_requests=int(arrivals.size),
         max_duration_s=LOW_S + HIGH_S,
@@ -227,7 +196,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
         ).items
     ]
     profile = custom_object(real_api, ns, NAME)["status"]["profile"]["serviceTime"]
-    story = f"step {high:.1f} req/s; profile {profile}\n{decision}\n{events}\n" + timeline(
+    story = f"step {high:.1f} req/s; {calibration}; profile {profile}\n{decision}\n{events}\n" + timeline(
         sent, latency, ok, samples
     )
     print(story)  # `make test-slo-loop` shows it (-s); pytest shows it on failure
