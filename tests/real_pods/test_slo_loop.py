@@ -45,8 +45,13 @@ STABILIZATION_S = 20
 #: capacity (run of 00:51 UTC: compute 1.63x the profile at three replicas, P99 over the SLO there).
 MAX_REPLICAS = 2
 LOW_S, HIGH_S = 20.0, 150.0
+#: The step's rate over what one replica serves at its CPU limit (`tailpilot_e2e.calibration`):
+#: past it, so one replica cannot keep up and the loop must answer; two replicas run at 58% of theirs.
+#: At 1.25x the backlog one replica built before the second was ready drained only 30 s later (run
+#: of 2026-11-30 06:41 UTC), as round robin gives the backlogged replica half the new requests.
+STEP_OVER_ONE_REPLICA = 1.15
 #: From this long after the answer is in place (its replicas ready), the client P99 must be back under
-#: the SLO until the step ends: the backlog built before has drained by then.
+#: the SLO until the step ends: the backlog built before has drained by then (15 s at 1.15x, 06:46).
 SETTLE_S = 30.0
 #: The answer must be in place with at least this much of the step left to judge it on.
 JUDGED_S = 60.0
@@ -83,11 +88,6 @@ def timeline(
         target, ready, reason = seen[-1][1:] if seen else ("-", "-", "")
         lines.append(f"{start:4.0f} {int(inside.sum()):5d} {p99} {target!s:>7} {ready!s:>5} {reason}")
     return "\n".join(lines)
-
-
-#: The step's rate over what one replica serves at its CPU limit (`tailpilot_e2e.calibration`):
-#: past it, so one replica cannot keep up and the loop must answer; two replicas run at 62% of theirs.
-STEP_OVER_ONE_REPLICA = 1.15
 
 
 def window_p99_ms(
