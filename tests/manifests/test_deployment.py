@@ -34,6 +34,8 @@ def test_triton_args_ports_probes() -> None:
         ctr["startupProbe"]["periodSeconds"] * ctr["startupProbe"]["failureThreshold"]
         == SETTINGS.cpu_startup_seconds
     )
+    # A started replica is probed ready within seconds: scale-ups wait for no probe period.
+    assert ctr["startupProbe"]["periodSeconds"] <= 2
     assert ctr["image"] == SETTINGS.triton_image
     assert dep["spec"]["replicas"] == 2
 
