@@ -468,7 +468,17 @@ class NodeAgent:
                 limit,
             )
             quota = None
-        return [str(p) for p in self.cgroups.create(runtime.uid, c.name, quota)]
+        try:
+            return [str(p) for p in self.cgroups.create(runtime.uid, c.name, quota)]
+        except OSError as error:  # the container still runs, as on a node whose cgroups failed it
+            log.warning(
+                "%s/%s %s: no cgroup (%s): CPU limit not enforced",
+                runtime.namespace,
+                runtime.name,
+                c.name,
+                error,
+            )
+            return []
 
     def _arm_probes(self, c: ContainerRuntime, now: float) -> None:
         ports = c.spec.get("ports") or []
