@@ -194,13 +194,15 @@ def arrival_counts(
     for pod, series in completed.items():
         times, seen, queue = sorted(series), sampled.get(pod, {}), pending.get(pod, {})
         last, last_queue = times[0], queue.get(times[0], 0.0)
+        last_seen = seen.get(last, last)
         for t in times[1:]:
-            if seen.get(t, t) <= seen.get(last, last):
+            t_seen = seen.get(t, t)
+            if t_seen <= last_seen:
                 continue  # the same sample as before: nothing new to count
             queued = queue.get(t, last_queue)
             per_step[at[t]] += max(0.0, series[t] - series[last]) + queued - last_queue
-            gaps.append(seen.get(t, t) - seen.get(last, last))
-            last, last_queue = t, queued
+            gaps.append(t_seen - last_seen)
+            last, last_queue, last_seen = t, queued, t_seen
     gaps.sort()
     group = max(1, round(gaps[len(gaps) // 2] / step_s)) if gaps else 1
     deltas = per_step[1:]

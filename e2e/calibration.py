@@ -73,10 +73,9 @@ def limit_cores(isvc: InferenceService) -> float:
     return milli / 1000
 
 
-def calibration_rate(obj: dict[str, Any], limit: float) -> float:
+def calibration_rate(isvc: InferenceService, status: dict[str, Any], limit: float) -> float:
     """CALIBRATION_LOAD of one replica's capacity at `limit` cores, by the build's profile."""
-    isvc = InferenceService.model_validate(obj)
-    profile = engine_profile(obj["status"], max_batch_size=isvc.spec.batching.max_batch_size)
+    profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
     if profile is None:
         raise RuntimeError("the service has no profile yet")
     per_request_s = (profile.service_time.intercept_ms + profile.service_time.per_item_ms) / 1000
@@ -91,8 +90,9 @@ def calibrate(
     `obj` is the InferenceService as read back (its profile sizes the light load).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    limit = limit_cores(InferenceService.model_validate(obj))
-    rate_per_s = calibration_rate(obj, limit)
+    isvc = InferenceService.model_validate(obj)
+    limit = limit_cores(isvc)
+    rate_per_s = calibration_rate(isvc, obj["status"], limit)
     (pod,) = [p for p in server_pods(core, namespace, name) if is_ready(p)]
     uid = pod.metadata.uid
 

@@ -32,7 +32,7 @@ from tailpilot.manifests.triton_configmap import CONFIG_KEY, configmap_name
 
 CONTAINER_NAME = "triton"
 MODEL_REPOSITORY = "/models"
-_PROBE_PERIOD_S = 10
+_LIVENESS_PROBE_PERIOD_S = 10
 #: The startup probe's period: a replica is Ready at most this long after Triton is up, so every
 #: scale-up serves sooner (with 10 s, a CPU replica up in ~4 s was Ready after ~11 s: the demo of
 #: 2026-11-30 07:12 UTC took 14 s from the decision to a ready replica while its backlog grew).
@@ -101,7 +101,11 @@ def _probes(startup_seconds: int) -> dict[str, Any]:
             "periodSeconds": _READINESS_PROBE_PERIOD_S,
             "failureThreshold": 3,
         },
-        "livenessProbe": {**http("/v2/health/live"), "periodSeconds": _PROBE_PERIOD_S, "failureThreshold": 3},
+        "livenessProbe": {
+            **http("/v2/health/live"),
+            "periodSeconds": _LIVENESS_PROBE_PERIOD_S,
+            "failureThreshold": 3,
+        },
     }
 
 
