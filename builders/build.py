@@ -384,4 +384,8 @@ def _describe_profile(profile: EngineProfile) -> str:
         f"b={p.batch_size}: p99 {p.p99_ms:.2f} ms, {p.throughput_per_s:.0f}/s" for p in profile.points
     )
     st = profile.service_time
-    return f"{points}; t(b) = {st.intercept_ms:.3f} + {st.per_item_ms:.3f}*b ms, cv {st.jitter_cv:.2f}"
+    limit = "no CPU limit" if profile.cpu_limit_millis is None else f"CPU limit {profile.cpu_limit_millis}m"
+    return (
+        f"{points}; t(b) = {st.intercept_ms:.3f} + {st.per_item_ms:.3f}*b ms, cv {st.jitter_cv:.2f}; "
+        f"under {limit}"
+    )

@@ -3,8 +3,10 @@
 The engine key hashes everything that changes the engine: the model bytes,
 the calibration bytes, backend, precision, serving variant, shape profiles,
 batching bounds, the target (CPU or GPU product), the builder version and the
-versions of the libraries that produce the engine. Two builds with the same
-key produce interchangeable engines, so the second one is skipped.
+versions of the libraries that produce the engine; and, for a CPU target with a
+CPU limit, that limit, because the profile stored with the engine holds for it.
+Two builds with the same key produce interchangeable engines, so the second one
+is skipped.
 
 The index key maps a request (`BuildRequest.request_key()`) plus the library
 versions to an engine key, so a repeated request whose model bytes are pinned
@@ -44,8 +46,12 @@ def _digest(document: Mapping[str, Any]) -> str:
 def engine_key(inputs: EngineKeyInputs) -> str:
     """Hash of everything that changes the engine (32 hex chars)."""
     r = inputs.request
+    # The profile is stored with the engine and holds for the CPU limit it was measured under;
+    # without a limit the document (and so every earlier key) is unchanged.
+    cpu_limit = {} if r.cpu_limit_millis is None else {"cpuLimitMillis": r.cpu_limit_millis}
     return _digest(
         {
+            **cpu_limit,
             "model": inputs.model_sha256,
             "calibration": inputs.calibration_sha256,
             "backend": r.backend,

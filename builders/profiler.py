@@ -33,6 +33,7 @@ from tritonclient import grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel, TensorSpec
+from tailpilot.builders.cpu_quota import current_cpu_limit_millis
 from tailpilot.builders.errors import PROFILE_FAILED, BuildError
 from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
 from tailpilot.builders.triton_server import TritonServer, TritonStartError
@@ -278,6 +279,13 @@ def profile_engine(
     manifest = EngineManifest.model_validate_json((engine_dir / MANIFEST).read_text())
     max_batch = int(manifest.request.get("maxBatchSize", 1))
     sizes = tuple(b for b in options.batch_sizes if 1 <= b <= max_batch) or (1,)
+    cpu_limit = current_cpu_limit_millis()  # Triton, our child, runs in the same cgroup
+    asked = manifest.request.get("cpuLimitMillis")
+    if asked is not None and cpu_limit != asked:
+        progress(
+            f"warning: the serving pods' CPU limit is {asked}m but this build runs under "
+            f"{'no limit' if cpu_limit is None else f'{cpu_limit}m'}: the profile holds for the latter"
+        )
     measurements = []
     try:
         with TritonServer(
@@ -314,6 +322,7 @@ def profile_engine(
         backend=manifest.triton_backend,
         precision=str(manifest.request.get("precision", "")),
         hardware=str(manifest.request.get("target", "cpu")),
+        cpu_limit_millis=cpu_limit,
         max_batch_size=max_batch,
         points=[summarize(m) for m in measurements],
         service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),

@@ -90,6 +90,7 @@ def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProf
         backend=engine.get("tritonBackend", ""),
         precision="",
         hardware=profile.get("hardware", ""),
+        cpu_limit_millis=profile.get("cpuLimitMillis"),
         max_batch_size=max_batch_size,
         points=[
             BatchProfilePoint(

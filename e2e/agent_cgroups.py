@@ -19,9 +19,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from tailpilot.api.quantity import milli_cpu
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +31,6 @@ CFS_PERIOD_US = 100_000
 #: The kernel's (and the kubelet's) smallest quota.
 MIN_QUOTA_US = 1_000
 CGROUP_V1 = Path("/sys/fs/cgroup")
-_CPU_QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<milli>m?)$")
-
-
-def milli_cpu(quantity: str | int | float | None) -> int | None:
-    """A CPU quantity ("500m", "2", "0.5", 2) in millicores; None for none."""
-    if quantity is None:
-        return None
-    match = _CPU_QUANTITY.match(str(quantity).strip())
-    if match is None:
-        raise ValueError(f"not a CPU quantity: {quantity!r}")
-    number = float(match["number"])
-    return round(number if match["milli"] else number * 1000)
 
 
 def cfs_quota_us(limit: str | int | float | None, period_us: int = CFS_PERIOD_US) -> int | None:

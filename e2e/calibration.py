@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from kubernetes import client
 
+from tailpilot.api.quantity import milli_cpu
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.bench import traces
 from tailpilot.bench.loadgen import binary_infer_body
@@ -28,7 +29,7 @@ from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
 from tailpilot.controllers.autoscaler import engine_profile
 from tailpilot.manifests.deployment import CONTAINER_NAME
-from tailpilot_e2e.agent_cgroups import CpuCgroups, milli_cpu
+from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.real_pods import MODEL_NAME, is_ready, ready_endpoints, server_pods
 
 #: One request of the example model, in Triton's binary tensor format.
@@ -74,12 +75,17 @@ def limit_cores(isvc: InferenceService) -> float:
 
 
 def calibration_rate(isvc: InferenceService, status: dict[str, Any], limit: float) -> float:
-    """CALIBRATION_LOAD of one replica's capacity at `limit` cores, by the build's profile."""
+    """CALIBRATION_LOAD of one replica's capacity at `limit` cores, by the build's profile.
+
+    A profile measured under a CPU limit (the build Job runs under the serving pods') already
+    holds for it; one measured without is scaled as if its requests each took a whole core.
+    """
     profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
     if profile is None:
         raise RuntimeError("the service has no profile yet")
     per_request_s = (profile.service_time.intercept_ms + profile.service_time.per_item_ms) / 1000
-    return CALIBRATION_LOAD * limit / per_request_s
+    cores = 1.0 if profile.cpu_limit_millis is not None else limit
+    return CALIBRATION_LOAD * cores / per_request_s
 
 
 def calibrate(

@@ -69,6 +69,9 @@ class EngineProfile(_Frozen):
     #: Triton's compute time per executed batch (no transport, no queue), fitted the same way; what
     #: the serving pods report as compute time. None for profiles that did not record it.
     compute_time: ServiceTimeModel | None = Field(default=None, alias="computeTime")
+    #: The CPU limit (CFS quota) the profiling Triton ran under, in millicores, as the kernel
+    #: enforced it; None without one. A CPU engine's times hold for serving pods with this limit.
+    cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
     #: How the numbers were obtained (tool, version, duration) or, for scaled
     #: variants that stand for GPU engines, that they are scaled and from what.
     method: str = ""
@@ -77,6 +80,7 @@ class EngineProfile(_Frozen):
         """The compact form that goes into a BuildResult and the InferenceService status."""
         return ProfileSummary(
             hardware=self.hardware,
+            cpu_limit_millis=self.cpu_limit_millis,
             service_time=self.service_time,
             compute_time=self.compute_time,
             points=[
@@ -102,6 +106,7 @@ class ProfileSummary(_Frozen):
     """Small enough for a termination message and the object's status."""
 
     hardware: str
+    cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
     service_time: ServiceTimeModel = Field(alias="serviceTime")
     compute_time: ServiceTimeModel | None = Field(default=None, alias="computeTime")
     points: list[ProfileSummaryPoint]
@@ -140,17 +145,21 @@ class BuildRequest(_Frozen):
     #: "python": the same optimized ONNX Runtime model wrapped in a Python-backend model
     #: (the Triton that runs on machines without those backends).
     serving_variant: Literal["native", "python"] = Field(default="native", alias="servingVariant")
+    #: The serving container's CPU limit in millicores (CPU targets only): the build Job runs, and
+    #: profiles the engine, under it, so the profile says what one serving pod can do.
+    cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
     #: Engine store root (a mounted PVC path in the Job, a directory locally).
     store: str = "/engines"
     profile: bool = True
 
     def request_key(self) -> str:
         """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
-        canonical = json.dumps(
-            {"v": BUILDER_VERSION, **self.model_dump(mode="json", exclude={"profile", "store"})},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        document = self.model_dump(mode="json", exclude={"profile", "store"})
+        if document["cpu_limit_millis"] is None:
+            # Requests without a limit keep the keys they had before the field existed: an
+            # upgraded operator finds their build Jobs and engines instead of building again.
+            del document["cpu_limit_millis"]
+        canonical = json.dumps({"v": BUILDER_VERSION, **document}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 

@@ -731,6 +731,15 @@ class ProfileStatus(_Model):
     """Summary of the engine's measured profile (mirrors tailpilot.api.engine.ProfileSummary)."""
 
     hardware: str = Field(max_length=128, description="cpu or the GPU product the engine was profiled on.")
+    cpu_limit_millis: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The CPU limit, in millicores, that the build Job's kernel enforced while the engine was "
+            "profiled: a CPU engine is built and profiled under the Triton container's CPU limit, so its "
+            "times hold for one serving pod. Absent when no limit was enforced."
+        ),
+    )
     service_time: ServiceTimeStatus = Field(description="Fitted service time per batch.")
     compute_time: ServiceTimeStatus | None = Field(
         default=None,

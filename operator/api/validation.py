@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult, TensorSpec
+from tailpilot.api.quantity import milli_cpu
 from tailpilot.api.v1alpha1 import NAME_PATTERN, Backend, Device, InferenceServiceSpec, ServingVariant
 
 
@@ -71,7 +72,21 @@ def check_spec(
                     f"{c.GPU_RESOURCE} is set from spec.runtime.gpu.count; remove it here",
                 )
             )
+        problems.extend(_check_cpu(resources, section))
     return problems
+
+
+def _check_cpu(resources: Mapping[str, Any], section: str) -> list[Problem]:
+    """A CPU quantity the operator can read (it builds and profiles the engine under the limit)."""
+    cpu = (resources.get(section) or {}).get("cpu")
+    try:
+        milli = milli_cpu(cpu)
+    except ValueError:
+        milli = None
+    if cpu is None or (milli is not None and (milli > 0 or section == "requests")):
+        return []
+    what = "a CPU quantity above zero" if section == "limits" else "a CPU quantity"
+    return [Problem(f"spec.runtime.resources.{section}.cpu", f"{cpu!r} is not {what} (write e.g. 500m or 2)")]
 
 
 def _check_shapes(spec: InferenceServiceSpec, inputs: Mapping[str, TensorSpec]) -> list[Problem]:

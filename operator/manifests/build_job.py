@@ -9,7 +9,9 @@ plays a build) reads it from the pod's status. Exit code 2 means an invalid
 request: the pod failure policy fails the Job at once instead of retrying.
 
 A build for a GPU target runs on the GPU product it is built for (one GPU):
-TensorRT plans are specific to it, and the profile must be measured there.
+TensorRT plans are specific to it, and the profile must be measured there. A
+build for the CPU runs under the serving container's CPU limit, for the same
+reason: its profile must say what one serving pod can do, not the whole node.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from urllib.parse import urlparse
 
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildRequest, ShapeProfile
+from tailpilot.api.quantity import milli_cpu
 from tailpilot.api.v1alpha1 import Device, InferenceService
 from tailpilot.manifests import placement
 from tailpilot.manifests.meta import object_meta
@@ -34,6 +37,7 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
     """Derive the BuildRequest from the spec: engine fields only, so batching-only changes keep the key."""
     spec = isvc.spec
     gpu = spec.runtime.gpu
+    gpu_product = gpu.product if spec.runtime.device is Device.GPU and gpu is not None else None
     return BuildRequest(
         model_uri=spec.model.uri,
         model_sha256=spec.model.sha256,
@@ -47,10 +51,21 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
             for s in spec.engine.shapes
         ),
         max_batch_size=spec.batching.max_batch_size,
-        target=gpu.product if spec.runtime.device is Device.GPU and gpu else "cpu",
+        target=gpu_product or "cpu",
         serving_variant=spec.runtime.serving_variant.value,
+        cpu_limit_millis=None if gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
     )
+
+
+def serving_cpu_limit_millis(isvc: InferenceService) -> int | None:
+    """The Triton container's CPU limit in millicores; None without one.
+
+    Raises:
+        ValueError: when the limit is not a CPU quantity (the operator's validation reports it first).
+    """
+    limits = (isvc.spec.runtime.resources or {}).get("limits") or {}
+    return milli_cpu(limits.get("cpu"))
 
 
 def build_job_name(*, isvc_name: str, request_key: str) -> str:
@@ -83,6 +98,15 @@ def _volumes(
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     return volumes, mounts
+
+
+def _resources(request: BuildRequest) -> dict[str, Any]:
+    """One GPU for a GPU target; the serving pods' CPU limit (its request too) for a CPU target."""
+    if request.target != "cpu":
+        return {"limits": {c.GPU_RESOURCE: 1}}
+    if request.cpu_limit_millis is not None:
+        return {"limits": {"cpu": f"{request.cpu_limit_millis}m"}}
+    return {}
 
 
 def build_job(*, isvc: InferenceService, request: BuildRequest, settings: ManifestSettings) -> dict[str, Any]:
@@ -120,7 +144,7 @@ def build_job(*, isvc: InferenceService, request: BuildRequest, settings: Manife
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
-        "resources": {"limits": {c.GPU_RESOURCE: 1}} if on_gpu else {},
+        "resources": _resources(request),
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

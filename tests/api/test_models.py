@@ -69,13 +69,21 @@ def test_profile_status_mirrors_summary() -> None:
         ],
         service_time=ServiceTimeModel(intercept_ms=1.0, per_item_ms=0.5),
         compute_time=ServiceTimeModel(intercept_ms=0.8, per_item_ms=0.45),
+        cpu_limit_millis=600,
     )
     status = ProfileStatus.from_summary(profile.to_summary())
     assert [p.batch_size for p in status.points] == [1, 4, 8]
     assert status.points[2].p99_ms == 16.0
     assert status.service_time.per_item_ms == 0.5
     assert status.compute_time is not None and status.compute_time.intercept_ms == 0.8
-    assert set(ProfileStatus.model_fields) == {"hardware", "service_time", "compute_time", "points"}
+    assert status.cpu_limit_millis == 600
+    assert set(ProfileStatus.model_fields) == {
+        "hardware",
+        "cpu_limit_millis",
+        "service_time",
+        "compute_time",
+        "points",
+    }
     # A profile that did not record Triton's compute time (older builds) still converts.
     older = ProfileStatus.from_summary(profile.model_copy(update={"compute_time": None}).to_summary())
     assert older.compute_time is None

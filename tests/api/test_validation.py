@@ -31,6 +31,20 @@ def test_name_must_start_with_letter_and_gpu_resources_not_overridden() -> None:
     assert fields == ["metadata.name", "spec.runtime.resources.limits"]
 
 
+def test_cpu_quantities_the_engine_is_built_under_must_be_readable() -> None:
+    spec = _spec(CPU_BASE, {"runtime": {"resources": {"limits": {"cpu": "two"}, "requests": {"cpu": "1Gi"}}}})
+    problems = check_spec(spec, name="x")
+    assert [p.field for p in problems] == [
+        "spec.runtime.resources.limits.cpu",
+        "spec.runtime.resources.requests.cpu",
+    ]
+    assert "'two' is not a CPU quantity above zero" in problems[0].message
+    zero_limit = _spec(CPU_BASE, {"runtime": {"resources": {"limits": {"cpu": "0"}}}})
+    assert [p.field for p in check_spec(zero_limit, name="x")] == ["spec.runtime.resources.limits.cpu"]
+    fine = _spec(CPU_BASE, {"runtime": {"resources": {"limits": {"cpu": "1500m"}, "requests": {"cpu": 0}}}})
+    assert check_spec(fine, name="x") == []
+
+
 def test_tensorrt_needs_native_variant() -> None:
     problems = check_spec(_spec(GPU_BASE, {"runtime": {"servingVariant": "python"}}), name="x")
     assert [p.field for p in problems] == ["spec.runtime.servingVariant"]

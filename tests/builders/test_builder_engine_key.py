@@ -47,6 +47,7 @@ def test_store_location_and_profile_flag_do_not_change_the_key() -> None:
         {"serving_variant": "python"},
         {"model_name": "other"},
         {"shapes": (ShapeProfile(input="input", min=(3,), opt=(3,), max=(3,)),)},
+        {"cpu_limit_millis": 600},  # the profile stored with the engine holds for its CPU limit
     ],
 )
 def test_any_request_change_gives_a_new_key(request_change: dict[str, Any]) -> None:
@@ -64,6 +65,12 @@ def test_any_request_change_gives_a_new_key(request_change: dict[str, Any]) -> N
 )
 def test_any_content_or_version_change_gives_a_new_key(other: dict[str, Any]) -> None:
     assert key(**other) != key()
+
+
+def test_keys_without_a_cpu_limit_are_the_ones_earlier_builders_computed() -> None:
+    """An upgraded operator finds the build Jobs and engines of requests that name no CPU limit."""
+    assert BASE.request_key() == "a84e3c4cf4931e315d85"
+    assert key() == "252b07be2a79e58ca0005caec1a03a6d"
 
 
 def test_index_key_follows_request_and_versions() -> None:

@@ -72,3 +72,22 @@ def test_cpu_build_has_no_gpu_and_mounts_sources() -> None:
     assert {c.ENGINE_STORE_MOUNT, f"{c.PVC_SOURCE_ROOT}/models", "/tmp"} <= mounts
     assert_restricted(pod)
     assert_mounts_resolve(pod)
+
+
+def test_cpu_build_runs_under_the_serving_cpu_limit() -> None:
+    """Its profile then says what one serving pod can do, not what the whole node can."""
+    limited = make_isvc("a").runtime(resources={"limits": {"cpu": "1.5", "memory": "2Gi"}})
+    request = make_build_request(isvc=limited.obj())
+    assert request.cpu_limit_millis == 1500
+    assert _job(limited)["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "limits": {"cpu": "1500m"}
+    }
+    assert request.request_key() != make_build_request(isvc=make_isvc("a").obj()).request_key()
+    # Requests alone are no limit, and a GPU engine's profile is the GPU's: neither asks for one.
+    requested_only = make_isvc("a").runtime(resources={"requests": {"cpu": "2"}}).obj()
+    assert make_build_request(isvc=requested_only).cpu_limit_millis is None
+    gpu = make_isvc("a").gpu().tensorrt().runtime(resources={"limits": {"cpu": "4"}})
+    assert make_build_request(isvc=gpu.obj()).cpu_limit_millis is None
+    assert _job(gpu)["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": 1}
+    }

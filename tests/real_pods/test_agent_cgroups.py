@@ -10,23 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tailpilot_e2e.agent_cgroups import CFS_PERIOD_US, CpuCgroups, cfs_quota_us, milli_cpu
+from tailpilot_e2e.agent_cgroups import CFS_PERIOD_US, CpuCgroups, cfs_quota_us
 from tailpilot_e2e.agent_process import SHIM, Run
 from tailpilot_e2e.wait import eventually
-
-
-@pytest.mark.parametrize(
-    ("quantity", "milli"),
-    [("500m", 500), ("2", 2000), ("0.5", 500), (2, 2000), ("1.25", 1250), (None, None)],
-)
-def test_cpu_quantities_are_read_in_millicores(quantity: str | int | None, milli: int | None) -> None:
-    assert milli_cpu(quantity) == milli
-
-
-@pytest.mark.parametrize("bad", ["1Gi", "", "-1", "one"])
-def test_a_quantity_that_is_not_cpu_is_refused(bad: str) -> None:
-    with pytest.raises(ValueError, match="not a CPU quantity"):
-        milli_cpu(bad)
 
 
 def test_the_quota_is_the_kubelets() -> None:
@@ -75,3 +61,26 @@ def test_a_container_under_a_quota_uses_no_more_cpu_than_its_limit(tmp_path: Pat
         return cgroups.cpu_seconds("pod-uid", "main") is None
 
     eventually(removed, timeout=10, description="the container's cgroups go once its processes are gone")
+
+
+def test_a_build_in_a_limited_container_reads_its_limit(tmp_path: Path) -> None:
+    """What the engine's profile records as the CPU limit it was measured under, from the kernel."""
+    cgroups = CpuCgroups.of(tmp_path)
+    if not cgroups.available():
+        pytest.fail("cgroup v1 cpu/cpuacct are not writable: the node agent cannot enforce CPU limits")
+    procs = cgroups.create("pod-uid", "build", cfs_quota_us("600m"))
+    run_dir, log = tmp_path / "run", tmp_path / "log"
+    run_dir.mkdir()
+    read_limit = "from tailpilot.builders.cpu_quota import current_cpu_limit_millis as m; print('limit', m())"
+    shim = subprocess.Popen(  # noqa: S603
+        [
+            sys.executable, "-I", "-S", str(SHIM), str(run_dir), str(log), str(tmp_path),
+            *map(str, procs), "--", sys.executable, "-P", "-c", read_limit,
+        ]
+    )  # fmt: skip
+    try:
+        assert shim.wait(timeout=60) == 0
+    finally:
+        Run(run_dir, shim).signal(signal.SIGKILL)
+    assert "limit 600" in log.read_text()
+    cgroups.remove()
