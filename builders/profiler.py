@@ -32,7 +32,7 @@ import numpy.typing as npt
 from tritonclient import grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel, TensorSpec
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ReloadCost, ServiceTimeModel, TensorSpec
 from tailpilot.builders.cpu_quota import current_cpu_limit_millis
 from tailpilot.builders.errors import PROFILE_FAILED, BuildError
 from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
@@ -75,6 +75,8 @@ class ProfileOptions:
     ready_timeout_s: float = 60.0
     #: Extra environment for the Triton process.
     server_env: Mapping[str, str] = field(default_factory=dict)
+    #: Time one live reload of the engine's configuration under light load (`reload_cost`).
+    reload: bool = True
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,18 @@ def make_inputs(
     return out
 
 
+def infer_inputs(
+    specs: Sequence[TensorSpec], data: Mapping[str, npt.NDArray[Any]]
+) -> list[grpcclient.InferInput]:
+    """The request tensors (gRPC) holding `data` from `make_inputs`; a request needs fresh ones."""
+    made = []
+    for spec in specs:
+        tensor = grpcclient.InferInput(spec.name, list(data[spec.name].shape), _WIRE_TYPES[spec.data_type])
+        tensor.set_data_from_numpy(data[spec.name])
+        made.append(tensor)
+    return made
+
+
 def measure(
     grpc_url: str,
     model_name: str,
@@ -218,14 +232,7 @@ def measure(
     errors: list[str] = []
 
     def request_inputs() -> list[grpcclient.InferInput]:
-        made = []
-        for spec in inputs:
-            tensor = grpcclient.InferInput(
-                spec.name, list(data[spec.name].shape), _WIRE_TYPES[spec.data_type]
-            )
-            tensor.set_data_from_numpy(data[spec.name])
-            made.append(tensor)
-        return made
+        return infer_inputs(inputs, data)
 
     with grpcclient.InferenceServerClient(grpc_url) as client:
         for _ in range(warmup_requests):
@@ -268,6 +275,40 @@ def measure(
     )
 
 
+def _reload_cost(
+    grpc_url: str, engine_dir: Path, manifest: EngineManifest, progress: Callable[[str], None]
+) -> ReloadCost | None:
+    """One live reload of the engine's own configuration, timed; None (and a warning) when it cannot be.
+
+    Optional in a profile like the compute time: the policy then treats reloads as free.
+    """
+    from tailpilot.builders import triton_config
+    from tailpilot.builders.reload_cost import measure_reload
+
+    try:
+        config = triton_config.from_pbtxt(
+            (engine_dir / REPOSITORY / manifest.model_name / "config.pbtxt").read_text()
+        )
+        timing = measure_reload(
+            grpc_url,
+            manifest.model_name,
+            manifest.inputs,
+            config_json=triton_config.to_load_override_json(config),
+        )
+    except (RuntimeError, InferenceServerException, OSError, ValueError) as exc:
+        progress(f"warning: the reload could not be timed ({exc}); the profile has no reload cost")
+        return None
+    progress(
+        f"reload: {timing.load_s:.2f} s, {timing.served_share:.0%} of the throughput kept meanwhile; "
+        f"worst request {timing.stall_ms:.0f} ms ({timing.baseline_ms:.0f} ms before)"
+    )
+    return ReloadCost(
+        seconds=round(timing.load_s, 3),
+        served_share=round(timing.served_share, 3),
+        worst_latency_ms=round(timing.stall_ms, 1),
+    )
+
+
 def profile_engine(
     engine_dir: Path, options: ProfileOptions, *, progress: Callable[[str], None] = lambda _: None
 ) -> EngineProfile:
@@ -289,7 +330,11 @@ def profile_engine(
     measurements = []
     try:
         with TritonServer(
-            engine_dir / REPOSITORY, ready_timeout_s=options.ready_timeout_s, env=options.server_env
+            engine_dir / REPOSITORY,
+            ready_timeout_s=options.ready_timeout_s,
+            env=options.server_env,
+            # Explicit model control, as on the serving pods: the reload below needs it.
+            explicit_models=[manifest.model_name],
         ) as server:
             for b in sizes:
                 m = measure(
@@ -310,6 +355,7 @@ def profile_engine(
                 )
                 measurements.append(m)
             compute = fit_compute_time(compute_stats(server.grpc_url, manifest.model_name))
+            reload = _reload_cost(server.grpc_url, engine_dir, manifest, progress) if options.reload else None
     except TritonStartError as exc:
         raise BuildError(PROFILE_FAILED, f"Triton did not start on the engine: {exc}") from exc
     finally:
@@ -323,6 +369,7 @@ def profile_engine(
         precision=str(manifest.request.get("precision", "")),
         hardware=str(manifest.request.get("target", "cpu")),
         cpu_limit_millis=cpu_limit,
+        reload=reload,
         max_batch_size=max_batch,
         points=[summarize(m) for m in measurements],
         service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
-from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ReloadCost, ServiceTimeModel
 from tailpilot.api.v1alpha1 import InferenceService, LearnedStatus
 from tailpilot.builders import triton_config
 from tailpilot.controllers.batching import apply_batching
@@ -91,6 +91,7 @@ def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProf
         precision="",
         hardware=profile.get("hardware", ""),
         cpu_limit_millis=profile.get("cpuLimitMillis"),
+        reload=ReloadCost.model_validate(reload) if (reload := profile.get("reload")) else None,
         max_batch_size=max_batch_size,
         points=[
             BatchProfilePoint(

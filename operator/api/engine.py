@@ -55,6 +55,17 @@ class ServiceTimeModel(_Frozen):
         return self.intercept_ms + self.per_item_ms * batch_size
 
 
+class ReloadCost(_Frozen):
+    """One live reload of the engine (Triton's load API with a config override) under light load."""
+
+    #: How long the load took.
+    seconds: float = Field(ge=0)
+    #: The share of its throughput the instance kept while the new one loaded (0-1).
+    served_share: float = Field(ge=0, le=1, alias="servedShare")
+    #: The worst latency of a request in flight during the reload, ms.
+    worst_latency_ms: float = Field(ge=0, alias="worstLatencyMs")
+
+
 class EngineProfile(_Frozen):
     """Content of `profile.json`: what one engine can do on the hardware it was profiled on."""
 
@@ -72,6 +83,9 @@ class EngineProfile(_Frozen):
     #: The CPU limit (CFS quota) the profiling Triton ran under, in millicores, as the kernel
     #: enforced it; None without one. A CPU engine's times hold for serving pods with this limit.
     cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
+    #: What one live reload of the engine's configuration cost, timed under light load; None when
+    #: not timed (the policy then treats reloads as free).
+    reload: ReloadCost | None = None
     #: How the numbers were obtained (tool, version, duration) or, for scaled
     #: variants that stand for GPU engines, that they are scaled and from what.
     method: str = ""
@@ -81,6 +95,7 @@ class EngineProfile(_Frozen):
         return ProfileSummary(
             hardware=self.hardware,
             cpu_limit_millis=self.cpu_limit_millis,
+            reload=self.reload,
             service_time=self.service_time,
             compute_time=self.compute_time,
             points=[
@@ -107,6 +122,7 @@ class ProfileSummary(_Frozen):
 
     hardware: str
     cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
+    reload: ReloadCost | None = None
     service_time: ServiceTimeModel = Field(alias="serviceTime")
     compute_time: ServiceTimeModel | None = Field(default=None, alias="computeTime")
     points: list[ProfileSummaryPoint]

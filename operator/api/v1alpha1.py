@@ -727,6 +727,16 @@ class ProfilePointStatus(_Model):
     throughput_per_s: float = Field(ge=0, description="Inferences per second at this batch size.")
 
 
+class ReloadStatus(_Model):
+    """One live reload of the engine, timed when it was profiled."""
+
+    seconds: float = Field(ge=0, description="How long the load took, s.")
+    served_share: float = Field(
+        ge=0, le=1, description="Share of its throughput the instance kept while the new one loaded (0-1)."
+    )
+    worst_latency_ms: float = Field(ge=0, description="Worst latency of a request in flight during it, ms.")
+
+
 class ProfileStatus(_Model):
     """Summary of the engine's measured profile (mirrors tailpilot.api.engine.ProfileSummary)."""
 
@@ -738,6 +748,16 @@ class ProfileStatus(_Model):
             "The CPU limit, in millicores, that the build Job's kernel enforced while the engine was "
             "profiled: a CPU engine is built and profiled under the Triton container's CPU limit, so its "
             "times hold for one serving pod. Absent when no limit was enforced."
+        ),
+    )
+    reload: ReloadStatus | None = Field(
+        default=None,
+        description=(
+            "What one live reload of the engine's configuration cost in the profiling Triton under light "
+            "load. Under load, a reload lasting `seconds` that keeps `servedShare` of a replica's "
+            "throughput delays requests by about (utilization - servedShare) x seconds; the autoscaler "
+            "changes batching under load only when that fits within the SLO margin, or when no replica "
+            "count within bounds meets the SLO with the batching in force. Absent when not timed."
         ),
     )
     service_time: ServiceTimeStatus = Field(description="Fitted service time per batch.")

@@ -50,6 +50,7 @@ from tailpilot.policy.model import (
     heavy_weight,
     min_replicas_for,
     predict_p99_ms,
+    reload_delay_ms,
     utilization,
 )
 
@@ -488,6 +489,27 @@ def _alert_replicas_keeping_batching(
     return found or 0
 
 
+def _reload_delay_now(
+    config: PolicyConfig,
+    profile: EngineProfile,
+    obs: Observation,
+    state: PolicyState,
+    *,
+    rate: float,
+    service: ServiceTimeModel,
+) -> float:
+    """How long a reload now would delay requests, ms (`reload_delay_ms` at the ready replicas' load)."""
+    if profile.reload is None:
+        return 0.0
+    busy = utilization(
+        rate_per_s=rate,
+        replicas=_ready_replicas(obs, state),
+        shape=_shape(state.batching),
+        service=service,
+    )
+    return reload_delay_ms(profile.reload, busy)
+
+
 def _hold(
     *,
     config: PolicyConfig,
@@ -610,6 +632,31 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     # The batching in force is kept while it meets the normal margin, even under an alert.
     keep_target = config.p99_target_ms * (1 - config.slo_margin)
     sizing = arrival + drain
+    reload_delay = _reload_delay_now(config, profile, obs, state, rate=sizing, service=service)
+    if (
+        reload_delay > config.p99_target_ms * config.slo_margin
+        and len(cands) > 1
+        and _in_bounds(config, profile, state.batching)
+    ):
+        in_force = ((state.batching, _shape(state.batching)),)
+        if _fewest(
+            rate=sizing, target_ms=up_target, cands=in_force, config=config, service=service,
+            correction=correction, bursts=bursts,
+        ) is not None:  # fmt: skip
+            # A reload now would delay requests by more than the margin the SLO keeps free, and
+            # replicas within bounds meet the SLO with the batching in force: they are the cheaper
+            # knob on this engine. The backlog is sized again for what the replicas in force serve.
+            cands = in_force
+            fastest, fastest_shape = cands[0]
+            top_capacity = capacity_per_s(fastest_shape, service)
+            arrival, drain, queue_total = _demand(
+                config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
+            )
+            sizing = arrival + drain
+        else:
+            reload_delay = 0.0  # a reload is the only way to the SLO: not worth a note
+    else:
+        reload_delay = 0.0
     recommendation, infeasible, queue_forced = _recommend(
         config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
         service=service, correction=correction, bursts=bursts,
@@ -731,6 +778,8 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     )
     if service is not profile.service_time:
         message += f"; compute x{state.service_scale:.2f} of the profile"
+    if reload_delay > 0:
+        message += f"; reloads held: one now would delay requests ~{reload_delay:.0f} ms"
     if bursts:
         span, peak = max(bursts.spans, key=lambda b: b[1] / b[0])
         message += f"; bursts up to {peak:.0f} requests in {span:g} s"

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import ServiceTimeModel
+from tailpilot.api.engine import ReloadCost, ServiceTimeModel
 
 #: Utilization above which a replica is considered unable to keep up.
 MAX_UTILIZATION = 0.97
@@ -113,6 +113,19 @@ def utilization(*, rate_per_s: float, replicas: int, shape: BatchShape, service:
     if replicas <= 0:
         return math.inf if rate_per_s > 0 else 0.0
     return rate_per_s / (replicas * capacity_per_s(shape, service))
+
+
+def reload_delay_ms(reload: ReloadCost | None, utilization: float) -> float:
+    """How long a live reload at `utilization` of the replicas in force delays requests, ms.
+
+    While the new instance loads (`reload.seconds`), a replica serves only `reload.served_share` of
+    its capacity; at a higher utilization the difference queues, and the last request queued waits
+    about (utilization - served_share) x seconds. 0 for a reload that was never timed, or one the
+    replica absorbs at this load (an overloaded replica counts as fully busy: its backlog grows anyway).
+    """
+    if reload is None:
+        return 0.0
+    return max(0.0, min(utilization, 1.0) - reload.served_share) * reload.seconds * 1000.0
 
 
 def corrected_p99_ms(

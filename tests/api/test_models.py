@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ReloadCost, ServiceTimeModel
 from tailpilot.api.v1alpha1 import (
     BatchingStatus,
     Condition,
@@ -70,6 +70,7 @@ def test_profile_status_mirrors_summary() -> None:
         service_time=ServiceTimeModel(intercept_ms=1.0, per_item_ms=0.5),
         compute_time=ServiceTimeModel(intercept_ms=0.8, per_item_ms=0.45),
         cpu_limit_millis=600,
+        reload=ReloadCost(seconds=3.5, served_share=0.4, worst_latency_ms=80.0),
     )
     status = ProfileStatus.from_summary(profile.to_summary())
     assert [p.batch_size for p in status.points] == [1, 4, 8]
@@ -77,9 +78,11 @@ def test_profile_status_mirrors_summary() -> None:
     assert status.service_time.per_item_ms == 0.5
     assert status.compute_time is not None and status.compute_time.intercept_ms == 0.8
     assert status.cpu_limit_millis == 600
+    assert status.reload is not None and (status.reload.seconds, status.reload.served_share) == (3.5, 0.4)
     assert set(ProfileStatus.model_fields) == {
         "hardware",
         "cpu_limit_millis",
+        "reload",
         "service_time",
         "compute_time",
         "points",

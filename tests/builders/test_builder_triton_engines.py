@@ -93,6 +93,13 @@ def test_build_with_profile_writes_profile_json(make_request: Callable[..., Buil
     assert profile.compute_time is not None
     assert 0 < profile.compute_time.mean_ms(1) < profile.service_time.mean_ms(1)
     assert (profile.engine_key, profile.hardware, profile.max_batch_size) == (result.engine_key, "cpu", 16)
+    # One live reload of the engine's configuration, timed: Triton reloads the Python backend's
+    # stub (a second or more, measured 1.9-3.6 s), and the old instance keeps serving meanwhile.
+    assert profile.reload is not None
+    assert profile.reload.seconds > 0.2 and 0 < profile.reload.served_share <= 1
+    assert profile.reload.worst_latency_ms > 0
+    assert any(line.startswith("reload: ") for line in lines)
+    assert profile.cpu_limit_millis is None  # this test's process runs under no CFS quota
     assert result.profile == profile.to_summary()
     # Profiling left nothing behind in the published engine (e.g. the Python backend's __pycache__).
     engine = Path(result.artifact)

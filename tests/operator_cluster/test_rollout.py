@@ -43,6 +43,7 @@ def test_gpu_example_builds_rolls_out_on_h100_and_reports_status(
     assert pod.spec.node_name.startswith("gpu-h100-")
     (job,) = batch.list_namespaced_job(namespace).items
     assert job.metadata.owner_references[0].name == name
+
     # The status follows the pod: EngineBuildPending while it waits for its volume, then EngineBuilding.
     def building():
         cond = condition(custom_object(k8s, namespace, name), "EngineReady")

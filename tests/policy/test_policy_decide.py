@@ -10,6 +10,7 @@ import pytest
 from policy_fakes import FakeClock, Plant, make_profile, replica_series, reversals
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
+from tailpilot.api.engine import ReloadCost
 from tailpilot.policy import PolicyConfig, PolicyState, Reason, decide
 from tailpilot.policy.model import BatchShape, utilization
 
@@ -675,3 +676,33 @@ def test_a_batching_that_only_eats_into_the_margin_is_not_reloaded_for_one_that_
     assert decided(710.0) == 16
     assert plant.p99(760.0, 1, state.batching) > TARGET  # past the SLO itself: the clear gain is taken
     assert decided(760.0) == 32
+
+
+def _with_costly_reload(plant: Plant) -> Plant:
+    """The engine of the real pods: a reload takes 3.5 s and keeps 40% of a replica's throughput."""
+    plant.profile = plant.profile.model_copy(
+        update={"reload": ReloadCost(seconds=3.5, served_share=0.4, worst_latency_ms=80.0)}
+    )
+    return plant
+
+
+def test_a_costly_reload_is_not_pulled_under_load_while_replicas_can_meet_the_slo():
+    plant = _with_costly_reload(make_plant(replicas=2, batch=1))
+    # Batch 32 would carry 1600 req/s on these 2 replicas (test_batching_moves_before_replicas), but
+    # at their load a 3.5 s reload would delay requests ~2 s: batch 1 on more replicas meets it.
+    d = plant.step(1600.0)
+    assert d.batching == BatchingConfig(max_batch_size=1)
+    assert d.action == ScalingAction.SCALE_UP and d.replicas > 2
+    assert "reloads held: one now would delay requests ~2100 ms" in d.message
+    plant.run(1600.0, 12)
+    assert plant.state.batching == BatchingConfig(max_batch_size=1)
+    assert plant.true_p99[-1] <= TARGET
+
+
+def test_a_costly_reload_is_pulled_when_no_replica_count_within_bounds_meets_the_slo():
+    plant = _with_costly_reload(make_plant(replicas=2, batch=1))
+    plant.config = replace(plant.config, max_replicas=2)
+    d = plant.step(1600.0)
+    assert d.batching.max_batch_size > 1 and d.replicas == 2
+    assert "reloads held" not in d.message
+    assert plant.p99(1600.0, 2, d.batching) <= TARGET

@@ -8,8 +8,9 @@ import pytest
 from policy_fakes import make_profile
 
 from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import ReloadCost
 from tailpilot.policy import BatchShape, capacity_per_s, predict_p99_ms
-from tailpilot.policy.model import Correction, min_replicas_for
+from tailpilot.policy.model import Correction, min_replicas_for, reload_delay_ms
 
 SERVICE = make_profile(intercept_ms=4.0, per_item_ms=0.5, jitter_cv=0.1).service_time
 
@@ -107,3 +108,11 @@ def test_the_correction_blends_its_light_and_heavy_factors_by_utilization():
     middle = c.at(0.5)
     assert middle == pytest.approx(math.sqrt(0.5 * 1.5))  # log-linear halfway
     assert all(c.at(u) <= c.at(u + 0.01) for u in (0.3, 0.4, 0.5, 0.6))  # continuous, monotone
+
+
+def test_a_reload_delays_requests_by_the_load_it_cannot_serve_for_its_duration() -> None:
+    cost = ReloadCost(seconds=3.5, served_share=0.4, worst_latency_ms=80.0)
+    assert reload_delay_ms(cost, 0.3) == 0.0  # the instance left serving absorbs this load
+    assert reload_delay_ms(cost, 0.8) == pytest.approx(0.4 * 3500.0)
+    assert reload_delay_ms(cost, 2.5) == pytest.approx(0.6 * 3500.0)  # overloaded: fully busy
+    assert reload_delay_ms(None, 0.9) == 0.0  # never timed: free, as the simulator's engines

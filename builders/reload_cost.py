@@ -1,0 +1,162 @@
+"""What a live reload of the engine costs the requests it overlaps.
+
+The autoscaler changes batching by reloading the model in place (Triton's load API with a config
+override). Triton keeps serving the old instance while the new one loads, but the load shares the
+pod's CPU: on the Python backend under a 600m limit, the new backend stub's start-up took 3.5 s
+and stalled requests 2-4.5 s on this machine's real pods under load, longer than the SLO. A reload
+is then not the cheap knob it is on a native backend, and the policy should know before it pulls it.
+
+`measure_reload` times one reload of the engine's own configuration in the profiling Triton (in
+explicit model-control mode, under the build Job's CPU limit) while one client sends single
+requests back to back. It reports how long the load took and what share of its throughput the
+instance kept meanwhile: under load, a reload lasting L seconds that keeps a share r of a
+replica's capacity leaves a backlog that delays requests by about (utilization - r) * L
+(`tailpilot.policy.model.reload_delay_ms`). `served_share` and `worst_latency_during` are the
+pure parts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tritonclient import grpc as grpcclient
+
+from tailpilot.api.engine import TensorSpec
+from tailpilot.builders.profiler import infer_inputs, make_inputs
+
+#: Requests answered before the reload starts (the baseline) and after it ends.
+_MIN_REQUESTS_AROUND = 3
+
+
+@dataclass(frozen=True)
+class ReloadTiming:
+    """One reload under light load."""
+
+    #: How long Triton's load call took.
+    load_s: float
+    #: The share of its throughput before the reload the instance kept during it (0-1).
+    served_share: float
+    #: The worst latency of a request in flight during the reload (or started within the settle time after).
+    stall_ms: float
+    #: The median latency of the requests before the reload.
+    baseline_ms: float
+
+
+def served_share(
+    requests: Sequence[tuple[float, float]], *, reload_from: float, reload_to: float
+) -> float | None:
+    """Throughput during the reload over the throughput before it, from back-to-back (start, end) requests.
+
+    One client sends the next request when the previous answers, so its throughput is the inverse
+    of the mean latency: before the reload, over the requests that ended before it; during it, the
+    busy time of the requests that overlap it is credited pro rata. None without requests before.
+    """
+    before = [end - start for start, end in requests if end <= reload_from]
+    span = reload_to - reload_from
+    if not before or span <= 0:
+        return None
+    baseline_rate = 1.0 / float(np.mean(before))
+    served = sum(
+        (min(end, reload_to) - max(start, reload_from)) / (end - start)
+        for start, end in requests
+        if end > reload_from and start < reload_to and end > start
+    )
+    return min(1.0, served / span / baseline_rate)
+
+
+def worst_latency_during(
+    requests: Sequence[tuple[float, float]], *, reload_from: float, reload_to: float, settle_s: float
+) -> float | None:
+    """Worst latency (ms) of the (start, end) requests that overlap the reload or its settle time.
+
+    A request counts if it ended after the reload began and started before `settle_s` after the
+    reload ended: the first requests on a fresh instance are part of what a reload costs. None
+    when no request overlaps.
+    """
+    overlapping = [
+        end - start for start, end in requests if end > reload_from and start < reload_to + settle_s
+    ]
+    return max(overlapping) * 1000.0 if overlapping else None
+
+
+def measure_reload(
+    grpc_url: str,
+    model_name: str,
+    inputs: Sequence[TensorSpec],
+    *,
+    config_json: str,
+    settle_s: float = 1.0,
+    timeout_s: float = 120.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ReloadTiming:
+    """Reload `model_name` with `config_json` while one client sends single requests back to back.
+
+    The Triton at `grpc_url` must run in explicit model-control mode.
+
+    Raises:
+        RuntimeError: when a request fails, or no request was answered around the reload.
+        InferenceServerException: when Triton refuses the load.
+    """
+    data = make_inputs(inputs, 1)
+    lock = threading.Lock()
+    done: list[tuple[float, float]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+    deadline = clock() + timeout_s
+
+    def worker() -> None:
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            while not stop.is_set() and clock() < deadline:
+                tensors = infer_inputs(inputs, data)
+                start = clock()
+                try:
+                    client.infer(model_name, tensors)
+                except Exception as exc:  # tritonclient raises InferenceServerException and grpc errors
+                    with lock:
+                        errors.append(str(exc))
+                    return
+                with lock:
+                    done.append((start, clock()))
+
+    def answered_since(t: float) -> int:
+        with lock:
+            return sum(1 for start, _ in done if start >= t)
+
+    def wait_for(condition: Callable[[], bool]) -> None:
+        while not condition() and not errors and clock() < deadline:
+            time.sleep(0.01)  # polls the worker's progress; the wait is bounded by `deadline`
+
+    thread = threading.Thread(target=worker, daemon=True)
+    began = clock()
+    thread.start()
+    try:
+        wait_for(lambda: answered_since(began) >= _MIN_REQUESTS_AROUND)
+        reload_from = clock()
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            client.load_model(model_name, config=config_json)
+        reload_to = clock()
+        wait_for(
+            lambda: clock() >= reload_to + settle_s and answered_since(reload_to) >= _MIN_REQUESTS_AROUND
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=timeout_s)
+    if errors:
+        raise RuntimeError(f"a request failed during the reload: {errors[0]}")
+    with lock:
+        requests = list(done)
+    stall = worst_latency_during(requests, reload_from=reload_from, reload_to=reload_to, settle_s=settle_s)
+    share = served_share(requests, reload_from=reload_from, reload_to=reload_to)
+    before = [end - start for start, end in requests if end <= reload_from]
+    if stall is None or share is None:
+        raise RuntimeError("no request was answered around the reload")
+    return ReloadTiming(
+        load_s=reload_to - reload_from,
+        served_share=share,
+        stall_ms=stall,
+        baseline_ms=float(np.median(before)) * 1000.0,
+    )
