@@ -27,7 +27,10 @@ One call, in order (docs/autoscaling.md has the long form):
    stabilization window when `n_down` is below it; otherwise keep the size.
    Batching is then the candidate that meets the target at the chosen size,
    keeping the current one whenever it qualifies, so batching (a live reload)
-   moves before replicas do.
+   moves before replicas do, unless the profile says a reload at the load in
+   force would delay requests by more than the SLO's margin
+   (`model.reload_delay_ms`) and replicas within bounds meet the SLO with the
+   batching in force: then only that batching is a candidate.
 6. Guardrails: step limits, cooldowns (skipped for scale-up while an alert
    fires), no scale-down during an alert, dry run.
 """
