@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tailpilot.api.engine import BuildOutcome, BuildResult
+from tailpilot.api.engine import BuildOutcome, BuildResult, ProfileSummary
 
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 
@@ -144,3 +144,34 @@ def _failure_text(result: BuildResult | None, terminated: dict[str, Any] | None)
             f": {text}" if text else ""
         )
     return "", ""
+
+
+def profile_notes(profile: ProfileSummary | None, *, serving_cpu_limit_millis: int | None) -> tuple[str, str]:
+    """(what the EngineBuilt Event adds about the profile, a warning or "") (pure).
+
+    The warning is for a CPU engine whose profile was measured under another CPU limit than the
+    pods': a runtime that does not enforce the build Job's limit, or an engine built before the
+    operator asked for one.
+    """
+    if profile is None:
+        return "", ""
+    limit = profile.cpu_limit_millis
+    notes = [f"profiled on {profile.hardware}" + (f" under a CPU limit of {limit}m" if limit else "")]
+    if profile.reload is not None:
+        notes.append(
+            f"a live reload took {profile.reload.seconds:.1f} s, keeping "
+            f"{profile.reload.served_share:.0%} of the throughput"
+        )
+    warning = ""
+    if (
+        profile.hardware == "cpu"
+        and serving_cpu_limit_millis is not None
+        and limit != serving_cpu_limit_millis
+    ):
+        measured = "no CPU limit" if limit is None else f"a CPU limit of {limit}m"
+        warning = (
+            f"the engine was profiled under {measured}, but its pods are limited to "
+            f"{serving_cpu_limit_millis}m: its times are off by their ratio until the autoscaler "
+            "learns the serving speed online"
+        )
+    return "; ".join(notes), warning

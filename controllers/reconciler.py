@@ -25,7 +25,7 @@ from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import BatchingMode, BatchingStatus, InferenceService
 from tailpilot.api.validation import check_batching, check_spec, format_problems
 from tailpilot.controllers import drift
-from tailpilot.controllers.build_state import BuildPhase, BuildState, assess_build
+from tailpilot.controllers.build_state import BuildPhase, BuildState, assess_build, profile_notes
 from tailpilot.controllers.conditions import ConditionUpdate, derive_ready, merge_conditions
 from tailpilot.controllers.kubeapi import (
     CONFIGMAPS,
@@ -371,9 +371,18 @@ class Reconciler:
             status["profile"] = result.profile.model_dump(by_alias=True, mode="json")
         status["build"] = {**build, "phase": "Succeeded", "reason": "", "message": ""}
         reason = c.REASON_ENGINE_CACHED if result.cache_hit else c.REASON_ENGINE_BUILT
-        events.append(
-            EventRecord("Normal", reason, f"engine {result.engine_key[:12]} ready at {result.artifact}")
+        note, warning = profile_notes(
+            result.profile, serving_cpu_limit_millis=job_manifests.serving_cpu_limit_millis(isvc)
         )
+        events.append(
+            EventRecord(
+                "Normal",
+                reason,
+                f"engine {result.engine_key[:12]} ready at {result.artifact}" + (f"; {note}" if note else ""),
+            )
+        )
+        if warning:
+            events.append(EventRecord("Warning", c.EVENT_PROFILE_CPU_LIMIT_MISMATCH, warning))
         return ConditionUpdate(
             c.CONDITION_ENGINE_READY,
             c.STATUS_TRUE,

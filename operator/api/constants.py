@@ -86,6 +86,8 @@ REASON_ENGINE_BUILDING: Final = "EngineBuilding"
 REASON_ENGINE_BUILT: Final = "EngineBuilt"
 REASON_ENGINE_CACHED: Final = "EngineCached"
 REASON_ENGINE_BUILD_FAILED: Final = "EngineBuildFailed"
+#: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.
+EVENT_PROFILE_CPU_LIMIT_MISMATCH: Final = "ProfileCPULimitMismatch"
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_ROLLING_OUT: Final = "RollingOut"

@@ -1,7 +1,14 @@
 import json
 
-from tailpilot.api.engine import BuildOutcome, BuildResult
-from tailpilot.controllers.build_state import BuildPhase, assess_build, parse_result
+from tailpilot.api.engine import (
+    BuildOutcome,
+    BuildResult,
+    ProfileSummary,
+    ProfileSummaryPoint,
+    ReloadCost,
+    ServiceTimeModel,
+)
+from tailpilot.controllers.build_state import BuildPhase, assess_build, parse_result, profile_notes
 
 
 def job(*conditions):
@@ -106,3 +113,35 @@ def test_an_unschedulable_build_pod_says_why():
 
 def test_a_running_build_pod_is_not_waiting():
     assert assess_build(job(), [pod("Running")]).waiting == ""
+
+
+def _summary(**update: object) -> ProfileSummary:
+    base = ProfileSummary(
+        hardware="cpu",
+        service_time=ServiceTimeModel(intercept_ms=0.0, per_item_ms=95.9),
+        points=[ProfileSummaryPoint(batch_size=1, p99_ms=157.4, throughput_per_s=10.4)],
+    )
+    return base.model_copy(update=update)
+
+
+def test_the_engine_built_event_says_what_the_profile_was_measured_under() -> None:
+    summary = _summary(
+        cpu_limit_millis=600, reload=ReloadCost(seconds=4.86, served_share=0.63, worst_latency_ms=290.0)
+    )
+    note, warning = profile_notes(summary, serving_cpu_limit_millis=600)
+    assert note == (
+        "profiled on cpu under a CPU limit of 600m; a live reload took 4.9 s, keeping 63% of the throughput"
+    )
+    assert warning == ""
+    assert profile_notes(None, serving_cpu_limit_millis=600) == ("", "")
+
+
+def test_a_profile_measured_without_the_pods_cpu_limit_is_a_warning() -> None:
+    note, warning = profile_notes(_summary(), serving_cpu_limit_millis=500)
+    assert note == "profiled on cpu"
+    assert warning.startswith("the engine was profiled under no CPU limit, but its pods are limited to 500m")
+    other = profile_notes(_summary(cpu_limit_millis=2000), serving_cpu_limit_millis=500)[1]
+    assert "under a CPU limit of 2000m" in other
+    # Pods without a limit, and GPU engines, have nothing to compare.
+    assert profile_notes(_summary(cpu_limit_millis=600), serving_cpu_limit_millis=None)[1] == ""
+    assert profile_notes(_summary(hardware="NVIDIA-L4"), serving_cpu_limit_millis=500)[1] == ""

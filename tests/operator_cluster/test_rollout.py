@@ -8,6 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tailpilot.api.quantity import milli_cpu
 from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_build, running_build_pod
 from tailpilot_e2e.wait import eventually
 
@@ -227,3 +228,7 @@ def test_a_build_that_cannot_start_says_why(k8s, namespace, operator, example):
 
     cond = eventually(pending, timeout=60, description="EngineReady=False EngineBuildPending")
     assert cond["status"] == "False" and 'persistentvolumeclaim "models" not found' in cond["message"], cond
+    # The build runs, and profiles the engine, under the serving pods' CPU limit (the example's "2").
+    (job,) = client.BatchV1Api(k8s).list_namespaced_job(namespace).items
+    limits = job.spec.template.spec.containers[0].resources.limits
+    assert set(limits) == {"cpu"} and milli_cpu(limits["cpu"]) == 2000, limits
