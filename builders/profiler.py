@@ -209,6 +209,26 @@ def infer_inputs(
     return made
 
 
+def send_timed(
+    client: grpcclient.InferenceServerClient,
+    model_name: str,
+    tensors: list[grpcclient.InferInput],
+    *,
+    clock: Callable[[], float],
+    lock: threading.Lock,
+    errors: list[str],
+) -> tuple[float, float] | None:
+    """(sent, answered) times of one request; None, with the error appended under `lock`, if it failed."""
+    start = clock()
+    try:
+        client.infer(model_name, tensors)
+    except Exception as exc:  # tritonclient raises InferenceServerException and grpc errors
+        with lock:
+            errors.append(str(exc))
+        return None
+    return start, clock()
+
+
 def measure(
     grpc_url: str,
     model_name: str,
@@ -245,17 +265,13 @@ def measure(
                 with lock:
                     if len(latencies) >= max_requests or errors:
                         return
-                tensors = request_inputs()
-                start = clock()
-                try:
-                    client.infer(model_name, tensors)
-                except Exception as exc:  # tritonclient raises InferenceServerException and grpc errors
-                    with lock:
-                        errors.append(str(exc))
+                timed = send_timed(
+                    client, model_name, request_inputs(), clock=clock, lock=lock, errors=errors
+                )
+                if timed is None:
                     return
-                elapsed_ms = (clock() - start) * 1000.0
                 with lock:
-                    latencies.append(elapsed_ms)
+                    latencies.append((timed[1] - timed[0]) * 1000.0)
 
     started = clock()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]

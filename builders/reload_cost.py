@@ -26,7 +26,7 @@ import numpy as np
 from tritonclient import grpc as grpcclient
 
 from tailpilot.api.engine import TensorSpec
-from tailpilot.builders.profiler import infer_inputs, make_inputs
+from tailpilot.builders.profiler import infer_inputs, make_inputs, send_timed
 
 #: Requests answered before the reload starts (the baseline) and after it ends.
 _MIN_REQUESTS_AROUND = 3
@@ -111,16 +111,13 @@ def measure_reload(
     def worker() -> None:
         with grpcclient.InferenceServerClient(grpc_url) as client:
             while not stop.is_set() and clock() < deadline:
-                tensors = infer_inputs(inputs, data)
-                start = clock()
-                try:
-                    client.infer(model_name, tensors)
-                except Exception as exc:  # tritonclient raises InferenceServerException and grpc errors
-                    with lock:
-                        errors.append(str(exc))
+                timed = send_timed(
+                    client, model_name, infer_inputs(inputs, data), clock=clock, lock=lock, errors=errors
+                )
+                if timed is None:
                     return
                 with lock:
-                    done.append((start, clock()))
+                    done.append(timed)
 
     def answered_since(t: float) -> int:
         with lock:

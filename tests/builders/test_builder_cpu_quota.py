@@ -13,27 +13,28 @@ def reader(files: dict[str, str]):  # type: ignore[no-untyped-def]
     return lambda path: files.get(str(path))
 
 
+def v1(directory: str, quota: int, period: int = 100_000) -> dict[str, str]:
+    """The two cgroup v1 files of one directory under the `cpu` controller's mount."""
+    return {
+        f"{directory}/cpu.cfs_period_us": str(period),
+        f"{directory}/cpu.cfs_quota_us": str(quota),
+    }
+
+
 def test_v1_the_containers_quota_is_the_limit() -> None:
+    mount = "/sys/fs/cgroup/cpu,cpuacct"
     files = {
-        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000",
-        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1",
-        "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000",
-        "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "110000",
-        "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_period_us": "100000",
-        "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_quota_us": "60000",
+        **v1(mount, -1),
+        **v1(f"{mount}/kubepods/pod1", 110_000),
+        **v1(f"{mount}/kubepods/pod1/c1", 60_000),
     }
     text = "11:memory:/kubepods/pod1/c1\n4:cpu,cpuacct:/kubepods/pod1/c1\n"
     assert cpu_limit_millis(text, reader(files), ROOT) == 600
 
 
 def test_v1_a_tighter_parent_quota_wins() -> None:
-    files = {
-        "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000",
-        "/sys/fs/cgroup/cpu/a/cpu.cfs_period_us": "100000",
-        "/sys/fs/cgroup/cpu/a/cpu.cfs_quota_us": "25000",
-        "/sys/fs/cgroup/cpu/a/b/cpu.cfs_period_us": "50000",
-        "/sys/fs/cgroup/cpu/a/b/cpu.cfs_quota_us": "-1",
-    }
+    mount = "/sys/fs/cgroup/cpu"
+    files = {**v1(mount, -1), **v1(f"{mount}/a", 25_000), **v1(f"{mount}/a/b", -1, period=50_000)}
     assert cpu_limit_millis("1:cpu:/a/b\n2:cpuacct:/a/b\n", reader(files), ROOT) == 250
 
 
