@@ -492,25 +492,38 @@ def _alert_replicas_keeping_batching(
     return found or 0
 
 
-def _reload_delay_now(
+def _reload_held_ms(
+    *,
     config: PolicyConfig,
     profile: EngineProfile,
     obs: Observation,
     state: PolicyState,
-    *,
     rate: float,
+    target_ms: float,
+    cands: tuple[_Candidate, ...],
     service: ServiceTimeModel,
+    correction: Correction,
+    bursts: Bursts,
 ) -> float:
-    """How long a reload now would delay requests, ms (`reload_delay_ms` at the ready replicas' load)."""
-    if profile.reload is None:
+    """How long a reload now would delay requests (ms) when that is reason to hold reloads; else 0.
+
+    Reloads are held when the profile's reload cost at the ready replicas' load
+    (`reload_delay_ms`) exceeds the margin the SLO keeps free, the batching in force is within
+    bounds, and some replica count within bounds meets `target_ms` with it. A reload that is the
+    only way to the SLO is never held.
+    """
+    if profile.reload is None or len(cands) < 2 or not _in_bounds(config, profile, state.batching):
         return 0.0
-    busy = utilization(
-        rate_per_s=rate,
-        replicas=_ready_replicas(obs, state),
-        shape=_shape(state.batching),
-        service=service,
-    )
-    return reload_delay_ms(profile.reload, busy)
+    in_force = _shape(state.batching)
+    busy = utilization(rate_per_s=rate, replicas=_ready_replicas(obs, state), shape=in_force, service=service)
+    delay = reload_delay_ms(profile.reload, busy)
+    if delay <= config.p99_target_ms * config.slo_margin:
+        return 0.0
+    feasible = _fewest(
+        rate=rate, target_ms=target_ms, cands=((state.batching, in_force),), config=config,
+        service=service, correction=correction, bursts=bursts,
+    )  # fmt: skip
+    return delay if feasible is not None else 0.0
 
 
 def _hold(
@@ -635,31 +648,20 @@ def decide(  # noqa: C901 - one linear pass over the guardrails reads better tha
     # The batching in force is kept while it meets the normal margin, even under an alert.
     keep_target = config.p99_target_ms * (1 - config.slo_margin)
     sizing = arrival + drain
-    reload_delay = _reload_delay_now(config, profile, obs, state, rate=sizing, service=service)
-    if (
-        reload_delay > config.p99_target_ms * config.slo_margin
-        and len(cands) > 1
-        and _in_bounds(config, profile, state.batching)
-    ):
-        in_force = ((state.batching, _shape(state.batching)),)
-        if _fewest(
-            rate=sizing, target_ms=up_target, cands=in_force, config=config, service=service,
-            correction=correction, bursts=bursts,
-        ) is not None:  # fmt: skip
-            # A reload now would delay requests by more than the margin the SLO keeps free, and
-            # replicas within bounds meet the SLO with the batching in force: they are the cheaper
-            # knob on this engine. The backlog is sized again for what the replicas in force serve.
-            cands = in_force
-            fastest, fastest_shape = cands[0]
-            top_capacity = capacity_per_s(fastest_shape, service)
-            arrival, drain, queue_total = _demand(
-                config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
-            )
-            sizing = arrival + drain
-        else:
-            reload_delay = 0.0  # a reload is the only way to the SLO: not worth a note
-    else:
-        reload_delay = 0.0
+    reload_delay = _reload_held_ms(
+        config=config, profile=profile, obs=obs, state=state, rate=sizing, target_ms=up_target,
+        cands=cands, service=service, correction=correction, bursts=bursts,
+    )  # fmt: skip
+    if reload_delay > 0:
+        # Replicas are the cheaper knob on this engine now: only the batching in force is a
+        # candidate, and the backlog is sized again for what the replicas in force serve.
+        cands = ((state.batching, _shape(state.batching)),)
+        fastest, fastest_shape = cands[0]
+        top_capacity = capacity_per_s(fastest_shape, service)
+        arrival, drain, queue_total = _demand(
+            config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
+        )
+        sizing = arrival + drain
     recommendation, infeasible, queue_forced = _recommend(
         config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
         service=service, correction=correction, bursts=bursts,
