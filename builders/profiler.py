@@ -14,6 +14,11 @@ Triton's own compute time per executed batch size, read from its statistics
 after the runs, is fitted the same way (`fit_compute_time`): the serving pods
 report that time, and the autoscaler compares the two to learn how fast the
 hardware serving now runs the engine.
+
+The profile also records the CPU limit the kernel enforced on this process (and
+so on its Triton) while it measured (`cpu_quota`), and, after the batch sizes,
+what one live reload of the engine's configuration cost (`reload_cost`): Triton
+runs in explicit model-control mode for it, as on the serving pods.
 """
 
 from __future__ import annotations
