@@ -65,6 +65,9 @@ class PolicyConfig:
         alert_slo_margin: The margin while an SLO alert fires (more aggressive).
         hysteresis: Extra fraction required before scaling down or re-batching for cost.
         scale_down_stabilization_s: Scale-down uses the max recommendation over this window.
+        stabilization_outliers: How many of the window's highest earlier recommendations the
+            scale-down ignores (a robust max): one period's noisy rate estimate does not hold the
+            fleet for a whole window. Never below the current recommendation.
         scale_up_cooldown_s: Minimum time after any replica change before a scale-up (skipped on alert).
         cooldown_s: Minimum time after a scale-up before a scale-down (successive scale-downs need only
             a control period each; the stabilization window already guards them).
@@ -111,6 +114,7 @@ class PolicyConfig:
     alert_slo_margin: float = 0.30
     hysteresis: float = 0.10
     scale_down_stabilization_s: float = 300.0
+    stabilization_outliers: int = 1
     scale_up_cooldown_s: float = 15.0
     cooldown_s: float = 60.0
     batching_cooldown_s: float = 30.0

@@ -706,3 +706,34 @@ def test_a_costly_reload_is_pulled_when_no_replica_count_within_bounds_meets_the
     assert d.batching.max_batch_size > 1 and d.replicas == 2
     assert "reloads held" not in d.message
     assert plant.p99(1600.0, 2, d.batching) <= TARGET
+
+
+def _held_at_four(*, highs: int, scaled_up_ago_s: float) -> Plant:
+    """A fleet of 4 whose load (3000 req/s) needs 3, with `highs` of the window's earlier
+    recommendations at 4 and the rest at 3."""
+    plant = make_plant(replicas=6)
+    plant.run(3000.0, 40)  # settles at 3 replicas
+    now = plant.clock.now
+    earlier = [(now - 15.0 * i, 4 if i <= highs else 3) for i in range(18, 0, -1)]
+    plant.state = replace(
+        plant.state,
+        replicas=4,
+        recommendations=tuple(sorted(earlier)),
+        last_scale_up_s=now - scaled_up_ago_s,
+        last_replica_change_s=now - scaled_up_ago_s,
+    )
+    return plant
+
+
+def test_one_high_recommendation_in_the_window_does_not_hold_the_fleet():
+    """A robust max: on a steady load one period's noisy estimate asked for a replica more."""
+    d = _held_at_four(highs=1, scaled_up_ago_s=3600.0).step(3000.0)
+    assert (d.action, d.reason, d.replicas) == (ScalingAction.SCALE_DOWN, Reason.OVER_PROVISIONED, 3)
+
+
+def test_two_high_recommendations_or_a_recent_scale_up_hold_it():
+    d = _held_at_four(highs=2, scaled_up_ago_s=3600.0).step(3000.0)
+    assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.STABILIZING, 4)
+    # Within a window of a scale-up every higher recommendation holds: noise cannot reverse it.
+    d = _held_at_four(highs=1, scaled_up_ago_s=200.0).step(3000.0)
+    assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.STABILIZING, 4)
