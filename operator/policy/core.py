@@ -492,6 +492,11 @@ def _alert_replicas_keeping_batching(
     return found or 0
 
 
+#: Earlier recommendations a stabilization window needs per ignored outlier (two minutes at the
+#: default 15 s period; the default 300 s window holds 20).
+_MIN_RECS_FOR_OUTLIERS = 8
+
+
 def _stabilized(recs: tuple[tuple[float, int], ...], *, outliers: int) -> int:
     """The stabilization window's robust max: the latest recommendation, or an earlier one above it.
 
@@ -504,6 +509,10 @@ def _stabilized(recs: tuple[tuple[float, int], ...], *, outliers: int) -> int:
     earlier = sorted((n for _, n in recs[:-1]), reverse=True)
     if not earlier:
         return latest
+    if len(earlier) < _MIN_RECS_FOR_OUTLIERS * max(outliers, 1):
+        # A short window (the demo's 30 s holds two earlier periods) has no outlier to spare:
+        # dropping one would shrink the stabilization the spec asked for to a period or two.
+        outliers = 0
     return max(latest, earlier[min(outliers, len(earlier) - 1)])
 
 

@@ -731,6 +731,16 @@ def test_one_high_recommendation_in_the_window_does_not_hold_the_fleet():
     assert (d.action, d.reason, d.replicas) == (ScalingAction.SCALE_DOWN, Reason.OVER_PROVISIONED, 3)
 
 
+def test_a_short_window_keeps_the_plain_max():
+    """The demo's 30 s window holds two earlier periods: no outlier to spare."""
+    plant = _held_at_four(highs=1, scaled_up_ago_s=3600.0)
+    now = plant.clock.now
+    plant.config = replace(plant.config, scale_down_stabilization_s=30.0)
+    plant.state = replace(plant.state, recommendations=((now - 30.0, 3), (now - 15.0, 4)))
+    d = plant.step(3000.0)
+    assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.STABILIZING, 4)
+
+
 def test_two_high_recommendations_or_a_recent_scale_up_hold_it():
     d = _held_at_four(highs=2, scaled_up_ago_s=3600.0).step(3000.0)
     assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.STABILIZING, 4)
