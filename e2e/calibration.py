@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 from kubernetes import client
 
-from tailpilot.api.quantity import milli_cpu
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.bench import traces
 from tailpilot.bench.loadgen import binary_infer_body
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
 from tailpilot.controllers.autoscaler import engine_profile
+from tailpilot.manifests.build_job import serving_cpu_limit_millis
 from tailpilot.manifests.deployment import CONTAINER_NAME
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.real_pods import MODEL_NAME, is_ready, ready_endpoints, server_pods
@@ -68,7 +68,7 @@ class Calibration:
 
 def limit_cores(isvc: InferenceService) -> float:
     """The service's Triton CPU limit, in cores."""
-    milli = milli_cpu(((isvc.spec.runtime.resources or {}).get("limits") or {}).get("cpu"))
+    milli = serving_cpu_limit_millis(isvc)
     if milli is None:
         raise ValueError("the SLO-loop service needs a CPU limit to calibrate against")
     return milli / 1000
