@@ -15,6 +15,30 @@ from tailpilot_e2e.agent_process import SHIM, Run
 from tailpilot_e2e.wait import eventually
 
 
+def writable_cgroups(tmp_path: Path) -> CpuCgroups:
+    """The agent cgroups of a test under `tmp_path`; the test fails where they cannot be made."""
+    cgroups = CpuCgroups.of(tmp_path)
+    if not cgroups.available():
+        pytest.fail("cgroup v1 cpu/cpuacct are not writable: the node agent cannot enforce CPU limits")
+    return cgroups
+
+
+def start_in(tmp_path: Path, procs: list[Path], *argv: str) -> tuple[Path, subprocess.Popen[bytes]]:
+    """Start `argv` through the shim, as the agent starts containers, in the cgroups of `procs`.
+
+    Its output goes to tmp_path/log; returns the shim's run directory and process.
+    """
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shim = subprocess.Popen(  # noqa: S603
+        [
+            sys.executable, "-I", "-S", str(SHIM), str(run_dir), str(tmp_path / "log"), str(tmp_path),
+            *map(str, procs), "--", *argv,
+        ]
+    )  # fmt: skip
+    return run_dir, shim
+
+
 def test_the_quota_is_the_kubelets() -> None:
     assert cfs_quota_us("250m") == 25_000  # milliCPU * period / 1000 over the 100 ms period
     assert cfs_quota_us("2") == 2 * CFS_PERIOD_US
@@ -25,19 +49,10 @@ def test_the_quota_is_the_kubelets() -> None:
 
 def test_a_container_under_a_quota_uses_no_more_cpu_than_its_limit(tmp_path: Path) -> None:
     """Through the shim, as the agent starts containers: two busy children share a 200m limit."""
-    cgroups = CpuCgroups.of(tmp_path)
-    if not cgroups.available():
-        pytest.fail("cgroup v1 cpu/cpuacct are not writable: the node agent cannot enforce CPU limits")
+    cgroups = writable_cgroups(tmp_path)
     procs = cgroups.create("pod-uid", "main", cfs_quota_us("200m"))
     busy = f"{sys.executable} -c 'while True: pass'"
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    shim = subprocess.Popen(  # noqa: S603
-        [
-            sys.executable, "-I", "-S", str(SHIM), str(run_dir), str(tmp_path / "log"), str(tmp_path),
-            *map(str, procs), "--", "sh", "-c", f"{busy} & {busy} & wait",
-        ]
-    )  # fmt: skip
+    run_dir, shim = start_in(tmp_path, procs, "sh", "-c", f"{busy} & {busy} & wait")
     try:
         eventually(
             lambda: (cgroups.cpu_seconds("pod-uid", "main") or 0) > 0.05,
@@ -65,22 +80,13 @@ def test_a_container_under_a_quota_uses_no_more_cpu_than_its_limit(tmp_path: Pat
 
 def test_a_build_in_a_limited_container_reads_its_limit(tmp_path: Path) -> None:
     """What the engine's profile records as the CPU limit it was measured under, from the kernel."""
-    cgroups = CpuCgroups.of(tmp_path)
-    if not cgroups.available():
-        pytest.fail("cgroup v1 cpu/cpuacct are not writable: the node agent cannot enforce CPU limits")
+    cgroups = writable_cgroups(tmp_path)
     procs = cgroups.create("pod-uid", "build", cfs_quota_us("600m"))
-    run_dir, log = tmp_path / "run", tmp_path / "log"
-    run_dir.mkdir()
     read_limit = "from tailpilot.builders.cpu_quota import current_cpu_limit_millis as m; print('limit', m())"
-    shim = subprocess.Popen(  # noqa: S603
-        [
-            sys.executable, "-I", "-S", str(SHIM), str(run_dir), str(log), str(tmp_path),
-            *map(str, procs), "--", sys.executable, "-P", "-c", read_limit,
-        ]
-    )  # fmt: skip
+    run_dir, shim = start_in(tmp_path, procs, sys.executable, "-P", "-c", read_limit)
     try:
         assert shim.wait(timeout=60) == 0
     finally:
         Run(run_dir, shim).signal(signal.SIGKILL)
-    assert "limit 600" in log.read_text()
+    assert "limit 600" in (tmp_path / "log").read_text()
     cgroups.remove()
