@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.report import markdown, plot_timelines, text_table, write_csv
-from tailpilot.bench.suite import Setup, run_suite
+from tailpilot.bench.suite import EXPERIMENTAL_POLICIES, Setup, policy_names, run_suite
+from tailpilot.bench.traces import TRACE_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 PLOT_TRACES = ("T5-step", "T6-spike", "T8-azure-code")
@@ -47,6 +48,10 @@ def default_slo_ms(profile_path: Path) -> float:
     return float(4.0 * p.service_time.mean_ms(max(1, p.max_batch_size // 4)))
 
 
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -P -m tailpilot.bench.run", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI smoke subset: 4 traces, 20 min, Ts=30 s")
@@ -58,7 +63,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--no-write", action="store_true", help="print only")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--traces",
+        type=_names,
+        help=f"comma-separated subset of the traces (default all: {','.join(TRACE_NAMES)})",
+    )
+    ap.add_argument(
+        "--policies",
+        type=_names,
+        help="comma-separated policies to run (default every one of the table; "
+        f"{','.join(EXPERIMENTAL_POLICIES)} only when named)",
+    )
+    args = ap.parse_args(argv)
+    known_policies = (*policy_names(with_tailpilot=True), *EXPERIMENTAL_POLICIES)
+    for flag, given, known in (
+        ("--traces", args.traces, TRACE_NAMES),
+        ("--policies", args.policies, known_policies),
+    ):
+        unknown = [n for n in given or () if n not in known]
+        if unknown:
+            ap.error(f"{flag}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         duration_s=duration,
         ts_values=(30.0,) if args.quick else (5.0, 30.0, 90.0),
-        traces=QUICK_TRACES if args.quick else Setup.traces,
+        traces=args.traces or (QUICK_TRACES if args.quick else Setup.traces),
         trace_file=args.trace,
+        policies=args.policies,
     )
     plot_ts = 30.0
     result = run_suite(

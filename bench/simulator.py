@@ -29,7 +29,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ from tailpilot.bench.batcher import batch_cap, batch_to_send
 from tailpilot.bench.observe import PodWindow, merge_pod_windows, pod_window
 
 # Event kinds; the number also orders simultaneous events (completions free instances first).
-_DONE, _READY, _REBATCH, _TIMER, _SCRAPE, _TICK = range(6)
+_DONE, _READY, _REBATCH, _ROTATE, _TIMER, _SCRAPE, _TICK, _ROTATION_TICK = range(8)
 
 _STARTING, _SERVING, _DRAINING, _GONE = range(4)
 
@@ -72,6 +72,20 @@ class Controller(Protocol):
         ...
 
 
+@runtime_checkable
+class RotatingController(Controller, Protocol):
+    """A controller that also holds backlogged replicas out of the Service's rotation."""
+
+    @property
+    def rotation_period_s(self) -> float:
+        """Seconds between two rotation checks."""
+        ...
+
+    def rotation(self, view: FleetView) -> frozenset[str]:
+        """Pods (`FleetView.pod_windows` names) to hold out of the rotation from now on."""
+        ...
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Fleet parameters that do not depend on the policy."""
@@ -83,6 +97,8 @@ class SimConfig:
     balancer: Balancer = "round_robin"
     scrape_s: float = 1.0
     reload_s: float = 1.5
+    #: Seconds from a rotation decision to the Service's endpoints (the EndpointSlice update).
+    rotation_delay_s: float = 1.0
     min_replicas: int = 1
     max_replicas: int = 64
 
@@ -160,6 +176,7 @@ class Simulation:
         self._seq = 0
         self._replicas: list[_Replica] = []
         self._serving: list[_Replica] = []
+        self._held_out: frozenset[int] = frozenset()  # replica idx out of the rotation
         self._rr = 0
         self._busy_s = 0.0
         self._capacity_s = 0.0
@@ -229,6 +246,9 @@ class Simulation:
         serving = self._serving
         if not serving:
             return None
+        if self._held_out:
+            # A held replica still serves what it holds; new requests go to the others.
+            serving = [r for r in serving if r.idx not in self._held_out] or serving
         if self._cfg.balancer == "least_pending":
             return min(serving, key=lambda r: len(r.queue) + r.executing)
         self._rr += 1
@@ -283,6 +303,8 @@ class Simulation:
         end = self._cfg.duration_s
         self._push(self._cfg.scrape_s, _SCRAPE, None)
         self._push(self._ctl.tick_s, _TICK, None)
+        if isinstance(self._ctl, RotatingController):
+            self._push(self._ctl.rotation_period_s, _ROTATION_TICK, None)
         arr, heap, n, i = self._arr, self._heap, len(self._arr), 0
         pod, done, completed = self._pod, self._done, self._completed
         exec_t, exec_pod = self._exec_done_t, self._exec_done_pod
@@ -306,7 +328,7 @@ class Simulation:
                         self._dispatch(rep, t)
                     elif rep.state == _DRAINING:
                         self._maybe_gone(rep)
-                elif t > end and kind in (_SCRAPE, _TICK):
+                elif t > end and kind in (_SCRAPE, _TICK, _ROTATION_TICK):
                     continue
                 else:
                     self._handle(t, kind, obj)
@@ -345,6 +367,14 @@ class Simulation:
         elif kind == _TICK:
             self._tick(t)
             self._push(t + self._ctl.tick_s, _TICK, None)
+        elif kind == _ROTATION_TICK:
+            assert isinstance(self._ctl, RotatingController)
+            held = self._ctl.rotation(FleetView(self, t))
+            self._push(t + self._cfg.rotation_delay_s, _ROTATE, frozenset(_replica_index(p) for p in held))
+            self._push(t + self._ctl.rotation_period_s, _ROTATION_TICK, None)
+        elif kind == _ROTATE:
+            assert isinstance(obj, frozenset)
+            self._held_out = obj
 
     def _apply_batching(self, t: float, cfg: BatchingConfig) -> None:
         delta = cfg.instances_per_replica - self._batching.instances_per_replica
@@ -397,6 +427,14 @@ class Simulation:
             replica_seconds=cost,
             duration_s=end,
         )
+
+
+def _pod_name(idx: int) -> str:
+    return f"replica-{idx}"
+
+
+def _replica_index(pod: str) -> int:
+    return int(pod.rsplit("-", 1)[1])
 
 
 class FleetView:
@@ -492,7 +530,7 @@ class FleetView:
                 a_p = s_p = d_p = np.empty(0)
             windows.append(
                 pod_window(
-                    pod=f"replica-{rep.idx}",
+                    pod=_pod_name(rep.idx),
                     arrival_s=a_p,
                     start_s=s_p,
                     done_s=d_p,
@@ -501,6 +539,10 @@ class FleetView:
                 )
             )
         return windows
+
+    def pending_by_replica(self) -> dict[str, float]:
+        """Each ready replica's `nv_inference_pending_request_count` now."""
+        return {_pod_name(r.idx): float(len(r.queue)) for r in self._sim._serving}
 
     def observation(self, window_s: float) -> Observation:
         """Service-level observation merged from per-pod metrics, as the controller builds it."""

@@ -33,6 +33,11 @@ TAILPILOT = "tailpilot"
 #: profiled): how much of its result depends on knowing the simulator's exact model.
 TAILPILOT_OPTIMISTIC = "tailpilot-profile-0.7x"
 OPTIMISTIC_FACTOR = 0.7
+#: TailPilot plus holding backlogged replicas out of the Service's rotation
+#: (`tailpilot.policy.rotation`). Run only when asked for (`--policies`): the operator does not
+#: apply the rule yet, so the default table shows what it ships.
+TAILPILOT_ROTATION = "tailpilot-rotation"
+EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION,)
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 
@@ -187,13 +192,18 @@ def make_controller(
         return ScheduledOracle(needs, lead_s=0.0)
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
-    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC):
-        from tailpilot.bench.tailpilot_policy import TailPilot
+    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, TAILPILOT_ROTATION):
+        from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot
         from tailpilot.policy import PolicyConfig
 
         config = PolicyConfig(p99_target_ms=setup.slo_ms, min_replicas=1, max_replicas=setup.max_replicas)
-        profile = setup.profile if policy == TAILPILOT else scale_profile(setup.profile, OPTIMISTIC_FACTOR)
-        return TailPilot(
+        profile = (
+            setup.profile
+            if policy != TAILPILOT_OPTIMISTIC
+            else scale_profile(setup.profile, OPTIMISTIC_FACTOR)
+        )
+        adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
+        return adapter(
             profile=profile, config=config, initial=Target(params.initial_replicas, params.batching)
         )
     return AUTOSCALERS[policy](params)
@@ -239,6 +249,8 @@ def run_suite(
     policies = [
         p for p in policy_names(with_tailpilot=with_tp) if setup.policies is None or p in setup.policies
     ]
+    if with_tp and setup.policies is not None:
+        policies += [p for p in EXPERIMENTAL_POLICIES if p in setup.policies]
     skipped = [] if with_tp else [f"{TAILPILOT}: tailpilot.policy not importable"]
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(max(1, jobs)) as pool:

@@ -17,6 +17,8 @@ from tailpilot.api.engine import EngineProfile
 from tailpilot.bench.observe import PodWindow
 from tailpilot.bench.simulator import FleetView, Target
 from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, observation_from_pod_metrics
+from tailpilot.policy.core import replica_capacity_per_s
+from tailpilot.policy.rotation import RotationConfig, choose_rotation
 
 
 def pod_metrics(
@@ -86,3 +88,35 @@ class TailPilot:
         self.reasons.append(decision.reason)
         self._last = Target(decision.replicas, decision.batching)
         return self._last
+
+
+#: Seconds of the arrival curve the rotation rule reads its request rate from: a burst must
+#: show at once, since the replicas left in rotation take all of it.
+ROTATION_RATE_SPAN_S = 5.0
+#: Seconds between two rotation checks (the operator reads the pods' queues this often).
+ROTATION_PERIOD_S = 3.0
+
+
+class RotatingTailPilot(TailPilot):
+    """The adapter plus the rotation rule (`tailpilot.policy.rotation`), checked every `rotation_period_s`.
+
+    The rule reads what a check of the pods' Triton metrics gives: each ready replica's pending
+    queue, and the arrivals (completions plus queue growth) over the last `ROTATION_RATE_SPAN_S`.
+    """
+
+    def __init__(self, *, rotation_period_s: float = ROTATION_PERIOD_S, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.rotation_period_s = rotation_period_s
+        self._rotation_config = RotationConfig(p99_target_ms=self._config.p99_target_ms)
+        self._held: frozenset[str] = frozenset()
+
+    def rotation(self, view: FleetView) -> frozenset[str]:
+        counts, bin_s = view.arrival_counts(ROTATION_RATE_SPAN_S)
+        self._held = choose_rotation(
+            config=self._rotation_config,
+            pending_by_replica=view.pending_by_replica(),
+            held_out=self._held,
+            rate_per_s=sum(counts) / (len(counts) * bin_s) if counts else None,
+            capacity_per_s=replica_capacity_per_s(self._profile, self._state),
+        ).held_out
+        return self._held

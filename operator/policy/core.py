@@ -335,6 +335,11 @@ def _service_time(profiled: ServiceTimeModel, scale: float) -> ServiceTimeModel:
     return _scaled_service(profiled, round(step, 2))
 
 
+def replica_capacity_per_s(profile: EngineProfile, state: PolicyState) -> float:
+    """One replica's throughput at the batching in force, on the hardware serving now (req/s)."""
+    return capacity_per_s(_shape(state.batching), _service_time(profile.service_time, state.service_scale))
+
+
 @lru_cache(maxsize=64)
 def _scaled_service(profiled: ServiceTimeModel, factor: float) -> ServiceTimeModel:
     return profiled.model_copy(

@@ -152,3 +152,42 @@ def test_arrival_counts_are_completions_plus_queue_growth_per_scrape():
     assert counts[:2] == (0.0, 0.0)
     assert [abs(c - want) <= 1 for c, want in zip(counts[2:5], (10, 20, 10), strict=True)] == [True] * 3
     assert sum(counts) == 40
+
+
+class _HoldReplicaZeroOut:
+    """Two replicas from the start; replica 0 held out of the rotation from the first check on."""
+
+    tick_s = 100.0
+    rotation_period_s = 1.0
+
+    def __init__(self) -> None:
+        #: (check time, requests each pod completed in the second before it)
+        self.served: list[tuple[float, dict[str, int]]] = []
+
+    def initial(self) -> Target:
+        return Target(2, BatchingConfig(max_batch_size=1))
+
+    def decide(self, view: FleetView) -> Target:
+        return self.initial()
+
+    def rotation(self, view: FleetView) -> frozenset[str]:
+        assert set(view.pending_by_replica()) == {"replica-0", "replica-1"}
+        self.served.append((view.now_s, {w.pod: w.success_count for w in view.pod_windows(1.0)}))
+        return frozenset({"replica-0"})
+
+
+def test_a_held_replica_gets_no_new_requests_once_the_endpoints_change():
+    # 10 req/s over two replicas of 10/s each: round robin alternates until the first check (1 s)
+    # reaches the endpoints a second later (rotation_delay_s); from 2 s on replica 1 takes all.
+    ctl = _HoldReplicaZeroOut()
+    res = simulate(
+        arrivals_s=np.arange(0.0, 5.0, 0.1),
+        config=SimConfig(service=FLAT, duration_s=5.0, startup_s=0.0, rotation_delay_s=1.0),
+        controller=ctl,
+    )
+    served = dict(ctl.served)
+    assert served[1.0] == {"replica-0": 5, "replica-1": 5}
+    # (The second up to 3 s may still complete a request replica 0 took just before 2 s.)
+    assert served[4.0] == {"replica-0": 0, "replica-1": 10}
+    # Replica 1 alone keeps up with 10 req/s: nobody waits.
+    assert np.allclose(res.start_s, np.arange(0.0, 5.0, 0.1))
