@@ -79,6 +79,10 @@ bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every t
 bench-batching: venv ## adaptive batching vs the best static batching: capacity within the SLO (~5 min)
 	$(PY) -P -m tailpilot.bench.batching_capacity
 
+.PHONY: bench-rotation
+bench-rotation: venv ## TailPilot with and without holding backlogged replicas out of the Service (~4 min)
+	$(PY) -P -m tailpilot.bench.run --no-write --policies tailpilot,tailpilot-rotation,oracle-realizable
+
 .PHONY: bench-quick
 bench-quick: venv ## a one-minute subset of the policy benchmark
 	$(PY) -P -m tailpilot.bench.run --quick

@@ -26,3 +26,19 @@ def test_run_on_an_arrival_file_writes_table_csv_readme_and_plot(tmp_path, capsy
     readme = (out / "README.md").read_text()
     assert "- Commit: `" in readme and "arrivals.txt" in readme
     assert (out / "plot-custom-ts30.png").stat().st_size > 10_000
+
+
+def test_named_traces_and_policies_run_alone_and_the_rotation_policy_only_when_named(capsys):
+    args = ["--no-write", "--jobs", "1", "--duration-s", "120", "--traces", "T6-spike"]
+    assert main([*args, "--policies", "tailpilot,tailpilot-rotation"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("T6-spike")]
+    assert {r[2] for r in rows} == {"tailpilot", "tailpilot-rotation"}
+    assert {r[1] for r in rows} == {"5", "30", "90"}
+
+
+@pytest.mark.parametrize("flag", ["--traces", "--policies"])
+def test_unknown_names_are_refused_with_the_known_ones(flag, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--no-write", flag, "T9-nope"])
+    assert exc.value.code == 2
+    assert "unknown T9-nope" in capsys.readouterr().err
