@@ -34,8 +34,8 @@ TAILPILOT = "tailpilot"
 TAILPILOT_OPTIMISTIC = "tailpilot-profile-0.7x"
 OPTIMISTIC_FACTOR = 0.7
 #: TailPilot plus holding backlogged replicas out of the Service's rotation
-#: (`tailpilot.policy.rotation`). Run only when asked for (`--policies`): the operator does not
-#: apply the rule yet, so the default table shows what it ships.
+#: (`tailpilot.policy.rotation`, the operator's spec.autoscaling.backlogRotation). Run only when
+#: asked for (`--policies`): the field is off by default, so the default table shows the default.
 TAILPILOT_ROTATION = "tailpilot-rotation"
 EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION,)
 #: Policies whose run does not depend on Ts (they never start a replica).

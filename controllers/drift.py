@@ -40,6 +40,19 @@ _QUANTITY_SUFFIXES = {
 }
 
 
+#: Maps compared whole, per kind: an extra live key changes what they mean (a Service selecting on
+#: a label the operator dropped would leave pods out of its endpoints).
+EXACT_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {"Service": (("spec", "selector"),)}
+
+
+def _at(obj: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
 class Outcome(StrEnum):
     """What to do with one child."""
 
@@ -92,4 +105,8 @@ def plan(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> Outcome:
     """Create when missing, update when drifted, else nothing."""
     if live is None:
         return Outcome.CREATE
+    for path in EXACT_FIELDS.get(str(desired.get("kind")), ()):
+        want = _at(desired, path)
+        if want is not None and _at(live, path) != want:
+            return Outcome.UPDATE
     return Outcome.NONE if is_subset(comparable(desired), live) else Outcome.UPDATE

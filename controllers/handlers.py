@@ -23,6 +23,7 @@ import kopf
 from tailpilot.api import constants as c
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.reconciler import Reconciler
+from tailpilot.controllers.rotation import ROTATION_PERIOD_S, Rotator
 
 log = logging.getLogger("tailpilot.handlers")
 
@@ -36,10 +37,20 @@ class ServiceLoops:
     children are garbage-collected through their owner references.
     """
 
-    def __init__(self, *, reconciler: Reconciler, executor: Executor, autoscaler: Autoscaler | None = None):
+    def __init__(
+        self,
+        *,
+        reconciler: Reconciler,
+        executor: Executor,
+        autoscaler: Autoscaler | None = None,
+        rotator: Rotator | None = None,
+    ):
         self._reconciler = reconciler
         self._executor = executor
         self.autoscaler = autoscaler
+        self.rotator = rotator
+        #: Rotation checks of the services with backlogRotation (started and stopped by reconciles).
+        self._rotations: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._alerts: dict[tuple[str, str], bool] = {}
         self._next_control: dict[tuple[str, str], float] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -79,10 +90,12 @@ class ServiceLoops:
         self._wakeups.pop((namespace, name), None)
         if task is not None:
             task.cancel()
+        self._sync_rotation((namespace, name), wanted=False)
 
     async def stop_all(self) -> None:
         """Cancel every loop (operator shutdown)."""
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *self._rotations.values()]
+        self._rotations.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -99,6 +112,7 @@ class ServiceLoops:
                     self._executor, self._reconciler.reconcile, namespace, name
                 )
                 delay = result.requeue_after
+                self._sync_rotation(key, wanted=result.backlog_rotation)
                 delay = min(delay, await self._control(namespace, name, wake))
             except Exception:  # noqa: BLE001 - one bad pass must not end the loop
                 log.exception("reconcile of %s/%s failed; retrying", namespace, name)
@@ -107,6 +121,27 @@ class ServiceLoops:
                 await asyncio.wait_for(wake.wait(), timeout=max(0.0, delay))
             except TimeoutError:
                 pass
+
+    def _sync_rotation(self, key: tuple[str, str], *, wanted: bool) -> None:
+        """Run the rotation checks of a service while it asks for them (and a rotator exists)."""
+        task = self._rotations.get(key)
+        running = task is not None and not task.done()
+        if wanted and self.rotator is not None and not running:
+            self._rotations[key] = asyncio.create_task(self._rotate(*key), name=f"rotation {key[0]}/{key[1]}")
+        elif not wanted and task is not None:
+            task.cancel()
+            del self._rotations[key]
+            if self.rotator is not None:
+                self.rotator.forget(*key)
+
+    async def _rotate(self, namespace: str, name: str) -> None:
+        assert self.rotator is not None
+        while True:
+            try:
+                await self.rotator.check(namespace, name)
+            except Exception:  # noqa: BLE001 - one failed check must not end the checks
+                log.exception("rotation check of %s/%s failed; retrying", namespace, name)
+            await asyncio.sleep(ROTATION_PERIOD_S)
 
     async def _control(self, namespace: str, name: str, wake: asyncio.Event) -> float:
         """Run the autoscaler when its period is due; return the time until it is due again."""

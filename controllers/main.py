@@ -25,6 +25,7 @@ from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.kubeapi import SECRETS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.reconciler import Reconciler
+from tailpilot.controllers.rotation import Rotator
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests.settings import ManifestSettings
 
@@ -164,7 +165,8 @@ def run(
         default_prometheus_url=args.prometheus_url,
         control_period_s=args.control_period_seconds,
     )
-    loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)
+    rotator = Rotator(kube=kube, http=autoscaler.http, metrics=metrics)
+    loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler, rotator=rotator)
     register(registry, loops=loops)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)

@@ -63,6 +63,12 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.held_out = Gauge(
+            "tailpilot_replicas_held_out",
+            "Ready replicas held out of the Service's endpoints while their backlog drains.",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
         self.batching_changes = Counter(
             "tailpilot_batching_changes",
             "Live batching changes by result (applied, refused, rolled_back, ...).",
@@ -81,6 +87,10 @@ class OperatorMetrics:
         if observed_p99_ms is not None:
             self.observed_p99.labels(namespace, service).set(observed_p99_ms)
 
+    def record_held_out(self, *, namespace: str, service: str, replicas: int) -> None:
+        """Set how many replicas the rotation check holds out of the Service."""
+        self.held_out.labels(namespace, service).set(replicas)
+
     def record_webhook(self, result: str) -> None:
         """Count one webhook request by its result (a `WebhookResult` value)."""
         self.webhook_requests.labels(result).inc()
@@ -91,7 +101,7 @@ class OperatorMetrics:
 
     def forget_service(self, *, namespace: str, service: str) -> None:
         """Drop a deleted service's gauges (counters keep their history until restart)."""
-        for gauge in (self.predicted_p99, self.observed_p99, self.replicas):
+        for gauge in (self.predicted_p99, self.observed_p99, self.replicas, self.held_out):
             try:
                 gauge.remove(namespace, service)
             except KeyError:

@@ -45,7 +45,7 @@ from tailpilot.manifests.deployment import triton_deployment
 from tailpilot.manifests.meta import selector_string
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
-from tailpilot.manifests.service import triton_service
+from tailpilot.manifests.service import rotation_selectable, triton_metrics_service, triton_service
 from tailpilot.manifests.service_monitor import service_monitor
 from tailpilot.manifests.triton_configmap import rollout_hash, triton_configmap
 
@@ -70,6 +70,8 @@ class ReconcileResult:
     requeue_after: float
     status_written: bool = False
     children_written: int = 0
+    #: The service is served and asks for backlog rotation (the loop runs its rotation checks).
+    backlog_rotation: bool = False
 
 
 def iso_time(now: datetime) -> str:
@@ -252,7 +254,10 @@ class Reconciler:
         status_written = self._write_status(body, status, updates, generation)
         self._post_events(body, events)
         return ReconcileResult(
-            requeue_after=requeue, status_written=status_written, children_written=children_written
+            requeue_after=requeue,
+            status_written=status_written,
+            children_written=children_written,
+            backlog_rotation=result is not None and isvc.spec.autoscaling.backlog_rotation,
         )
 
     # ---- validation -----------------------------------------------------------------------------------
@@ -459,9 +464,11 @@ class Reconciler:
                     settings=settings,
                 ),
             ),
-            (SERVICES, triton_service(isvc=isvc)),
+            (SERVICES, triton_service(isvc=isvc, select_rotation=self._rotation_selectable(isvc))),
             (PDBS, triton_pdb(isvc=isvc)),
         ]
+        if isvc.spec.autoscaling.backlog_rotation:
+            desired.insert(3, (SERVICES, triton_metrics_service(isvc=isvc)))
         if self.monitoring_crds():
             if isvc.spec.monitoring.service_monitor:
                 desired.append((SERVICE_MONITORS, service_monitor(isvc=isvc, settings=settings)))
@@ -494,6 +501,13 @@ class Reconciler:
         status["readyReplicas"] = int(((deployment_live or {}).get("status") or {}).get("readyReplicas", 0))
         status["batching"] = batching_status(batching)
         return rollout_condition(deployment_live, replicas), written
+
+    def _rotation_selectable(self, isvc: InferenceService) -> bool:
+        """Whether spec.autoscaling.backlogRotation is on and every pod carries the label (one pod LIST)."""
+        if not isvc.spec.autoscaling.backlog_rotation:
+            return False
+        pods = self.kube.list(PODS, isvc.namespace, label_selector=selector_string(isvc.name))
+        return rotation_selectable(pods)
 
     # ---- status and events ----------------------------------------------------------------------------
     def _write_status(

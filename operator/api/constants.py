@@ -45,12 +45,19 @@ COMPONENT_SERVER: Final = "inference-server"
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_MODEL_CONFIG: Final = "model-config"
 COMPONENT_MONITORING: Final = "monitoring"
+#: The headless Service the ServiceMonitor scrapes when pods may leave the main Service.
+COMPONENT_METRICS: Final = "metrics"
 
 #: Value = name of the owning InferenceService; the key selects every child of one service
 #: and, by "key exists", every pod of any InferenceService (exclusive GPU placement).
 LABEL_ISVC: Final = f"{GROUP}/inferenceservice"
 LABEL_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 LABEL_REQUEST_KEY: Final = f"{GROUP}/build-request-key"
+#: With spec.autoscaling.backlogRotation, on every Triton pod: "in" (the template's value) puts it
+#: in the Service's endpoints, "held" keeps it out while its backlog drains (the operator flips it).
+LABEL_ROTATION: Final = f"{GROUP}/rotation"
+ROTATION_IN: Final = "in"
+ROTATION_HELD: Final = "held"
 
 ANNOTATION_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
@@ -88,6 +95,8 @@ REASON_ENGINE_CACHED: Final = "EngineCached"
 REASON_ENGINE_BUILD_FAILED: Final = "EngineBuildFailed"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.
 EVENT_PROFILE_CPU_LIMIT_MISMATCH: Final = "ProfileCPULimitMismatch"
+EVENT_REPLICAS_HELD_OUT: Final = "ReplicasHeldOut"
+EVENT_REPLICAS_RETURNED: Final = "ReplicasReturned"
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_ROLLING_OUT: Final = "RollingOut"

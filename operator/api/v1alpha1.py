@@ -532,6 +532,16 @@ class AutoscalingSpec(_Model):
     max_scale_up_step: int = Field(
         default=4, ge=1, le=100, description="Most replicas added by one decision."
     )
+    backlog_rotation: bool = Field(
+        default=False,
+        description=(
+            "Take a replica whose queue alone would break the SLO out of the Service's endpoints "
+            "(label tailpilot.io/rotation=held) while fresh replicas carry the load, as after a "
+            "load step, and put it back once its queue is short. It helps clients that the "
+            "Service balances per request or per new connection; a client on one long-lived "
+            "connection keeps its pod. Enabling it rolls the pods once to add the label."
+        ),
+    )
     absorb_bursts: bool = Field(
         default=True,
         description=(

@@ -18,7 +18,7 @@ from tailpilot.manifests.deployment import triton_deployment
 from tailpilot.manifests.meta import with_desired_hash
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
-from tailpilot.manifests.service import triton_service
+from tailpilot.manifests.service import triton_metrics_service, triton_service
 from tailpilot.manifests.service_monitor import service_monitor
 from tailpilot.manifests.settings import ManifestSettings
 from tailpilot.manifests.triton_configmap import rollout_hash, triton_configmap
@@ -40,8 +40,12 @@ def desired_children(
     replicas: int,
     settings: ManifestSettings,
     capabilities: ClusterCapabilities,
+    select_rotation: bool = False,
 ) -> list[dict[str, Any]]:
-    """ConfigMap, Deployment, Service, PDB, and ServiceMonitor/PrometheusRule when wanted and available."""
+    """ConfigMap, Deployment, Service(s), PDB, and ServiceMonitor/PrometheusRule when wanted and available.
+
+    `select_rotation`: see `triton_service` (the controller knows whether every pod has the label).
+    """
     children = [
         triton_configmap(isvc=isvc, result=result, batching=batching),
         triton_deployment(
@@ -51,9 +55,11 @@ def desired_children(
             replicas=replicas,
             settings=settings,
         ),
-        triton_service(isvc=isvc),
+        triton_service(isvc=isvc, select_rotation=select_rotation),
         triton_pdb(isvc=isvc),
     ]
+    if isvc.spec.autoscaling.backlog_rotation:
+        children.insert(3, triton_metrics_service(isvc=isvc))
     monitoring = isvc.spec.monitoring
     if monitoring.service_monitor and capabilities.service_monitors:
         children.append(service_monitor(isvc=isvc, settings=settings))

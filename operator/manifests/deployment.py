@@ -184,6 +184,9 @@ def triton_deployment(
         **selector_labels(isvc.name),
         c.LABEL_ENGINE_KEY: engine_key[:63],
     }
+    if spec.autoscaling.backlog_rotation:
+        # Not in the Deployment's selector (immutable): the operator flips it on running pods.
+        pod_labels[c.LABEL_ROTATION] = c.ROTATION_IN
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,

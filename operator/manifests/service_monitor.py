@@ -12,6 +12,7 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests.meta import object_meta, selector_labels
+from tailpilot.manifests.service import metrics_service_labels
 from tailpilot.manifests.settings import ManifestSettings
 
 MONITORING_API_VERSION = "monitoring.coreos.com/v1"
@@ -34,7 +35,13 @@ def service_monitor(*, isvc: InferenceService, settings: ManifestSettings) -> di
             extra_labels=dict(settings.monitoring_labels),
         ),
         "spec": {
-            "selector": {"matchLabels": selector_labels(isvc.name)},
+            # With backlogRotation a held pod leaves the main Service; the headless metrics
+            # Service keeps every pod.
+            "selector": {
+                "matchLabels": metrics_service_labels(isvc.name)
+                if isvc.spec.autoscaling.backlog_rotation
+                else selector_labels(isvc.name)
+            },
             "namespaceSelector": {"matchNames": [isvc.namespace]},
             "endpoints": [
                 {

@@ -149,7 +149,7 @@ EXPECTED_RULES = {
     ("tailpilot.io", "inferenceservices"): {"get", "list", "watch", "patch"},
     ("tailpilot.io", "inferenceservices/status"): {"patch"},
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the rotation label
     ("", "configmaps"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},

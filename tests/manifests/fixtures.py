@@ -64,6 +64,10 @@ class IsvcBuilder:
         self._section("runtime").update(fields)
         return self
 
+    def autoscaling(self, **fields: Any) -> IsvcBuilder:
+        self._section("autoscaling").update(fields)
+        return self
+
     def monitoring(self, **fields: Any) -> IsvcBuilder:
         self._section("monitoring").update(fields)
         return self

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tailpilot.api import constants as c
 from tailpilot.manifests.deployment import triton_deployment
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
-from tailpilot.manifests.service import triton_service
+from tailpilot.manifests.service import rotation_selectable, triton_metrics_service, triton_service
 from tailpilot.manifests.service_monitor import service_monitor
 from tailpilot.manifests.settings import ManifestSettings
 
@@ -73,3 +75,63 @@ def test_queue_alerts_only_with_a_queue_bound() -> None:
         "TailPilotQueueBurnFast",
         "TailPilotQueueBurnSlow",
     }
+
+
+def test_backlog_rotation_labels_pods_and_the_service_selects_it_only_when_told() -> None:
+    isvc = make_isvc("a").autoscaling(backlogRotation=True).obj()
+    pod_labels = triton_deployment(
+        isvc=isvc, engine_key="k", rollout_hash="h", replicas=1, settings=SETTINGS
+    )["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels[c.LABEL_ROTATION] == c.ROTATION_IN
+    # During the rollout that adds the label, the selector must still match the old pods.
+    assert c.LABEL_ROTATION not in triton_service(isvc=isvc)["spec"]["selector"]
+    selector = triton_service(isvc=isvc, select_rotation=True)["spec"]["selector"]
+    assert selector[c.LABEL_ROTATION] == c.ROTATION_IN and selector.items() <= pod_labels.items()
+    # Off (the default): no label, and the Deployment template is the one it always was.
+    plain = make_isvc("a").obj()
+    assert (
+        c.LABEL_ROTATION
+        not in triton_deployment(isvc=plain, engine_key="k", rollout_hash="h", replicas=1, settings=SETTINGS)[
+            "spec"
+        ]["template"]["metadata"]["labels"]
+    )
+
+
+def test_with_backlog_rotation_the_service_monitor_scrapes_the_headless_metrics_service() -> None:
+    isvc = make_isvc("a", "ns1").autoscaling(backlogRotation=True).obj()
+    metrics = triton_metrics_service(isvc=isvc)
+    assert metrics["metadata"]["name"] == "a-metrics"
+    assert metrics["spec"]["clusterIP"] == "None" and metrics["spec"]["publishNotReadyAddresses"] is True
+    assert [p["name"] for p in metrics["spec"]["ports"]] == ["metrics"]
+    # It selects every Triton pod, held or not.
+    assert metrics["spec"]["selector"] == triton_service(isvc=isvc)["spec"]["selector"]
+    assert c.LABEL_ROTATION not in metrics["spec"]["selector"]
+    match = service_monitor(isvc=isvc, settings=SETTINGS)["spec"]["selector"]["matchLabels"]
+    assert match.items() <= metrics["metadata"]["labels"].items()
+    main_labels = triton_service(isvc=isvc, select_rotation=True)["metadata"]["labels"]
+    assert not match.items() <= main_labels.items()  # not both: no series scraped twice
+
+
+@pytest.mark.parametrize(
+    ("pods", "selectable"),
+    [
+        ([], True),
+        (
+            [
+                {"metadata": {"labels": {c.LABEL_ROTATION: "in"}}},
+                {"metadata": {"labels": {c.LABEL_ROTATION: "held"}}},
+            ],
+            True,
+        ),
+        ([{"metadata": {"labels": {c.LABEL_ROTATION: "in"}}}, {"metadata": {"labels": {}}}], False),
+        (
+            [
+                {"metadata": {"labels": {c.LABEL_ROTATION: "in"}}},
+                {"metadata": {"labels": {}, "deletionTimestamp": "2026-11-30T12:00:00Z"}},
+            ],
+            True,
+        ),
+    ],
+)
+def test_the_service_selects_on_the_label_once_every_live_pod_has_it(pods, selectable) -> None:
+    assert rotation_selectable(pods) is selectable

@@ -57,3 +57,24 @@ def test_quantities_compare_by_value():
 def test_lists_must_keep_length_but_elements_compare_as_subsets():
     assert is_subset([{"name": "a"}], [{"name": "a", "protocol": "TCP"}])
     assert not is_subset([{"name": "a"}], [{"name": "a"}, {"name": "b"}])
+
+
+def test_a_service_selector_with_a_key_the_operator_dropped_is_drift():
+    desired = {"kind": "Service", "metadata": {"name": "a"}, "spec": {"selector": {"app": "a"}}}
+    live = {
+        "kind": "Service",
+        "metadata": {"name": "a"},
+        "spec": {"selector": {"app": "a", "tailpilot.io/rotation": "in"}},
+    }
+    assert plan(desired, live) is Outcome.UPDATE
+    assert (
+        plan(desired, {**live, "spec": {"selector": {"app": "a"}, "clusterIP": "10.0.0.1"}}) is Outcome.NONE
+    )
+    # Other kinds keep subset semantics for their selectors (a Deployment's is immutable anyway).
+    deployment = {
+        "kind": "Deployment",
+        "metadata": {"name": "a"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}}},
+    }
+    live_deployment = {**deployment, "spec": {"selector": {"matchLabels": {"app": "a", "x": "y"}}}}
+    assert plan(deployment, live_deployment) is Outcome.NONE

@@ -95,3 +95,64 @@ def test_with_prometheus_operator_crds_servicemonitor_and_rule_are_created(
         assert alerts, rule
     finally:
         remove_monitoring_crds(k8s)
+
+
+def test_backlog_rotation_rolls_the_label_in_before_the_service_selects_it_and_keeps_every_pod_scraped(
+    k8s, crds, namespace, engine_store, example, tmp_path
+):
+    install_crds(crds, crd_files())
+    core, objects = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
+    try:
+        with OperatorProcess(crds, namespace=namespace, log_dir=tmp_path):
+            name = serve_example(k8s, crds, namespace, example, tmp_path)
+
+            def set_rotation(on: bool) -> None:
+                patch = {"spec": {"autoscaling": {"backlogRotation": on}}}
+                objects.patch_namespaced_custom_object(
+                    "tailpilot.io", "v1alpha1", namespace, "inferenceservices", name, patch
+                )
+
+            set_rotation(True)
+
+            def selecting_rotation():
+                selector = core.read_namespaced_service(name, namespace).spec.selector
+                if selector.get("tailpilot.io/rotation") != "in":
+                    return None
+                # Never before every live pod carried the label: none may drop out of the endpoints.
+                pods = [
+                    p
+                    for p in core.list_namespaced_pod(
+                        namespace, label_selector=f"tailpilot.io/inferenceservice={name}"
+                    ).items
+                    if p.metadata.deletion_timestamp is None
+                    and (p.metadata.labels or {}).get("app.kubernetes.io/component") == "inference-server"
+                ]
+                assert pods and all(p.metadata.labels.get("tailpilot.io/rotation") == "in" for p in pods), [
+                    p.metadata.labels for p in pods
+                ]
+                return selector
+
+            eventually(
+                selecting_rotation, timeout=120, description="the Service selects tailpilot.io/rotation=in"
+            )
+            metrics_service = core.read_namespaced_service(f"{name}-metrics", namespace)
+            assert metrics_service.spec.cluster_ip == "None"
+            assert "tailpilot.io/rotation" not in metrics_service.spec.selector
+            monitor = objects.get_namespaced_custom_object(
+                "monitoring.coreos.com", "v1", namespace, "servicemonitors", name
+            )
+            assert (
+                monitor["spec"]["selector"]["matchLabels"].items() <= metrics_service.metadata.labels.items()
+            )
+
+            # Off again: the Service stops selecting on the label at once (no rollout needed).
+            set_rotation(False)
+            eventually(
+                lambda: (
+                    "tailpilot.io/rotation" not in core.read_namespaced_service(name, namespace).spec.selector
+                ),
+                timeout=60,
+                description="the rotation key gone from the Service selector",
+            )
+    finally:
+        remove_monitoring_crds(k8s)

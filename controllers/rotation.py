@@ -1,0 +1,234 @@
+"""Backlog rotation on the cluster: hold backlogged Triton pods out of the Service while they drain.
+
+The decision is `tailpilot.policy.rotation.choose_rotation` (pure, measured in the simulator:
+docs/autoscaling.md section 10). This module gathers its inputs and acts on it, every
+`ROTATION_PERIOD_S` for each service with spec.autoscaling.backlogRotation:
+
+- the ready pods and their `tailpilot.io/rotation` label, from the API server;
+- each pod's queue (`nv_inference_pending_request_count`) and success counter, read from its
+  Triton metrics port directly: a Prometheus scrape interval (15 s by default) is too slow for a
+  backlog that drains in seconds;
+- the arrival rate over the last `RATE_SPAN_S` (completions plus queue growth, from the counters
+  of successive checks), since the replicas left in rotation must carry the arrivals;
+- one replica's capacity at the batching in force, from the engine profile and the service-time
+  scale the autoscaler learned (status.learned).
+
+It then flips the label (`in` <-> `held`) on the pods whose place changes, posts an Event and
+sets `tailpilot_replicas_held_out`. A pod whose metrics cannot be read is never held (and a held
+one is put back): without data nothing is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.controllers.autoscaler import engine_profile, restore_learned
+from tailpilot.controllers.kubeapi import PODS, Kube
+from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.observe import PENDING_GAUGE
+from tailpilot.controllers.reconciler import ISVC, batching_in_force, iso_time
+from tailpilot.manifests.meta import selector_string
+from tailpilot.policy import PolicyState
+from tailpilot.policy.core import replica_capacity_per_s
+from tailpilot.policy.rotation import RotationConfig, choose_rotation
+
+log = logging.getLogger("tailpilot.rotation")
+
+#: Seconds between two checks of one service (the simulator's measurements used 3 s).
+ROTATION_PERIOD_S = 3.0
+#: Seconds of arrivals the rate is measured over: a burst must show at once.
+RATE_SPAN_S = 5.0
+#: A pod's metrics page must answer within this, or the pod counts as unreadable.
+METRICS_TIMEOUT_S = 1.0
+SUCCESS_COUNTER = "nv_inference_request_success"
+
+
+@dataclass(frozen=True, slots=True)
+class PodCounters:
+    """What one check reads from one pod: requests answered so far, and queued now."""
+
+    success: float
+    pending: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One check's counters of every readable ready pod."""
+
+    at_s: float
+    pods: Mapping[str, PodCounters]
+
+
+def parse_pod_counters(text: str, *, model: str) -> PodCounters | None:
+    """Sum the success counter and the pending gauge of `model` (every version) in Triton's metrics page.
+
+    None when the page has neither for the model (not loaded yet, or another server).
+    """
+    success = pending = 0.0
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name in (SUCCESS_COUNTER, f"{SUCCESS_COUNTER}_total"):
+                success += sample.value
+                seen = True
+            elif sample.name == PENDING_GAUGE:
+                pending += sample.value
+                seen = True
+    return PodCounters(success=success, pending=pending) if seen else None
+
+
+def arrival_rate_per_s(samples: Iterable[Sample], *, span_s: float) -> float | None:
+    """Requests that arrived per second between the newest sample and the newest one `span_s` older.
+
+    Arrivals on a pod are its completions plus the growth of its queue. A pod absent from the older
+    sample started since: its whole counter counts (it can only overstate the rate, which holds
+    fewer pods). None with a single sample.
+    """
+    samples = list(samples)  # a deque does not slice
+    if len(samples) < 2:
+        return None
+    newest = samples[-1]
+    older = [s for s in samples[:-1] if s.at_s <= newest.at_s - span_s]
+    base = older[-1] if older else samples[0]
+    elapsed = newest.at_s - base.at_s
+    if elapsed <= 0:
+        return None
+    arrivals = 0.0
+    for pod, now in newest.pods.items():
+        then = base.pods.get(pod, PodCounters(success=0.0, pending=0.0))
+        arrivals += max(0.0, now.success - then.success) + now.pending - then.pending
+    return max(0.0, arrivals) / elapsed
+
+
+def label_changes(labels: Mapping[str, str], held_out: frozenset[str]) -> dict[str, str]:
+    """The rotation label each pod must get (pod -> value), for the pods whose label differs."""
+    changes = {}
+    for pod, current in labels.items():
+        wanted = c.ROTATION_HELD if pod in held_out else c.ROTATION_IN
+        if current != wanted:
+            changes[pod] = wanted
+    return changes
+
+
+def _ready_ip(pod: Mapping[str, Any]) -> str | None:
+    status = pod.get("status") or {}
+    ready = any(
+        cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions", [])
+    )
+    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    ip = status.get("podIP")
+    return ip if ready and not deleting and ip else None
+
+
+@dataclass
+class Rotator:
+    """Runs the rotation check of one service per call; keeps each service's recent samples."""
+
+    kube: Kube
+    http: httpx.AsyncClient
+    metrics: OperatorMetrics
+    monotonic: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    _samples: dict[tuple[str, str], deque[Sample]] = field(default_factory=dict)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a service's samples (deleted, or rotation turned off)."""
+        self._samples.pop((namespace, name), None)
+
+    async def check(self, namespace: str, name: str) -> frozenset[str]:
+        """One check; returns the pods held out after it."""
+        body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+        if body is None:
+            return frozenset()
+        try:
+            isvc = InferenceService.model_validate(body)
+        except ValueError:
+            return frozenset()
+        status = dict(body.get("status") or {})
+        profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
+        if not isvc.spec.autoscaling.backlog_rotation or profile is None:
+            return frozenset()
+        pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
+        # Only pods carrying the label take part: during the rollout that adds it, the others are
+        # what the Service selects on.
+        labels: dict[str, str] = {}
+        ips: dict[str, str] = {}
+        for pod in pods:
+            pod_name, value = (
+                pod["metadata"]["name"],
+                (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION),
+            )
+            ip = _ready_ip(pod)
+            if value is not None and ip is not None:
+                labels[pod_name], ips[pod_name] = value, ip
+        counters = await self._read(ips, model=isvc.spec.model_name(isvc.name))
+        samples = self._samples.setdefault((namespace, name), deque())
+        now = self.monotonic()
+        samples.append(Sample(at_s=now, pods=counters))
+        while samples and samples[0].at_s < now - 3 * RATE_SPAN_S:
+            samples.popleft()
+        state = restore_learned(
+            PolicyState.initial(replicas=max(1, len(labels)), batching=batching_in_force(isvc, status)),
+            status.get("learned"),
+        )
+        rotation = choose_rotation(
+            config=RotationConfig(p99_target_ms=float(isvc.spec.slo.p99_latency_ms)),
+            pending_by_replica={pod: counts.pending for pod, counts in counters.items()},
+            held_out=frozenset(pod for pod, value in labels.items() if value == c.ROTATION_HELD),
+            rate_per_s=arrival_rate_per_s(samples, span_s=RATE_SPAN_S),
+            capacity_per_s=replica_capacity_per_s(profile, state),
+        )
+        changes = label_changes(labels, rotation.held_out)
+        for pod_name, value in changes.items():
+            patch = {"metadata": {"labels": {c.LABEL_ROTATION: value}}}
+            await asyncio.to_thread(self.kube.merge_patch, PODS, namespace, pod_name, patch)
+        self.metrics.record_held_out(namespace=namespace, service=name, replicas=len(rotation.held_out))
+        await self._announce(body, changes, rotation.message)
+        return rotation.held_out
+
+    async def _read(self, ips: Mapping[str, str], *, model: str) -> dict[str, PodCounters]:
+        """Each pod's counters; unreadable pods are left out (and so never held)."""
+        names = list(ips)
+        pages = await asyncio.gather(
+            *(
+                self.http.get(f"http://{ips[n]}:{c.TRITON_METRICS_PORT}/metrics", timeout=METRICS_TIMEOUT_S)
+                for n in names
+            ),
+            return_exceptions=True,
+        )
+        out = {}
+        for pod_name, page in zip(names, pages, strict=True):
+            if isinstance(page, BaseException) or page.status_code != 200:
+                log.info("rotation: metrics of pod %s unreadable: %s", pod_name, page)
+                continue
+            counts = parse_pod_counters(page.text, model=model)
+            if counts is not None:
+                out[pod_name] = counts
+        return out
+
+    async def _announce(self, body: dict[str, Any], changes: Mapping[str, str], message: str) -> None:
+        held = sorted(p for p, v in changes.items() if v == c.ROTATION_HELD)
+        returned = sorted(p for p, v in changes.items() if v == c.ROTATION_IN)
+        now = iso_time(datetime.fromtimestamp(self.wall_clock(), UTC))
+        for pods, reason, text in (
+            (held, c.EVENT_REPLICAS_HELD_OUT, f"{', '.join(held)} out of the Service: {message}"),
+            (returned, c.EVENT_REPLICAS_RETURNED, f"{', '.join(returned)} back in the Service ({message})"),
+        ):
+            if pods:
+                await asyncio.to_thread(
+                    self.kube.post_event, body, type_="Normal", reason=reason, message=text[:1024], now=now
+                )
