@@ -144,10 +144,13 @@ class Rotator:
     monotonic: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
     _samples: dict[tuple[str, str], deque[Sample]] = field(default_factory=dict)
+    #: Pods whose metrics page the last check could not read (logged when that changes, not every 3 s).
+    _unreadable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a service's samples (deleted, or rotation turned off)."""
         self._samples.pop((namespace, name), None)
+        self._unreadable.pop((namespace, name), None)
 
     async def check(self, namespace: str, name: str) -> frozenset[str]:
         """One check; returns the pods held out after it."""
@@ -176,6 +179,7 @@ class Rotator:
             if value is not None and ip is not None:
                 labels[pod_name], ips[pod_name] = value, ip
         counters = await self._read(ips, model=isvc.spec.model_name(isvc.name))
+        self._note_unreadable((namespace, name), frozenset(ips) - set(counters))
         samples = self._samples.setdefault((namespace, name), deque())
         now = self.monotonic()
         samples.append(Sample(at_s=now, pods=counters))
@@ -213,12 +217,24 @@ class Rotator:
         out = {}
         for pod_name, page in zip(names, pages, strict=True):
             if isinstance(page, BaseException) or page.status_code != 200:
-                log.info("rotation: metrics of pod %s unreadable: %s", pod_name, page)
+                log.debug("rotation: metrics of pod %s unreadable: %r", pod_name, page)
                 continue
             counts = parse_pod_counters(page.text, model=model)
             if counts is not None:
                 out[pod_name] = counts
         return out
+
+    def _note_unreadable(self, key: tuple[str, str], pods: frozenset[str]) -> None:
+        """Warn when pods become unreadable (a NetworkPolicy, a port): they can never be held."""
+        before = self._unreadable.get(key, frozenset())
+        if pods - before:
+            log.warning(
+                "%s/%s: cannot read Triton metrics of %s on port %d; they stay in rotation",
+                *key,
+                ", ".join(sorted(pods - before)),
+                c.TRITON_METRICS_PORT,
+            )
+        self._unreadable[key] = pods
 
     async def _announce(self, body: dict[str, Any], changes: Mapping[str, str], message: str) -> None:
         held = sorted(p for p, v in changes.items() if v == c.ROTATION_HELD)

@@ -67,6 +67,22 @@ def model_warmup_requests(batching: BatchingConfig) -> int:
     return sum(w.batch_size * w.count for w in config.model_warmup)
 
 
+def echo_service(namespace: str, *, slo: dict, autoscaling: dict) -> dict:
+    """An InferenceService named after the echo model, on CPU, single requests (fixed batching)."""
+    return {
+        "apiVersion": "tailpilot.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": MODEL, "namespace": namespace},
+        "spec": {
+            "model": {"uri": "https://models.example.com/echo.onnx", "sha256": "0" * 64, "name": MODEL},
+            "runtime": {"device": "cpu", "servingVariant": "python"},
+            "batching": {"mode": "fixed", "maxBatchSize": 1, "maxQueueDelayMicroseconds": 0},
+            "slo": slo,
+            "autoscaling": autoscaling,
+        },
+    }
+
+
 def write_repository(
     root: Path, *, batching: BatchingConfig, refuse_above: int = 0, base_ms: float = 2.0
 ) -> Path:

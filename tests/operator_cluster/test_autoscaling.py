@@ -38,7 +38,7 @@ from tests.controllers import triton_fixtures
 
 pytestmark = [pytest.mark.cluster, pytest.mark.triton, pytest.mark.prometheus, pytest.mark.slow]
 
-NAME = "echo"
+NAME = triton_fixtures.MODEL  # the InferenceService is named after the model
 BASE_MS = 20.0  # the echo model's time per batch: one replica serves about 45 requests/s unbatched
 
 
@@ -59,22 +59,11 @@ def echo_result() -> BuildResult:
 
 
 def service(namespace: str) -> dict:
-    return {
-        "apiVersion": "tailpilot.io/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "model": {
-                "uri": "https://models.example.com/echo.onnx",
-                "sha256": "0" * 64,
-                "name": triton_fixtures.MODEL,
-            },
-            "runtime": {"device": "cpu", "servingVariant": "python"},
-            "batching": {"mode": "fixed", "maxBatchSize": 1, "maxQueueDelayMicroseconds": 0},
-            "slo": {"p99LatencyMs": 100, "evaluationWindowSeconds": 10},
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 600},
-        },
-    }
+    return triton_fixtures.echo_service(
+        namespace,
+        slo={"p99LatencyMs": 100, "evaluationWindowSeconds": 10},
+        autoscaling={"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 600},
+    )
 
 
 def decisions_total(metrics_url: str) -> float:

@@ -30,7 +30,7 @@ from tests.controllers import triton_fixtures
 
 pytestmark = [pytest.mark.cluster, pytest.mark.triton, pytest.mark.slow]
 
-NAME = "echo"
+NAME = triton_fixtures.MODEL  # the InferenceService is named after the model
 BASE_MS = 50.0  # the echo model sleeps ~50 ms a request: one replica answers ~19 requests/s
 PODS = ("echo-a", "echo-b", "echo-c")
 
@@ -51,22 +51,11 @@ class PodRoutes(httpx.AsyncBaseTransport):
 
 
 def service(namespace: str) -> dict:
-    return {
-        "apiVersion": "tailpilot.io/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "model": {
-                "uri": "https://models.example.com/echo.onnx",
-                "sha256": "0" * 64,
-                "name": triton_fixtures.MODEL,
-            },
-            "runtime": {"device": "cpu", "servingVariant": "python"},
-            "batching": {"mode": "fixed", "maxBatchSize": 1, "maxQueueDelayMicroseconds": 0},
-            "slo": {"p99LatencyMs": 100},
-            "autoscaling": {"minReplicas": 3, "maxReplicas": 3, "backlogRotation": True},
-        },
-    }
+    return triton_fixtures.echo_service(
+        namespace,
+        slo={"p99LatencyMs": 100},
+        autoscaling={"minReplicas": 3, "maxReplicas": 3, "backlogRotation": True},
+    )
 
 
 # The engine's profile as the build would record it: ~52 ms a request.
