@@ -136,11 +136,22 @@ def is_ready(pod: client.V1Pod) -> bool:
 
 
 def ready_endpoints(core: client.CoreV1Api, namespace: str, name: str) -> list[str]:
-    """`http://<pod IP>:8000` of every Ready Triton pod: what a Service's endpoints would hold."""
+    """`http://<pod IP>:8000` of every Ready Triton pod the service's Service selects: its endpoints.
+
+    There is no kube-proxy on this cluster; clients take these as the Service's endpoints. The
+    Service's own selector decides (a pod held out of the rotation is Ready but not selected);
+    before the operator has created the Service, every Triton pod of the service counts.
+    """
+    try:
+        selector = core.read_namespaced_service(name, namespace).spec.selector or {}
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+        selector = {}
     return [
         f"http://{p.status.pod_ip}:{TRITON_HTTP_PORT}"
         for p in server_pods(core, namespace, name)
-        if is_ready(p) and p.status.pod_ip
+        if is_ready(p) and p.status.pod_ip and selector.items() <= (p.metadata.labels or {}).items()
     ]
 
 
