@@ -5,6 +5,9 @@ The CRDs are the upstream ones (prometheus-operator's Go module at the pinned ve
 
 from __future__ import annotations
 
+import re
+
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -14,6 +17,7 @@ from tailpilot_e2e.operator_harness import (
     OperatorProcess,
     condition,
     custom_object,
+    free_port,
     install_crds,
     play_build,
     running_build_pod,
@@ -102,8 +106,10 @@ def test_backlog_rotation_rolls_the_label_in_before_the_service_selects_it_and_k
 ):
     install_crds(crds, crd_files())
     core, objects = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
+    metrics_port = free_port()
+    args = ["--metrics-port", str(metrics_port), "--bind-address", "127.0.0.1"]
     try:
-        with OperatorProcess(crds, namespace=namespace, log_dir=tmp_path):
+        with OperatorProcess(crds, namespace=namespace, log_dir=tmp_path, extra_args=args) as operator:
             name = serve_example(k8s, crds, namespace, example, tmp_path)
 
             def set_rotation(on: bool) -> None:
@@ -144,6 +150,18 @@ def test_backlog_rotation_rolls_the_label_in_before_the_service_selects_it_and_k
             assert (
                 monitor["spec"]["selector"]["matchLabels"].items() <= metrics_service.metadata.labels.items()
             )
+
+            # The operator's rotation checks run: they find the simulated pods' metrics unreachable
+            # (no network on simulated nodes), say so once, and hold nobody.
+            gauge = re.compile(
+                rf'^tailpilot_replicas_held_out\{{namespace="{namespace}",service="{name}"\}} 0\.0$', re.M
+            )
+            eventually(
+                lambda: gauge.search(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text),
+                timeout=30,
+                description="a rotation check's gauge",
+            )
+            assert "cannot read Triton metrics" in operator.log_file.read_text()
 
             # Off again: the Service stops selecting on the label at once (no rollout needed).
             set_rotation(False)
