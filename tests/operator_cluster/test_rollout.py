@@ -46,12 +46,21 @@ def test_gpu_example_builds_rolls_out_on_h100_and_reports_status(
     assert job.metadata.owner_references[0].name == name
 
     # The status follows the pod: EngineBuildPending while it waits for its volume, then EngineBuilding.
-    def building():
+    # The pass that created the Job says "started" before a later one sees its pod running (CI run
+    # of 2026-11-30 13:24 UTC read the first): wait for the one that names the pod's node.
+    def building_on_the_node():
         cond = condition(custom_object(k8s, namespace, name), "EngineReady")
-        return cond if cond and cond["reason"] == "EngineBuilding" else None
+        running = (
+            cond
+            and cond["reason"] == "EngineBuilding"
+            and f"running on {pod.spec.node_name}" in cond["message"]
+        )
+        return cond if running else None
 
-    cond = eventually(building, timeout=30, description="EngineReady=False EngineBuilding")
-    assert cond["status"] == "False" and f"running on {pod.spec.node_name}" in cond["message"], cond
+    cond = eventually(
+        building_on_the_node, timeout=30, description="EngineReady=False EngineBuilding, running"
+    )
+    assert cond["status"] == "False", cond
 
     result = gpu_build_result()
     play_build(core, pod, result=result)
