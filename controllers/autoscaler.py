@@ -33,7 +33,7 @@ from tailpilot.api.v1alpha1 import InferenceService, LearnedStatus
 from tailpilot.builders import triton_config
 from tailpilot.controllers.batching import apply_batching
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
-from tailpilot.controllers.kubeapi import PODS, Kube
+from tailpilot.controllers.kubeapi import PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import ObservationError, observe_service
 from tailpilot.controllers.reconciler import ISVC, batching_in_force, batching_status, iso_time, served_result
@@ -336,15 +336,7 @@ class Autoscaler:
         pods = await asyncio.to_thread(
             self.kube.list, PODS, isvc.namespace, label_selector=selector_string(isvc.name)
         )
-        urls = [
-            f"http://{p['status']['podIP']}:{c.TRITON_HTTP_PORT}"
-            for p in pods
-            if p.get("status", {}).get("podIP")
-            and any(
-                cond.get("type") == "Ready" and cond.get("status") == "True"
-                for cond in p["status"].get("conditions", [])
-            )
-        ]
+        urls = [f"http://{ip}:{c.TRITON_HTTP_PORT}" for p in pods if (ip := ready_pod_ip(p))]
         gpu = isvc.spec.runtime.gpu
         config = triton_config.render_model_config(
             name=isvc.spec.model_name(isvc.name),

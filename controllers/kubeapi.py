@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,16 @@ BY_KIND = {
     r.kind: r
     for r in (CONFIGMAPS, SERVICES, PODS, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)
 }
+
+
+def ready_pod_ip(pod: Mapping[str, Any]) -> str | None:
+    """The IP of a pod whose Ready condition is True (None if not Ready or not yet addressed)."""
+    status = pod.get("status") or {}
+    ready = any(
+        cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions", [])
+    )
+    ip = status.get("podIP")
+    return str(ip) if ready and ip else None
 
 
 class Kube:

@@ -35,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.controllers.autoscaler import engine_profile, restore_learned
-from tailpilot.controllers.kubeapi import PODS, Kube
+from tailpilot.controllers.kubeapi import PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import PENDING_GAUGE
 from tailpilot.controllers.reconciler import ISVC, batching_in_force, iso_time
@@ -124,14 +124,10 @@ def label_changes(labels: Mapping[str, str], held_out: frozenset[str]) -> dict[s
     return changes
 
 
-def _ready_ip(pod: Mapping[str, Any]) -> str | None:
-    status = pod.get("status") or {}
-    ready = any(
-        cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions", [])
-    )
+def _serving_ip(pod: Mapping[str, Any]) -> str | None:
+    """A Ready pod's IP, unless it is being deleted (it leaves the endpoints anyway)."""
     deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-    ip = status.get("podIP")
-    return ip if ready and not deleting and ip else None
+    return None if deleting else ready_pod_ip(pod)
 
 
 @dataclass
@@ -175,7 +171,7 @@ class Rotator:
                 pod["metadata"]["name"],
                 (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION),
             )
-            ip = _ready_ip(pod)
+            ip = _serving_ip(pod)
             if value is not None and ip is not None:
                 labels[pod_name], ips[pod_name] = value, ip
         counters = await self._read(ips, model=isvc.spec.model_name(isvc.name))

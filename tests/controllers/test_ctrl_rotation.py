@@ -7,6 +7,7 @@ from collections import deque
 import pytest
 
 from tailpilot.api import constants as c
+from tailpilot.controllers.kubeapi import ready_pod_ip
 from tailpilot.controllers.rotation import (
     PodCounters,
     Sample,
@@ -66,3 +67,13 @@ def test_only_pods_whose_place_changes_are_relabelled():
     labels = {"a": c.ROTATION_IN, "b": c.ROTATION_HELD, "c": c.ROTATION_IN}
     assert label_changes(labels, frozenset({"a", "b"})) == {"a": c.ROTATION_HELD}
     assert label_changes(labels, frozenset()) == {"b": c.ROTATION_IN}
+
+
+def test_a_pod_has_an_address_to_call_only_when_ready_and_addressed():
+    ready = {"type": "Ready", "status": "True"}
+    assert ready_pod_ip({"status": {"podIP": "10.0.0.5", "conditions": [ready]}}) == "10.0.0.5"
+    assert (
+        ready_pod_ip({"status": {"podIP": "10.0.0.5", "conditions": [{**ready, "status": "False"}]}}) is None
+    )
+    assert ready_pod_ip({"status": {"conditions": [ready]}}) is None
+    assert ready_pod_ip({"status": None}) is None
