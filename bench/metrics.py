@@ -50,10 +50,16 @@ def count_flaps(actions: list[tuple[float, int, int]], *, within_s: float = 300.
 
 
 def _bin_p99(result: SimResult, bin_s: float) -> npt.NDArray[np.float64]:
+    return bin_p99(result.arrival_s, result.latency_s, duration_s=result.duration_s, bin_s=bin_s)
+
+
+def bin_p99(
+    arrival_s: npt.NDArray[np.float64], latency_s: npt.NDArray[np.float64], *, duration_s: float, bin_s: float
+) -> npt.NDArray[np.float64]:
     """P99 latency (s) of the requests arriving in each bin (nan for an empty bin)."""
-    nbins = max(1, math.ceil(result.duration_s / bin_s))
-    idx = np.minimum((result.arrival_s // bin_s).astype(np.int64), nbins - 1)
-    lat = result.latency_s
+    nbins = max(1, math.ceil(duration_s / bin_s))
+    idx = np.minimum((arrival_s // bin_s).astype(np.int64), nbins - 1)
+    lat = latency_s
     order = np.argsort(idx, kind="stable")
     bounds = np.searchsorted(idx[order], np.arange(nbins + 1))
     sorted_lat = lat[order]

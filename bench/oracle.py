@@ -46,8 +46,8 @@ def _throughput(service: ServiceTimeModel, cfg: BatchingConfig) -> float:
     return float(cfg.instances_per_replica * b * 1000.0 / service.mean_ms(b))
 
 
-class _Switch:
-    """Warm-up fleet until `at_s`, then the fleet under test (ready at once)."""
+class SwitchAt:
+    """One fleet until `at_s`, then another (ready at once when start-up is 0)."""
 
     def __init__(self, before: Target, after: Target, at_s: float) -> None:
         self._before, self._after = before, after
@@ -89,7 +89,7 @@ def window_p99_ms(
             max_replicas=max(replicas, before.replicas),
             reload_s=0.0,
         ),
-        controller=_Switch(before, after, judge_from_s),
+        controller=SwitchAt(before, after, judge_from_s),
     )
     return float(p99(res.latency_s[res.arrival_s >= judge_from_s]) * 1000.0)
 
@@ -191,13 +191,14 @@ class ScheduledOracle:
     def _at(self, t: float) -> int:
         return min(len(self._needs) - 1, max(0, int(t // self._w)))
 
-    def _replicas(self, t: float) -> int:
+    def replicas_at(self, t: float) -> int:
+        """Replicas the schedule pays for at `t` (the most any window up to `t + lead_s` needs)."""
         k0, k1 = self._at(t), self._at(t + self._lead)
         return max(n.replicas for n in self._needs[k0 : k1 + 1])
 
     def initial(self) -> Target:
-        return Target(self._replicas(0.0), self._needs[0].batching)
+        return Target(self.replicas_at(0.0), self._needs[0].batching)
 
     def decide(self, view: FleetView) -> Target:
         t = view.now_s
-        return Target(self._replicas(t), self._needs[self._at(t + self._reload)].batching)
+        return Target(self.replicas_at(t), self._needs[self._at(t + self._reload)].batching)

@@ -107,21 +107,24 @@ class SuiteResult:
     errors: list[str] = field(default_factory=list)
 
 
-def _trace(setup: Setup, name: str) -> TraceSpec:
+def trace_of(setup: Setup, name: str) -> TraceSpec:
+    """The arrivals of trace `name` in this setup (the file's when the setup names one)."""
     if setup.trace_file is not None:
         arr = read_arrivals(setup.trace_file)
         return TraceSpec(name, arr[arr < setup.duration_s], f"file {setup.trace_file.name}, unscaled")
     return build_trace(name, capacity_rps=setup.capacity_rps, duration_s=setup.duration_s, seed=setup.seed)
 
 
-def _trace_seed(setup: Setup, name: str) -> int:
+def trace_seed(setup: Setup, name: str) -> int:
+    """Seed of the service-time jitter (and the oracle's search) on trace `name`."""
     idx = TRACE_NAMES.index(name) if name in TRACE_NAMES else len(TRACE_NAMES)
     return setup.seed * 1000 + idx
 
 
-def _needs(task: tuple[Setup, str]) -> tuple[str, list[WindowNeed]]:
+def oracle_needs(task: tuple[Setup, str]) -> tuple[str, list[WindowNeed]]:
+    """The oracle's per-window needs on one trace (a pool task: (setup, trace name))."""
     setup, name = task
-    spec = _trace(setup, name)
+    spec = trace_of(setup, name)
     needs = window_needs(
         spec.arrivals,
         duration_s=setup.duration_s,
@@ -129,7 +132,7 @@ def _needs(task: tuple[Setup, str]) -> tuple[str, list[WindowNeed]]:
         slo_ms=setup.slo_ms,
         candidates=batching_candidates(setup.profile, setup.slo_ms),
         max_replicas=setup.max_replicas,
-        seed=_trace_seed(setup, name),
+        seed=trace_seed(setup, name),
     )
     return name, needs
 
@@ -209,23 +212,26 @@ def make_controller(
     return AUTOSCALERS[policy](params)
 
 
+def sim_config(setup: Setup, name: str, *, startup_s: float) -> SimConfig:
+    """The fleet every policy runs on for trace `name`."""
+    return SimConfig(
+        service=setup.profile.service_time,
+        duration_s=setup.duration_s,
+        startup_s=startup_s,
+        seed=trace_seed(setup, name),
+        max_replicas=setup.max_replicas,
+    )
+
+
 def _run(
     task: tuple[Setup, str, float, str, list[WindowNeed], BaselineParams, bool],
 ) -> tuple[str, float, str, RunMetrics, Timeline | None, list[str]]:
     setup, name, ts, policy, needs, params, want_timeline = task
-    spec = _trace(setup, name)
+    spec = trace_of(setup, name)
     ctl = make_controller(setup, policy=policy, ts=ts, needs=needs, params=params)
     startup = 0.0 if policy == "oracle-fluid" else ts
     res = simulate(
-        arrivals_s=spec.arrivals,
-        config=SimConfig(
-            service=setup.profile.service_time,
-            duration_s=setup.duration_s,
-            startup_s=startup,
-            seed=_trace_seed(setup, name),
-            max_replicas=setup.max_replicas,
-        ),
-        controller=ctl,
+        arrivals_s=spec.arrivals, config=sim_config(setup, name, startup_s=startup), controller=ctl
     )
     metrics = summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
     errors: list[str] = list(getattr(ctl, "errors", []))
@@ -254,7 +260,7 @@ def run_suite(
     skipped = [] if with_tp else [f"{TAILPILOT}: tailpilot.policy not importable"]
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(max(1, jobs)) as pool:
-        needs = dict(pool.map(_needs, [(setup, n) for n in names], chunksize=1))
+        needs = dict(pool.map(oracle_needs, [(setup, n) for n in names], chunksize=1))
         params = {n: baseline_params(setup, needs[n][0].replicas) for n in names}
         tasks = []
         for n in names:
@@ -273,7 +279,7 @@ def run_suite(
         if tl is not None:
             result.timelines[(n, plot_ts, p)] = tl
     for n in names:
-        spec = _trace(setup, n)
+        spec = trace_of(setup, n)
         result.trace_params[n] = spec.params
         result.trace_requests[n] = int(spec.arrivals.size)
         for ts in setup.ts_values:
