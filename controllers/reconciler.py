@@ -42,7 +42,7 @@ from tailpilot.controllers.kubeapi import (
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests.deployment import triton_deployment
-from tailpilot.manifests.meta import selector_string
+from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
 from tailpilot.manifests.service import rotation_selectable, triton_metrics_service, triton_service
@@ -467,14 +467,12 @@ class Reconciler:
             (SERVICES, triton_service(isvc=isvc, select_rotation=self._rotation_selectable(isvc))),
             (PDBS, triton_pdb(isvc=isvc)),
         ]
-        if isvc.spec.autoscaling.backlog_rotation:
-            desired.insert(3, (SERVICES, triton_metrics_service(isvc=isvc)))
-        if self.monitoring_crds():
-            if isvc.spec.monitoring.service_monitor:
-                desired.append((SERVICE_MONITORS, service_monitor(isvc=isvc, settings=settings)))
-            if isvc.spec.monitoring.prometheus_rule:
-                desired.append((PROMETHEUS_RULES, prometheus_rule(isvc=isvc, settings=settings)))
-        written = 0
+        optional = self._optional_children(isvc)
+        wanted = [(resource, obj) for resource, obj, on in optional if on]
+        # The metrics Service goes with the Service, before the PDB; the monitoring objects last.
+        desired[3:3] = [child for child in wanted if child[0] is SERVICES]
+        desired += [child for child in wanted if child[0] is not SERVICES]
+        written = self._prune(isvc, [(resource, obj) for resource, obj, on in optional if not on], events)
         deployment_live: dict[str, Any] | None = None
         for resource, obj in desired:
             live = self.kube.get(resource, isvc.namespace, obj["metadata"]["name"])
@@ -501,6 +499,47 @@ class Reconciler:
         status["readyReplicas"] = int(((deployment_live or {}).get("status") or {}).get("readyReplicas", 0))
         status["batching"] = batching_status(batching)
         return rollout_condition(deployment_live, replicas), written
+
+    def _optional_children(self, isvc: InferenceService) -> list[tuple[Resource, dict[str, Any], bool]]:
+        """(resource, object, whether the spec wants it) for each child a spec field turns on and off.
+
+        The metrics Service (spec.autoscaling.backlogRotation), then, where the prometheus-operator
+        CRDs exist, the ServiceMonitor and the PrometheusRule (spec.monitoring).
+        """
+        monitoring, settings = isvc.spec.monitoring, self.settings.manifests
+        optional: list[tuple[Resource, dict[str, Any], bool]] = [
+            (SERVICES, triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)
+        ]
+        if self.monitoring_crds():
+            optional += [
+                (SERVICE_MONITORS, service_monitor(isvc=isvc, settings=settings), monitoring.service_monitor),
+                (PROMETHEUS_RULES, prometheus_rule(isvc=isvc, settings=settings), monitoring.prometheus_rule),
+            ]
+        return optional
+
+    def _prune(
+        self,
+        isvc: InferenceService,
+        unwanted: list[tuple[Resource, dict[str, Any]]],
+        events: list[EventRecord],
+    ) -> int:
+        """Delete the optional children the spec turned off, only those this service controls (a GET each)."""
+        deleted = 0
+        for resource, obj in unwanted:
+            name = obj["metadata"]["name"]
+            live = self.kube.get(resource, isvc.namespace, name)
+            if live is None or not controlled_by(live, isvc):
+                continue
+            if self.kube.delete(resource, isvc.namespace, name):
+                deleted += 1
+                events.append(
+                    EventRecord(
+                        "Normal",
+                        c.EVENT_CHILD_REMOVED,
+                        f"{resource.kind} {name} removed: the spec turned it off",
+                    )
+                )
+        return deleted
 
     def _rotation_selectable(self, isvc: InferenceService) -> bool:
         """Whether spec.autoscaling.backlogRotation is on and every pod carries the label (one pod LIST)."""

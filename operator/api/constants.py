@@ -97,6 +97,8 @@ REASON_ENGINE_BUILD_FAILED: Final = "EngineBuildFailed"
 EVENT_PROFILE_CPU_LIMIT_MISMATCH: Final = "ProfileCPULimitMismatch"
 EVENT_REPLICAS_HELD_OUT: Final = "ReplicasHeldOut"
 EVENT_REPLICAS_RETURNED: Final = "ReplicasReturned"
+#: An optional child (metrics Service, ServiceMonitor, PrometheusRule) deleted because the spec turned it off.
+EVENT_CHILD_REMOVED: Final = "ChildRemoved"
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_ROLLING_OUT: Final = "RollingOut"

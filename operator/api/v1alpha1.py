@@ -539,7 +539,8 @@ class AutoscalingSpec(_Model):
             "(label tailpilot.io/rotation=held) while fresh replicas carry the load, as after a "
             "load step, and put it back once its queue is short. It helps clients that the "
             "Service balances per request or per new connection; a client on one long-lived "
-            "connection keeps its pod. Enabling it rolls the pods once to add the label."
+            "connection keeps its pod. Enabling it rolls the pods once to add the label and adds a "
+            "headless <name>-metrics Service that keeps held pods scraped (deleted when turned off)."
         ),
     )
     absorb_bursts: bool = Field(
@@ -571,11 +572,18 @@ class MonitoringSpec(_Model):
         description="Prometheus to query; defaults to the operator's configured Prometheus.",
     )
     service_monitor: bool = Field(
-        default=True, description="Create a ServiceMonitor (when the prometheus-operator CRDs exist)."
+        default=True,
+        description=(
+            "Create a ServiceMonitor (when the prometheus-operator CRDs exist); false deletes the "
+            "one the operator created."
+        ),
     )
     prometheus_rule: bool = Field(
         default=True,
-        description="Create a PrometheusRule with SLO burn-rate alerts (if prometheus-operator CRDs exist).",
+        description=(
+            "Create a PrometheusRule with SLO burn-rate alerts (if prometheus-operator CRDs exist); "
+            "false deletes the one the operator created."
+        ),
     )
     scrape_interval_seconds: int = Field(
         default=15, ge=1, le=300, description="Scrape interval of Triton's metrics."

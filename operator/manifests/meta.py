@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tailpilot import __version__
@@ -41,6 +42,13 @@ def selector_labels(isvc_name: str) -> dict[str, str]:
 def selector_string(isvc_name: str) -> str:
     """Return the selector as a string, for status.selector (the scale subresource's labelSelectorPath)."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(isvc_name).items()))
+
+
+def controlled_by(obj: Mapping[str, Any], isvc: InferenceService) -> bool:
+    """Whether `obj`'s controller owner reference is this InferenceService (same uid, not just name)."""
+    uid = isvc.metadata.get("uid")
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("controller") is True and ref.get("uid") == str(uid) for ref in refs)
 
 
 def owner_reference(isvc: InferenceService) -> dict[str, Any]:

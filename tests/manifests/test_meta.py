@@ -5,6 +5,7 @@ import pytest
 from tailpilot.api import constants as c
 from tailpilot.builders.store import REPOSITORY, EngineStore
 from tailpilot.manifests.meta import (
+    controlled_by,
     desired_hash,
     object_meta,
     owner_reference,
@@ -26,6 +27,18 @@ def test_owner_reference_is_controller() -> None:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def test_controlled_by_matches_the_controller_reference_by_uid_not_name() -> None:
+    isvc = make_isvc("a").obj()
+    ours = {"metadata": {"ownerReferences": [owner_reference(isvc)]}}
+    assert controlled_by(ours, isvc)
+    # A same-named object left by an earlier InferenceService "a" (another uid) is not ours to delete.
+    earlier = {"metadata": {"ownerReferences": [{**owner_reference(isvc), "uid": "uid-old"}]}}
+    assert not controlled_by(earlier, isvc)
+    not_controller = {"metadata": {"ownerReferences": [{**owner_reference(isvc), "controller": False}]}}
+    assert not controlled_by(not_controller, isvc)
+    assert not controlled_by({"metadata": {"name": "hand-made"}}, isvc)
 
 
 def test_owner_reference_needs_uid() -> None:

@@ -45,6 +45,17 @@ def remove_monitoring_crds(k8s):
     eventually(gone, timeout=60, description="monitoring CRDs removed")
 
 
+def gone(read) -> bool:
+    """Whether `read()` answers 404."""
+    try:
+        read()
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
 def serve_example(k8s, local_cluster, namespace, example, tmp_path):
     core = client.CoreV1Api(k8s)
     isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
@@ -90,6 +101,32 @@ def test_with_prometheus_operator_crds_servicemonitor_and_rule_are_created(
                 return (monitor, rules[0]) if rules else None
 
             monitor, rule = eventually(created, timeout=60, description="ServiceMonitor and PrometheusRule")
+
+            # Turned off: the operator deletes the ServiceMonitor it made, and keeps the rule.
+            objects.patch_namespaced_custom_object(
+                "tailpilot.io",
+                "v1alpha1",
+                namespace,
+                "inferenceservices",
+                name,
+                {"spec": {"monitoring": {"serviceMonitor": False}}},
+            )
+            eventually(
+                lambda: gone(
+                    lambda: objects.get_namespaced_custom_object(
+                        "monitoring.coreos.com", "v1", namespace, "servicemonitors", name
+                    )
+                ),
+                timeout=60,
+                description="the ServiceMonitor removed",
+            )
+            assert objects.list_namespaced_custom_object(
+                "monitoring.coreos.com", "v1", namespace, "prometheusrules"
+            )["items"]
+            assert any(
+                e.reason == "ChildRemoved" and f"ServiceMonitor {name} removed" in e.message
+                for e in client.CoreV1Api(k8s).list_namespaced_event(namespace).items
+            )
         endpoints = monitor["spec"]["endpoints"]
         assert any(e.get("port") == "metrics" for e in endpoints), endpoints
         assert monitor["metadata"]["ownerReferences"][0]["name"] == name
@@ -171,6 +208,23 @@ def test_backlog_rotation_rolls_the_label_in_before_the_service_selects_it_and_k
                 ),
                 timeout=60,
                 description="the rotation key gone from the Service selector",
+            )
+            # ... the metrics Service goes, and the ServiceMonitor scrapes through the Service again.
+            eventually(
+                lambda: gone(lambda: core.read_namespaced_service(f"{name}-metrics", namespace)),
+                timeout=60,
+                description="the metrics Service removed",
+            )
+            service_labels = core.read_namespaced_service(name, namespace).metadata.labels
+
+            def monitor_selects_the_service():
+                monitor = objects.get_namespaced_custom_object(
+                    "monitoring.coreos.com", "v1", namespace, "servicemonitors", name
+                )
+                return monitor["spec"]["selector"]["matchLabels"].items() <= service_labels.items()
+
+            eventually(
+                monitor_selects_the_service, timeout=60, description="the ServiceMonitor on the Service"
             )
     finally:
         remove_monitoring_crds(k8s)
