@@ -106,15 +106,19 @@ build_kwok() {
 }
 
 build_prometheus() {
-  [[ -x "$prometheus_dir/prometheus" ]] && { log "prometheus $PROMETHEUS_VERSION: cached"; return; }
-  log "prometheus $PROMETHEUS_VERSION: building (file, http and kubernetes discovery only)"
+  # promtool (rule checks and rule unit tests) comes from the same module at the same version.
+  [[ -x "$prometheus_dir/prometheus" && -x "$prometheus_dir/promtool" ]] \
+    && { log "prometheus $PROMETHEUS_VERSION: cached"; return; }
+  log "prometheus $PROMETHEUS_VERSION: building prometheus and promtool (file, http and kubernetes discovery only)"
+  rm -rf "$prometheus_dir.tmp"
   mkdir -p "$prometheus_dir.tmp"
   local ld="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
   ld+=" -X github.com/prometheus/common/version.Branch=$PROMETHEUS_VERSION"
   GOBIN="$prometheus_dir.tmp" go install -trimpath -ldflags "$ld" -tags remove_all_sd,enable_kubernetes_sd \
-    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_MODULE_VERSION"
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_MODULE_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
   mkdir -p "$prometheus_dir"
-  mv "$prometheus_dir.tmp/prometheus" "$prometheus_dir/prometheus"
+  mv "$prometheus_dir.tmp/prometheus" "$prometheus_dir.tmp/promtool" "$prometheus_dir/"
   rmdir "$prometheus_dir.tmp"
 }
 

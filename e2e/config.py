@@ -45,6 +45,7 @@ class Binaries:
     kubectl: Path
     kwok: Path
     prometheus: Path
+    promtool: Path
 
     @classmethod
     def from_cache(cls, root: Path | None = None, versions: dict[str, str] | None = None) -> Binaries:
@@ -60,6 +61,7 @@ class Binaries:
             kubectl=k8s / "kubectl",
             kwok=bin_root / f"kwok-{v['KWOK_VERSION']}" / "kwok",
             prometheus=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "prometheus",
+            promtool=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "promtool",
         )
 
     def missing(self) -> list[Path]:

@@ -7,7 +7,6 @@ sustained SLO violation and stay quiet on healthy traffic and on a short blip.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tailpilot.manifests.prometheus_rule import prometheus_rule
+from tailpilot_e2e.config import tool
 
 from .fixtures import SETTINGS, make_isvc
 
@@ -28,8 +28,8 @@ QUEUE = 'nv_inference_pending_request_count{namespace="ml",inferenceservice="a",
 
 
 def _promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, "promtool missing: apt-get install prometheus (see e2e/install-system-deps.sh)"
+    path = tool("promtool")
+    assert path, "promtool missing: `make binaries` builds it from upstream with Prometheus (cached)"
     return path
 
 
