@@ -281,6 +281,13 @@ SERVICE_SCALE_DEADBAND = 0.1
 _NARROW_SPREAD_MEAN_BATCH = 1.25
 _NARROW_SPREAD_FILL = 0.9
 _SERVICE_SCALE_STEP = 0.05
+#: A replica's busy fraction above which a compute time faster than the profile's is believed.
+#: The profile is measured at saturation; a lightly loaded replica computes faster than a saturated
+#: one (a CPU quota throttles only once its period's share is spent; caches, clocks and memory
+#: bandwidth are shared less), so learning "faster" there would size a scale-down for a speed the
+#: replicas lose as soon as they are busy (real-pods SLO-loop run of 2026-11-30 15:17 UTC: x0.69
+#: learned at ~44% busy under a 0.6-core limit, 2 -> 1 replica in the middle of the step).
+_FASTER_THAN_PROFILED_MIN_BUSY = 0.7
 
 
 def _learn_service_scale(
@@ -290,7 +297,8 @@ def _learn_service_scale(
 
     Only from steady windows: a backlog in the window (or pods starting) mixes the requests whose
     compute time is counted with batches counted in other windows, which read as a slower machine
-    (up to 2x in the simulator's spikes, on a machine exactly as fast as its profile).
+    (up to 2x in the simulator's spikes, on a machine exactly as fast as its profile). A faster
+    machine than profiled is only learned from busy replicas (`_FASTER_THAN_PROFILED_MIN_BUSY`).
     """
     compute, batch, rate = obs.compute_time_ms, obs.mean_batch_size, obs.request_rate
     if compute is None or batch is None or rate is None or rate < config.min_rate_for_correction_per_s:
@@ -310,6 +318,10 @@ def _learn_service_scale(
     if compute <= 0 or expected <= 0:
         return state
     ratio = min(config.service_scale_max, max(config.service_scale_min, compute / expected))
+    if ratio < 1.0:
+        per_replica = rate / (max(1, _ready_replicas(obs, state)) * state.batching.instances_per_replica)
+        if per_replica * compute / m / 1000.0 < _FASTER_THAN_PROFILED_MIN_BUSY:
+            return state
     a = config.service_scale_alpha
     learned = math.exp((1 - a) * math.log(state.service_scale) + a * math.log(ratio))
     return replace(state, service_scale=learned)

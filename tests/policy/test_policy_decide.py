@@ -191,6 +191,32 @@ def test_the_speed_is_read_where_batch_sizes_barely_spread_and_only_from_steady_
     assert seen(1.2, 2 * as_fast, ready_replicas=1) == 1.0
 
 
+def test_a_machine_faster_than_profiled_is_believed_only_from_busy_replicas():
+    plant = make_plant(replicas=2, batch=8)
+    full_batch_ms = plant.profile.service_time.mean_ms(8)
+
+    def seen(busy: float, speed: float) -> float:
+        """The scale learned from 2 replicas in full batches, `busy` of the time, at `speed` x the profile."""
+        compute_ms = speed * full_batch_ms
+        rate = 2 * busy * 7.5 * 1000.0 / compute_ms  # requests/s that keep them that busy
+        obs = Observation(
+            at_s=plant.clock.now,
+            request_rate=rate,
+            p99_ms=20.0,
+            ready_replicas=2,
+            mean_batch_size=7.5,
+            compute_time_ms=compute_ms,
+        )
+        return _decide_at(plant, obs)[1].service_scale
+
+    # Twice as fast as profiled, read from replicas 30% busy: a saturated replica would not be.
+    assert seen(0.3, 0.5) == 1.0
+    # Read from replicas 90% busy it is believed (EWMA 0.5 from 1 in log space).
+    assert seen(0.9, 0.5) == pytest.approx(0.5**0.5)
+    # Slower than profiled is learned at any load.
+    assert seen(0.3, 2.0) == pytest.approx(2**0.5)
+
+
 def test_no_learning_from_a_backlog_or_while_its_window_lasts():
     plant = make_plant(replicas=4, batch=8)
     plant.run(1000.0, 12)  # settle; correction learned from steady windows
