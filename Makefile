@@ -83,6 +83,10 @@ bench-batching: venv ## adaptive batching vs the best static batching: capacity 
 bench-rotation: venv ## TailPilot with and without holding backlogged replicas out of the Service (~4 min)
 	$(PY) -P -m tailpilot.bench.run --no-write --policies tailpilot,tailpilot-rotation,oracle-realizable
 
+.PHONY: bench-surge
+bench-surge: venv ## TailPilot with and without the surge check between decisions (~4 min)
+	$(PY) -P -m tailpilot.bench.run --no-write --policies tailpilot,tailpilot-surge,oracle-realizable
+
 .PHONY: bench-bound
 bench-bound: venv ## what any causal policy must hold before T5's step and T6's spike, against the oracle (~10 s)
 	$(PY) -P -m tailpilot.bench.causal_bound

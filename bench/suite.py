@@ -37,7 +37,10 @@ OPTIMISTIC_FACTOR = 0.7
 #: (`tailpilot.policy.rotation`, the operator's spec.autoscaling.backlogRotation). Run only when
 #: asked for (`--policies`): the field is off by default, so the default table shows the default.
 TAILPILOT_ROTATION = "tailpilot-rotation"
-EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION,)
+#: TailPilot plus the surge check between decisions (`tailpilot.policy.surge`, the operator's
+#: spec.autoscaling.surgeResponse), also off by default.
+TAILPILOT_SURGE = "tailpilot-surge"
+EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_SURGE)
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 
@@ -195,9 +198,10 @@ def make_controller(
         return ScheduledOracle(needs, lead_s=0.0)
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
-    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, TAILPILOT_ROTATION):
+    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, TAILPILOT_ROTATION, TAILPILOT_SURGE):
         from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot
         from tailpilot.policy import PolicyConfig
+        from tailpilot.policy.surge import SurgeConfig
 
         config = PolicyConfig(p99_target_ms=setup.slo_ms, min_replicas=1, max_replicas=setup.max_replicas)
         profile = (
@@ -207,7 +211,10 @@ def make_controller(
         )
         adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
         return adapter(
-            profile=profile, config=config, initial=Target(params.initial_replicas, params.batching)
+            profile=profile,
+            config=config,
+            initial=Target(params.initial_replicas, params.batching),
+            surge=SurgeConfig() if policy == TAILPILOT_SURGE else None,
         )
     return AUTOSCALERS[policy](params)
 

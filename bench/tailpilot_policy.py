@@ -19,6 +19,7 @@ from tailpilot.bench.simulator import FleetView, Target
 from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, observation_from_pod_metrics
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
+from tailpilot.policy.surge import SurgeConfig, check_surge
 
 
 def pod_metrics(
@@ -44,15 +45,31 @@ def pod_metrics(
 
 
 class TailPilot:
-    """Controller adapter around `tailpilot.policy.decide`."""
+    """Controller adapter around `tailpilot.policy.decide`.
+
+    With `surge`, the adapter also runs the surge check (`tailpilot.policy.surge`) every
+    `surge.period_s` between decisions, on the arrivals of the last `surge.span_s`, and decides
+    at once when it fires, with that span as the recent window (as the operator does with
+    spec.autoscaling.surgeResponse); the next regular decision is then a control period later.
+    """
 
     def __init__(
-        self, *, profile: EngineProfile, config: PolicyConfig, initial: Target, window_s: float = 60.0
+        self,
+        *,
+        profile: EngineProfile,
+        config: PolicyConfig,
+        initial: Target,
+        window_s: float = 60.0,
+        surge: SurgeConfig | None = None,
     ) -> None:
         self._profile, self._config, self._window_s = profile, config, window_s
         self._initial = initial
         self._state = PolicyState.initial(replicas=initial.replicas, batching=initial.batching)
-        self.tick_s = config.control_period_s
+        self._surge = surge
+        self.tick_s = config.control_period_s if surge is None else surge.period_s
+        self._next_decision_s = config.control_period_s
+        self._over_in_a_row = 0
+        self.surge_decisions = 0
         self.reasons: list[str] = []
         self.errors: list[str] = []
         self._last = initial
@@ -61,9 +78,27 @@ class TailPilot:
         return self._initial
 
     def decide(self, view: FleetView) -> Target:
+        period = self._config.control_period_s
+        if self._surge is None or view.now_s + 1e-9 >= self._next_decision_s:
+            return self._decide(view, recent_s=period)
+        counts, bin_s = view.arrival_counts(self._surge.span_s)
+        check = check_surge(
+            self._surge,
+            over_in_a_row=self._over_in_a_row,
+            arrival_rate_per_s=sum(counts) / (len(counts) * bin_s) if counts else None,
+            capacity_per_s=replica_capacity_per_s(self._profile, self._state),
+            replicas=view.target_replicas,
+        )
+        self._over_in_a_row = check.over_in_a_row
+        if not check.decide_now:
+            return self._last
+        self.surge_decisions += 1
+        return self._decide(view, recent_s=self._surge.span_s)
+
+    def _decide(self, view: FleetView, *, recent_s: float) -> Target:
+        """One decision; `recent_s` is the operator's recent window (a control period, or the surge span)."""
         now = view.now_s
-        # The operator's recent window is one control period (or two scrapes, if longer).
-        recent_s = self.tick_s
+        self._next_decision_s = now + self._config.control_period_s
         recent = {w.pod: w for w in view.pod_windows(recent_s)}
         pods = [
             pod_metrics(w, window_s=self._window_s, now_s=now, recent=recent.get(w.pod), recent_s=recent_s)

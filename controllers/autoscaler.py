@@ -39,6 +39,7 @@ from tailpilot.controllers.observe import ObservationError, observe_service
 from tailpilot.controllers.reconciler import ISVC, batching_in_force, batching_status, iso_time, served_result
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyConfig, PolicyState, decide
+from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.autoscaler")
 
@@ -77,6 +78,20 @@ def arrival_lookback_s(isvc: InferenceService) -> float | None:
     """
     autoscaling = isvc.spec.autoscaling
     return float(autoscaling.scale_down_stabilization_seconds) if autoscaling.absorb_bursts else None
+
+
+def with_surge(observation: Observation, surge: SurgeReading | None) -> Observation:
+    """The observation a surge decision uses: the fast check's completions over its span as the recent rate.
+
+    Prometheus' recent window ends a scrape or more ago and averages seconds before the surge; the
+    fast check read the pods a moment ago. Without data (no request rate) nothing is replaced: the
+    policy holds on missing metrics, and a few seconds of counters do not make up for them.
+    """
+    if surge is None or observation.request_rate is None:
+        return observation
+    return observation.model_copy(
+        update={"recent_request_rate": surge.completion_rate_per_s, "recent_window_s": surge.span_s}
+    )
 
 
 def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProfile | None:
@@ -203,8 +218,14 @@ class Autoscaler:
         self._memory.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
 
-    async def step(self, namespace: str, name: str, *, alert_active: bool) -> tuple[float, bool]:
-        """One control period; returns (seconds until the next, whether the Deployment must change)."""
+    async def step(
+        self, namespace: str, name: str, *, alert_active: bool, surge: SurgeReading | None = None
+    ) -> tuple[float, bool]:
+        """One control period; returns (seconds until the next, whether the Deployment must change).
+
+        `surge`: a fast check saw arrivals above the fleet's capacity; its completion rate over its
+        span replaces the recent request rate from Prometheus, whose scrapes are older.
+        """
         body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
         inputs = await self._inputs(body)
         if inputs is None or body is None:
@@ -236,6 +257,7 @@ class Autoscaler:
         except ObservationError as error:
             log.warning("observing %s/%s: %s", namespace, name, error)
             observation = Observation(at_s=now, request_rate=None, p99_ms=None)
+        observation = with_surge(observation, surge)
         decision, state = decide(
             config=policy_config(isvc, control_period_s=self.control_period_s),
             profile=profile,
@@ -266,7 +288,8 @@ class Autoscaler:
                     "Normal",
                     decision.reason,
                     f"{verb}{decision.action.value}: replicas {replicas}->{decision.replicas}, max batch "
-                    f"{batching.max_batch_size}->{decision.batching.max_batch_size}: {decision.message}",
+                    f"{batching.max_batch_size}->{decision.batching.max_batch_size}: {decision.message}"
+                    + (f" ({surge.describe()})" if surge is not None else ""),
                 )
             )
         self._record(status, observation, decision, state)

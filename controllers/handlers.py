@@ -24,6 +24,7 @@ from tailpilot.api import constants as c
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.rotation import ROTATION_PERIOD_S, Rotator
+from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.handlers")
 
@@ -49,8 +50,11 @@ class ServiceLoops:
         self._executor = executor
         self.autoscaler = autoscaler
         self.rotator = rotator
-        #: Rotation checks of the services with backlogRotation (started and stopped by reconciles).
+        #: Fast checks of the services with backlogRotation or surgeResponse (started and stopped by
+        #: reconciles).
         self._rotations: dict[tuple[str, str], asyncio.Task[None]] = {}
+        #: A surge a fast check saw, for the decision it called (taken by that decision).
+        self._surges: dict[tuple[str, str], SurgeReading] = {}
         self._alerts: dict[tuple[str, str], bool] = {}
         self._next_control: dict[tuple[str, str], float] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -84,6 +88,7 @@ class ServiceLoops:
         """Stop the loop of a deleted service."""
         self._alerts.pop((namespace, name), None)
         self._next_control.pop((namespace, name), None)
+        self._surges.pop((namespace, name), None)
         if self.autoscaler is not None:
             self.autoscaler.forget(namespace, name)
         task = self._tasks.pop((namespace, name), None)
@@ -112,7 +117,7 @@ class ServiceLoops:
                     self._executor, self._reconciler.reconcile, namespace, name
                 )
                 delay = result.requeue_after
-                self._sync_rotation(key, wanted=result.backlog_rotation)
+                self._sync_rotation(key, wanted=result.fast_checks)
                 delay = min(delay, await self._control(namespace, name, wake))
             except Exception:  # noqa: BLE001 - one bad pass must not end the loop
                 log.exception("reconcile of %s/%s failed; retrying", namespace, name)
@@ -123,7 +128,7 @@ class ServiceLoops:
                 pass
 
     def _sync_rotation(self, key: tuple[str, str], *, wanted: bool) -> None:
-        """Run the rotation checks of a service while it asks for them (and a rotator exists)."""
+        """Run the fast checks of a service while it asks for them (and a rotator exists)."""
         task = self._rotations.get(key)
         running = task is not None and not task.done()
         if wanted and self.rotator is not None and not running:
@@ -136,12 +141,23 @@ class ServiceLoops:
 
     async def _rotate(self, namespace: str, name: str) -> None:
         assert self.rotator is not None
+        key = (namespace, name)
         while True:
             try:
-                await self.rotator.check(namespace, name)
+                self.surge(key, (await self.rotator.check(namespace, name)).surge)
             except Exception:  # noqa: BLE001 - one failed check must not end the checks
-                log.exception("rotation check of %s/%s failed; retrying", namespace, name)
+                log.exception("fast check of %s/%s failed; retrying", namespace, name)
             await asyncio.sleep(ROTATION_PERIOD_S)
+
+    def surge(self, key: tuple[str, str], reading: SurgeReading | None) -> None:
+        """A fast check saw a surge: decide now (the decision takes the reading), not at the period's end."""
+        if reading is None or self.autoscaler is None:
+            return
+        log.info("%s/%s: %s; deciding now", *key, reading.describe())
+        self._surges[key] = reading
+        self._next_control[key] = 0.0
+        if key in self._wakeups:
+            self._wakeups[key].set()
 
     async def _control(self, namespace: str, name: str, wake: asyncio.Event) -> float:
         """Run the autoscaler when its period is due; return the time until it is due again."""
@@ -152,7 +168,9 @@ class ServiceLoops:
         due = self._next_control.get(key, 0.0)
         if now < due:
             return due - now
-        period, scale = await self.autoscaler.step(namespace, name, alert_active=self._alerts.get(key, False))
+        period, scale = await self.autoscaler.step(
+            namespace, name, alert_active=self._alerts.get(key, False), surge=self._surges.pop(key, None)
+        )
         self._next_control[key] = time.monotonic() + period
         if scale:
             wake.set()  # reconcile at once to move the Deployment to the new replica count

@@ -70,8 +70,9 @@ class ReconcileResult:
     requeue_after: float
     status_written: bool = False
     children_written: int = 0
-    #: The service is served and asks for backlog rotation (the loop runs its rotation checks).
-    backlog_rotation: bool = False
+    #: The service is served and asks for backlog rotation or surge response (the loop runs the
+    #: fast checks that read its pods' metrics).
+    fast_checks: bool = False
 
 
 def iso_time(now: datetime) -> str:
@@ -257,7 +258,8 @@ class Reconciler:
             requeue_after=requeue,
             status_written=status_written,
             children_written=children_written,
-            backlog_rotation=result is not None and isvc.spec.autoscaling.backlog_rotation,
+            fast_checks=result is not None
+            and (isvc.spec.autoscaling.backlog_rotation or isvc.spec.autoscaling.surge_response),
         )
 
     # ---- validation -----------------------------------------------------------------------------------

@@ -1,8 +1,16 @@
-"""Backlog rotation on the cluster: hold backlogged Triton pods out of the Service while they drain.
+"""The fast checks: reading the pods' Triton metrics every few seconds, between decisions.
 
-The decision is `tailpilot.policy.rotation.choose_rotation` (pure, measured in the simulator:
-docs/autoscaling.md section 10). This module gathers its inputs and acts on it, every
-`ROTATION_PERIOD_S` for each service with spec.autoscaling.backlogRotation:
+Two rules use them, each turned on by its own field of spec.autoscaling:
+
+- backlogRotation: hold backlogged Triton pods out of the Service while they drain
+  (`tailpilot.policy.rotation.choose_rotation`, measured in the simulator: docs/autoscaling.md
+  section 10);
+- surgeResponse: call a decision early when the arrivals exceed what the replicas asked for serve
+  (`tailpilot.policy.surge.check_surge`); the service's loop then runs the autoscaler at once with
+  the check's reading (`FastCheck.surge`).
+
+This module gathers their inputs and acts on the rotation, every `ROTATION_PERIOD_S` for each
+service with either field:
 
 - the ready pods and their `tailpilot.io/rotation` label, from the API server;
 - each pod's queue (`nv_inference_pending_request_count`) and success counter, read from its
@@ -43,6 +51,7 @@ from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
+from tailpilot.policy.surge import SurgeConfig, SurgeReading, check_surge
 
 log = logging.getLogger("tailpilot.rotation")
 
@@ -91,6 +100,17 @@ def parse_pod_counters(text: str, *, model: str) -> PodCounters | None:
     return PodCounters(success=success, pending=pending) if seen else None
 
 
+def _span(samples: Iterable[Sample], span_s: float) -> tuple[Sample, Sample] | None:
+    """(the newest sample at least `span_s` older than the newest, or the oldest; the newest)."""
+    kept = list(samples)  # a deque does not slice
+    if len(kept) < 2:
+        return None
+    newest = kept[-1]
+    older = [s for s in kept[:-1] if s.at_s <= newest.at_s - span_s]
+    base = older[-1] if older else kept[0]
+    return (base, newest) if newest.at_s > base.at_s else None
+
+
 def arrival_rate_per_s(samples: Iterable[Sample], *, span_s: float) -> float | None:
     """Requests that arrived per second between the newest sample and the newest one `span_s` older.
 
@@ -98,20 +118,28 @@ def arrival_rate_per_s(samples: Iterable[Sample], *, span_s: float) -> float | N
     sample started since: its whole counter counts (it can only overstate the rate, which holds
     fewer pods). None with a single sample.
     """
-    samples = list(samples)  # a deque does not slice
-    if len(samples) < 2:
+    pair = _span(samples, span_s)
+    if pair is None:
         return None
-    newest = samples[-1]
-    older = [s for s in samples[:-1] if s.at_s <= newest.at_s - span_s]
-    base = older[-1] if older else samples[0]
-    elapsed = newest.at_s - base.at_s
-    if elapsed <= 0:
-        return None
+    base, newest = pair
     arrivals = 0.0
     for pod, now in newest.pods.items():
         then = base.pods.get(pod, PodCounters(success=0.0, pending=0.0))
         arrivals += max(0.0, now.success - then.success) + now.pending - then.pending
-    return max(0.0, arrivals) / elapsed
+    return max(0.0, arrivals) / (newest.at_s - base.at_s)
+
+
+def completion_rate_per_s(samples: Iterable[Sample], *, span_s: float) -> float | None:
+    """Requests completed per second over the same span as `arrival_rate_per_s` (None with one sample)."""
+    pair = _span(samples, span_s)
+    if pair is None:
+        return None
+    base, newest = pair
+    done = sum(
+        max(0.0, now.success - base.pods.get(pod, PodCounters(success=0.0, pending=0.0)).success)
+        for pod, now in newest.pods.items()
+    )
+    return done / (newest.at_s - base.at_s)
 
 
 def label_changes(labels: Mapping[str, str], held_out: frozenset[str]) -> dict[str, str]:
@@ -130,75 +158,139 @@ def _serving_ip(pod: Mapping[str, Any]) -> str | None:
     return None if deleting else ready_pod_ip(pod)
 
 
+@dataclass(frozen=True, slots=True)
+class FastCheck:
+    """What one fast check did: the pods held out after it, and a surge that calls a decision."""
+
+    held_out: frozenset[str] = frozenset()
+    surge: SurgeReading | None = None
+
+
 @dataclass
 class Rotator:
-    """Runs the rotation check of one service per call; keeps each service's recent samples."""
+    """Runs the fast check of one service per call; keeps each service's recent samples."""
 
     kube: Kube
     http: httpx.AsyncClient
     metrics: OperatorMetrics
     monotonic: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
+    surge_config: SurgeConfig = field(default_factory=SurgeConfig)
     _samples: dict[tuple[str, str], deque[Sample]] = field(default_factory=dict)
     #: Pods whose metrics page the last check could not read (logged when that changes, not every 3 s).
     _unreadable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    #: Checks running whose arrivals exceeded the capacity of the replicas asked for.
+    _over_in_a_row: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop a service's samples (deleted, or rotation turned off)."""
+        """Drop a service's samples (deleted, or its fast checks turned off)."""
         self._samples.pop((namespace, name), None)
         self._unreadable.pop((namespace, name), None)
+        self._over_in_a_row.pop((namespace, name), None)
 
-    async def check(self, namespace: str, name: str) -> frozenset[str]:
-        """One check; returns the pods held out after it."""
+    async def check(self, namespace: str, name: str) -> FastCheck:
+        """One check: the rotation rule if backlogRotation is on, the surge check if surgeResponse is."""
+        key = (namespace, name)
         body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
         if body is None:
-            return frozenset()
+            return FastCheck()
         try:
             isvc = InferenceService.model_validate(body)
         except ValueError:
-            return frozenset()
+            return FastCheck()
         status = dict(body.get("status") or {})
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
-        if not isvc.spec.autoscaling.backlog_rotation or profile is None:
-            return frozenset()
+        autoscaling = isvc.spec.autoscaling
+        if not (autoscaling.backlog_rotation or autoscaling.surge_response) or profile is None:
+            return FastCheck()
         pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
-        # Only pods carrying the label take part: during the rollout that adds it, the others are
-        # what the Service selects on.
+        # Only pods carrying the label take part in the rotation: during the rollout that adds it,
+        # the others are what the Service selects on. Every serving pod's arrivals count.
         labels: dict[str, str] = {}
         ips: dict[str, str] = {}
         for pod in pods:
-            pod_name, value = (
-                pod["metadata"]["name"],
-                (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION),
-            )
+            pod_name = pod["metadata"]["name"]
+            value = (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION)
             ip = _serving_ip(pod)
-            if value is not None and ip is not None:
-                labels[pod_name], ips[pod_name] = value, ip
+            if ip is not None:
+                ips[pod_name] = ip
+                if value is not None:
+                    labels[pod_name] = value
         counters = await self._read(ips, model=isvc.spec.model_name(isvc.name))
-        self._note_unreadable((namespace, name), frozenset(ips) - set(counters))
-        samples = self._samples.setdefault((namespace, name), deque())
+        self._note_unreadable(key, frozenset(ips) - set(counters))
+        samples = self._samples.setdefault(key, deque())
         now = self.monotonic()
         samples.append(Sample(at_s=now, pods=counters))
-        while samples and samples[0].at_s < now - 3 * RATE_SPAN_S:
+        while samples and samples[0].at_s < now - 3 * max(RATE_SPAN_S, self.surge_config.span_s):
             samples.popleft()
-        state = restore_learned(
-            PolicyState.initial(replicas=max(1, len(labels)), batching=batching_in_force(isvc, status)),
-            status.get("learned"),
+        replicas = int(status.get("replicas") or len(ips) or 1)
+        capacity = replica_capacity_per_s(
+            profile,
+            restore_learned(
+                PolicyState.initial(replicas=replicas, batching=batching_in_force(isvc, status)),
+                status.get("learned"),
+            ),
         )
+        held = (
+            await self._rotate(body, isvc, labels, counters, samples, capacity)
+            if autoscaling.backlog_rotation
+            else frozenset()
+        )
+        surge = self._surge(key, samples, capacity, replicas) if autoscaling.surge_response else None
+        return FastCheck(held_out=held, surge=surge)
+
+    async def _rotate(
+        self,
+        body: dict[str, Any],
+        isvc: InferenceService,
+        labels: Mapping[str, str],
+        counters: Mapping[str, PodCounters],
+        samples: Iterable[Sample],
+        capacity_per_s: float,
+    ) -> frozenset[str]:
+        """The rotation rule over the labelled pods; patches the labels whose place changes."""
         rotation = choose_rotation(
             config=RotationConfig(p99_target_ms=float(isvc.spec.slo.p99_latency_ms)),
-            pending_by_replica={pod: counts.pending for pod, counts in counters.items()},
+            pending_by_replica={pod: counts.pending for pod, counts in counters.items() if pod in labels},
             held_out=frozenset(pod for pod, value in labels.items() if value == c.ROTATION_HELD),
             rate_per_s=arrival_rate_per_s(samples, span_s=RATE_SPAN_S),
-            capacity_per_s=replica_capacity_per_s(profile, state),
+            capacity_per_s=capacity_per_s,
         )
         changes = label_changes(labels, rotation.held_out)
         for pod_name, value in changes.items():
             patch = {"metadata": {"labels": {c.LABEL_ROTATION: value}}}
-            await asyncio.to_thread(self.kube.merge_patch, PODS, namespace, pod_name, patch)
-        self.metrics.record_held_out(namespace=namespace, service=name, replicas=len(rotation.held_out))
+            await asyncio.to_thread(self.kube.merge_patch, PODS, isvc.namespace, pod_name, patch)
+        self.metrics.record_held_out(
+            namespace=isvc.namespace, service=isvc.name, replicas=len(rotation.held_out)
+        )
         await self._announce(body, changes, rotation.message)
         return rotation.held_out
+
+    def _surge(
+        self, key: tuple[str, str], samples: Iterable[Sample], capacity_per_s: float, replicas: int
+    ) -> SurgeReading | None:
+        """The surge check; a reading when it fires."""
+        config = self.surge_config
+        kept = list(samples)
+        arrivals = arrival_rate_per_s(kept, span_s=config.span_s)
+        check = check_surge(
+            config,
+            over_in_a_row=self._over_in_a_row.get(key, 0),
+            arrival_rate_per_s=arrivals,
+            capacity_per_s=capacity_per_s,
+            replicas=replicas,
+        )
+        self._over_in_a_row[key] = check.over_in_a_row
+        completions = completion_rate_per_s(kept, span_s=config.span_s)
+        if not check.decide_now or arrivals is None or completions is None:
+            return None
+        return SurgeReading(
+            arrival_rate_per_s=arrivals,
+            completion_rate_per_s=completions,
+            span_s=config.span_s,
+            capacity_per_s=capacity_per_s * replicas,
+            replicas=replicas,
+        )
 
     async def _read(self, ips: Mapping[str, str], *, model: str) -> dict[str, PodCounters]:
         """Each pod's counters; unreadable pods are left out (and so never held)."""

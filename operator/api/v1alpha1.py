@@ -543,6 +543,16 @@ class AutoscalingSpec(_Model):
             "headless <name>-metrics Service that keeps held pods scraped (deleted when turned off)."
         ),
     )
+    surge_response: bool = Field(
+        default=False,
+        description=(
+            "Read the pods' Triton metrics every 3 s between decisions and decide at once when the "
+            "arrivals of the last 5 s exceed what the replicas asked for can serve, in two checks "
+            "running, instead of waiting for the control period (a load step is answered up to a "
+            "period sooner). Needs the operator to reach the pods' metrics port, as batching "
+            "reloads do."
+        ),
+    )
     absorb_bursts: bool = Field(
         default=True,
         description=(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
 from tailpilot.controllers.autoscaler import (
     arrival_lookback_s,
@@ -14,8 +14,10 @@ from tailpilot.controllers.autoscaler import (
     policy_config,
     recent_window_s,
     restore_learned,
+    with_surge,
 )
 from tailpilot.policy import PolicyState
+from tailpilot.policy.surge import SurgeReading
 
 
 def service(**spec: Any) -> InferenceService:
@@ -99,3 +101,19 @@ def test_the_policys_profile_carries_tritons_compute_time_when_the_build_recorde
     status["profile"]["computeTime"] = None  # an older build's profile
     older = engine_profile(status, max_batch_size=8)
     assert older is not None and older.compute_time is None
+
+
+def test_a_surge_decision_reads_the_fast_checks_completions_as_the_recent_rate():
+    surge = SurgeReading(
+        arrival_rate_per_s=30.0, completion_rate_per_s=20.0, span_s=5.0, capacity_per_s=19.1, replicas=1
+    )
+    seen = Observation(
+        at_s=100.0, request_rate=12.0, p99_ms=80.0, recent_request_rate=14.0, recent_window_s=15.0
+    )
+    used = with_surge(seen, surge)
+    assert (used.recent_request_rate, used.recent_window_s) == (20.0, 5.0)
+    assert used.model_copy(update={"recent_request_rate": 14.0, "recent_window_s": 15.0}) == seen
+    assert with_surge(seen, None) is seen
+    # No data from Prometheus: the policy holds; the fast check does not stand in for it.
+    missing = Observation(at_s=100.0, request_rate=None, p99_ms=None)
+    assert with_surge(missing, surge) is missing

@@ -1,20 +1,27 @@
-"""The rotation check's pure parts: Triton's metrics page, the arrival rate, the label changes."""
+"""The fast check's parts: Triton's metrics page, the rates, the label changes, the surge check."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from typing import Any
 
+import httpx
 import pytest
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.kubeapi import ready_pod_ip
+from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.rotation import (
     PodCounters,
+    Rotator,
     Sample,
     arrival_rate_per_s,
+    completion_rate_per_s,
     label_changes,
     parse_pod_counters,
 )
+from tests.controllers.triton_fixtures import echo_service
 
 # Triton's exposition format (as served on :8002/metrics), two versions of the model and another model.
 PAGE = """# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -77,3 +84,98 @@ def test_a_pod_has_an_address_to_call_only_when_ready_and_addressed():
     )
     assert ready_pod_ip({"status": {"conditions": [ready]}}) is None
     assert ready_pod_ip({"status": None}) is None
+
+
+def test_completions_leave_the_queue_out():
+    samples = [sample(0.0, a=(100, 0), b=(50, 0)), sample(6.0, a=(140, 20), b=(75, 0))]
+    assert completion_rate_per_s(samples, span_s=5.0) == pytest.approx(65 / 6)
+    assert completion_rate_per_s(samples[:1], span_s=5.0) is None
+
+
+# One replica asked for, ~52.3 ms a request at batch 1: 19.1 requests/s.
+PROFILE = {
+    "hardware": "cpu",
+    "serviceTime": {"interceptMs": 52.0, "perItemMs": 0.3, "jitterCv": 0.1},
+    "points": [{"batchSize": 1, "p99Ms": 60.0, "throughputPerS": 19.0}],
+}
+READY = {"type": "Ready", "status": "True"}
+
+
+class FakeKube:
+    """The three calls a fast check makes, answered from memory; patches and Events recorded."""
+
+    def __init__(self, body: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        self.body, self.pods = body, pods
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[str] = []
+
+    def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+        return self.body
+
+    def list(self, resource: Any, namespace: str, *, label_selector: str) -> list[dict[str, Any]]:
+        return self.pods
+
+    def merge_patch(self, resource: Any, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.patches.append((name, patch))
+
+    def post_event(self, body: dict[str, Any], **event: Any) -> None:
+        self.events.append(event["reason"])
+
+
+def surge_checks(
+    autoscaling: dict[str, Any], counters: list[tuple[float, float]]
+) -> tuple[list, FakeKube, int]:
+    """Run one fast check per (success, pending) reading of the one pod, 3 s apart."""
+    body = {
+        **echo_service("ns", slo={"p99LatencyMs": 100}, autoscaling=autoscaling),
+        "status": {"profile": PROFILE, "replicas": 1},
+    }
+    pods = [
+        {"metadata": {"name": "echo-a", "labels": {}}, "status": {"podIP": "10.0.0.7", "conditions": [READY]}}
+    ]
+    kube = FakeKube(body, pods)
+    clock = {"now": 0.0, "reading": (0.0, 0.0), "reads": 0}
+
+    def page(request: httpx.Request) -> httpx.Response:
+        assert str(request.url) == "http://10.0.0.7:8002/metrics"
+        clock["reads"] += 1
+        success, pending = clock["reading"]
+        return httpx.Response(
+            200,
+            text=f'nv_inference_request_success{{model="echo",version="1"}} {success}\n'
+            f'nv_inference_pending_request_count{{model="echo",version="1"}} {pending}\n',
+        )
+
+    async def run() -> list:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(page)) as http:
+            rotator = Rotator(kube=kube, http=http, metrics=OperatorMetrics(), monotonic=lambda: clock["now"])  # type: ignore[arg-type]
+            results = []
+            for i, reading in enumerate(counters):
+                clock["now"], clock["reading"] = 3.0 * i, reading
+                results.append(await rotator.check("ns", "echo"))
+            return results
+
+    return asyncio.run(run()), kube, clock["reads"]
+
+
+def test_arrivals_above_the_replicas_asked_for_in_two_checks_call_a_decision():
+    # 30 arrivals/s (completions 20/s, the queue growing 10/s) against 19.1/s.
+    results, kube, _ = surge_checks(
+        {"surgeResponse": True}, [(0.0, 0.0), (60.0, 30.0), (120.0, 60.0), (180.0, 90.0)]
+    )
+    assert [r.surge is not None for r in results] == [False, False, True, False]
+    surge = results[2].surge
+    assert surge.arrival_rate_per_s == pytest.approx(30.0)
+    assert surge.completion_rate_per_s == pytest.approx(20.0)  # the decision's recent request rate
+    assert surge.capacity_per_s == pytest.approx(1000 / 52.3, rel=1e-3) and surge.replicas == 1
+    # Rotation is off: no pod is relabelled, nothing is held.
+    assert kube.patches == [] and all(r.held_out == frozenset() for r in results)
+
+
+def test_no_decision_while_the_arrivals_fit_or_when_the_field_is_off():
+    fits = [(0.0, 0.0), (54.0, 0.0), (108.0, 0.0), (162.0, 0.0)]  # 18/s
+    results, _, _ = surge_checks({"surgeResponse": True}, fits)
+    assert not any(r.surge for r in results)
+    steep = [(0.0, 0.0), (60.0, 30.0), (120.0, 60.0), (180.0, 90.0)]
+    results, _, reads = surge_checks({"surgeResponse": False}, steep)
+    assert not any(r.surge for r in results) and reads == 0  # off: the pods are not even read

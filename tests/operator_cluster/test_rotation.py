@@ -88,7 +88,7 @@ async def check_until(
     """Run the check once a second until `done` holds of its result, at most `checks` times."""
     held: frozenset[str] = frozenset()
     for _ in range(checks):
-        held = await rotator.check(namespace, NAME)
+        held = (await rotator.check(namespace, NAME)).held_out
         if done(held):
             return held
         await asyncio.sleep(1.0)  # the check's own period (3 s in the operator), shortened

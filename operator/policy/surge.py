@@ -1,0 +1,99 @@
+"""When a surge of arrivals calls for a decision before the control period is up (pure).
+
+Why: the policy decides every control period (15 s by default) from Prometheus. A step in
+load that comes just after a decision waits up to a period, plus a scrape, before any replica
+is asked for, and on a short start-up time that wait is most of the recovery
+(docs/autoscaling.md, "Surge response"). A cheap check between decisions, of the arrivals of the
+last few seconds read from the pods themselves, can call the decision early. It fires only
+when the arrivals exceed what every replica already asked for (ready or starting) can serve at
+the batching in force, in `checks` checks running, so Poisson noise and bursts of a second or
+two (which the fleet's queues absorb) do not move the fleet between decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SurgeConfig:
+    """Thresholds of the surge check.
+
+    Attributes:
+        period_s: Seconds between two checks.
+        span_s: Seconds of arrivals each check reads.
+        checks: Checks running whose arrivals exceed the capacity before a decision is called.
+        capacity_fraction: The arrivals must exceed this fraction of the replicas' capacity.
+    """
+
+    period_s: float = 3.0
+    span_s: float = 5.0
+    checks: int = 2
+    capacity_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Reject a check that could never or would always fire."""
+        if self.period_s <= 0 or self.span_s <= 0:
+            raise ValueError("period_s and span_s must be > 0")
+        if self.checks < 1:
+            raise ValueError("checks must be >= 1")
+        if self.capacity_fraction <= 0:
+            raise ValueError("capacity_fraction must be > 0")
+
+
+def over_capacity(
+    config: SurgeConfig, *, arrival_rate_per_s: float | None, capacity_per_s: float, replicas: int
+) -> bool:
+    """Whether the arrivals exceed what `replicas` replicas of `capacity_per_s` each serve.
+
+    No rate (a first reading, unreadable pods) is never a surge.
+    """
+    if arrival_rate_per_s is None:
+        return False
+    return arrival_rate_per_s > config.capacity_fraction * capacity_per_s * max(0, replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class SurgeCheck:
+    """The result of one check: the run of checks over capacity, and whether a decision is due."""
+
+    over_in_a_row: int
+    decide_now: bool
+
+
+def check_surge(
+    config: SurgeConfig,
+    *,
+    over_in_a_row: int,
+    arrival_rate_per_s: float | None,
+    capacity_per_s: float,
+    replicas: int,
+) -> SurgeCheck:
+    """One check: count it into the run; when the run reaches `config.checks`, call a decision and restart."""
+    over = over_capacity(
+        config, arrival_rate_per_s=arrival_rate_per_s, capacity_per_s=capacity_per_s, replicas=replicas
+    )
+    run = over_in_a_row + 1 if over else 0
+    if run >= config.checks:
+        return SurgeCheck(over_in_a_row=0, decide_now=True)
+    return SurgeCheck(over_in_a_row=run, decide_now=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SurgeReading:
+    """What a fired check measured, handed to the decision it calls."""
+
+    arrival_rate_per_s: float
+    #: Completions per second over the same span: the decision's recent request rate.
+    completion_rate_per_s: float
+    span_s: float
+    #: Capacity of the replicas asked for, at the batching in force.
+    capacity_per_s: float
+    replicas: int
+
+    def describe(self) -> str:
+        """For the decision's Event."""
+        return (
+            f"surge: {self.arrival_rate_per_s:.1f} arrivals/s over the last {self.span_s:g} s, above the "
+            f"{self.capacity_per_s:.1f}/s that {self.replicas} replica(s) serve"
+        )

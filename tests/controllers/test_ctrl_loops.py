@@ -1,0 +1,57 @@
+"""A service's loop: a surge from the fast checks makes the autoscaler decide now, with the reading."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tailpilot.controllers.handlers import ServiceLoops
+from tailpilot.policy.surge import SurgeReading
+
+READING = SurgeReading(
+    arrival_rate_per_s=30.0, completion_rate_per_s=20.0, span_s=5.0, capacity_per_s=19.1, replicas=1
+)
+PERIOD_S = 15.0
+
+
+class RecordingAutoscaler:
+    """Answers every step with a 15 s period and records the surge each one was given."""
+
+    def __init__(self) -> None:
+        self.surges: list[SurgeReading | None] = []
+
+    async def step(
+        self, namespace: str, name: str, *, alert_active: bool, surge: SurgeReading | None = None
+    ) -> tuple[float, bool]:
+        self.surges.append(surge)
+        return PERIOD_S, False
+
+    def forget(self, namespace: str, name: str) -> None:
+        pass
+
+
+def test_a_surge_is_decided_at_once_and_only_once():
+    autoscaler = RecordingAutoscaler()
+    loops = ServiceLoops(reconciler=Any, executor=Any, autoscaler=autoscaler)  # type: ignore[arg-type]
+
+    async def scenario() -> list[float]:
+        wake = asyncio.Event()
+        waits = [await loops._control("ns", "svc", wake)]  # the first pass decides
+        waits.append(await loops._control("ns", "svc", wake))  # within the period: no decision
+        loops.surge(("ns", "svc"), None)  # a check that saw no surge changes nothing
+        waits.append(await loops._control("ns", "svc", wake))
+        loops.surge(("ns", "svc"), READING)
+        waits.append(await loops._control("ns", "svc", wake))  # decides now, with the reading
+        waits.append(await loops._control("ns", "svc", wake))  # the reading was taken
+        return waits
+
+    waits = asyncio.run(scenario())
+    assert autoscaler.surges == [None, READING]
+    assert waits[0] == PERIOD_S and waits[3] == PERIOD_S
+    assert all(0 < w <= PERIOD_S for w in (waits[1], waits[2], waits[4]))
+
+
+def test_without_an_autoscaler_a_surge_is_ignored():
+    loops = ServiceLoops(reconciler=Any, executor=Any)  # type: ignore[arg-type]
+    loops.surge(("ns", "svc"), READING)
+    assert asyncio.run(loops._control("ns", "svc", asyncio.Event())) == float("inf")
