@@ -40,7 +40,11 @@ TAILPILOT_ROTATION = "tailpilot-rotation"
 #: TailPilot plus the surge check between decisions (`tailpilot.policy.surge`, the operator's
 #: spec.autoscaling.surgeResponse), also off by default.
 TAILPILOT_SURGE = "tailpilot-surge"
-EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_SURGE)
+#: Both opt-in fields on.
+TAILPILOT_ROTATION_SURGE = "tailpilot-rotation-surge"
+EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_SURGE, TAILPILOT_ROTATION_SURGE)
+_ROTATING = (TAILPILOT_ROTATION, TAILPILOT_ROTATION_SURGE)
+_SURGING = (TAILPILOT_SURGE, TAILPILOT_ROTATION_SURGE)
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 
@@ -198,7 +202,7 @@ def make_controller(
         return ScheduledOracle(needs, lead_s=0.0)
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
-    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, TAILPILOT_ROTATION, TAILPILOT_SURGE):
+    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, *EXPERIMENTAL_POLICIES):
         from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot
         from tailpilot.policy import PolicyConfig
         from tailpilot.policy.surge import SurgeConfig
@@ -209,12 +213,12 @@ def make_controller(
             if policy != TAILPILOT_OPTIMISTIC
             else scale_profile(setup.profile, OPTIMISTIC_FACTOR)
         )
-        adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
+        adapter = RotatingTailPilot if policy in _ROTATING else TailPilot
         return adapter(
             profile=profile,
             config=config,
             initial=Target(params.initial_replicas, params.batching),
-            surge=SurgeConfig() if policy == TAILPILOT_SURGE else None,
+            surge=SurgeConfig() if policy in _SURGING else None,
         )
     return AUTOSCALERS[policy](params)
 
