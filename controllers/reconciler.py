@@ -258,8 +258,7 @@ class Reconciler:
             requeue_after=requeue,
             status_written=status_written,
             children_written=children_written,
-            fast_checks=result is not None
-            and (isvc.spec.autoscaling.backlog_rotation or isvc.spec.autoscaling.surge_response),
+            fast_checks=result is not None and isvc.spec.autoscaling.fast_checks(),
         )
 
     # ---- validation -----------------------------------------------------------------------------------

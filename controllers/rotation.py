@@ -189,7 +189,7 @@ class Rotator:
         self._over_in_a_row.pop((namespace, name), None)
 
     async def check(self, namespace: str, name: str) -> FastCheck:
-        """One check: the rotation rule if backlogRotation is on, the surge check if surgeResponse is."""
+        """One check: the rotation rule (backlogRotation), the surge check (surgeResponse, autoscaler on)."""
         key = (namespace, name)
         body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
         if body is None:
@@ -201,7 +201,7 @@ class Rotator:
         status = dict(body.get("status") or {})
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
         autoscaling = isvc.spec.autoscaling
-        if not (autoscaling.backlog_rotation or autoscaling.surge_response) or profile is None:
+        if not autoscaling.fast_checks() or profile is None:
             return FastCheck()
         pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
         # Only pods carrying the label take part in the rotation: during the rollout that adds it,
@@ -236,7 +236,7 @@ class Rotator:
             if autoscaling.backlog_rotation
             else frozenset()
         )
-        surge = self._surge(key, samples, capacity, replicas) if autoscaling.surge_response else None
+        surge = self._surge(key, samples, capacity, replicas) if autoscaling.surge_checks() else None
         return FastCheck(held_out=held, surge=surge)
 
     async def _rotate(

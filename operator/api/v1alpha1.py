@@ -568,8 +568,15 @@ class AutoscalingSpec(_Model):
             raise _fail(RULE_MIN_LE_MAX)
         return self
 
+    # --- spec.monitoring --------------------------------------------------------------------------
 
-# --- spec.monitoring --------------------------------------------------------------------------
+    def surge_checks(self) -> bool:
+        """Whether the surge check runs: surgeResponse asks for it, and only an enabled autoscaler decides."""
+        return self.enabled and self.surge_response
+
+    def fast_checks(self) -> bool:
+        """Whether the operator reads the pods' metrics between decisions (rotation or surge checks)."""
+        return self.backlog_rotation or self.surge_checks()
 
 
 class MonitoringSpec(_Model):

@@ -179,3 +179,10 @@ def test_no_decision_while_the_arrivals_fit_or_when_the_field_is_off():
     steep = [(0.0, 0.0), (60.0, 30.0), (120.0, 60.0), (180.0, 90.0)]
     results, _, reads = surge_checks({"surgeResponse": False}, steep)
     assert not any(r.surge for r in results) and reads == 0  # off: the pods are not even read
+    # Nor with the autoscaler off: nothing would decide (with rotation on, the pods are still read).
+    results, _, reads = surge_checks({"enabled": False, "surgeResponse": True}, steep)
+    assert not any(r.surge for r in results) and reads == 0
+    results, _, reads = surge_checks(
+        {"enabled": False, "surgeResponse": True, "backlogRotation": True}, steep
+    )
+    assert not any(r.surge for r in results) and reads == len(steep)
