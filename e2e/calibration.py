@@ -34,6 +34,24 @@ from tailpilot_e2e.real_pods import MODEL_NAME, is_ready, ready_endpoints, serve
 
 #: One request of the example model, in Triton's binary tensor format.
 PAYLOAD = binary_infer_body(inputs=[(example_model.INPUT_NAME, example_model.example_inputs(1))])
+
+
+def example_load(
+    work_dir: Path, arrivals_s: np.ndarray, *, duration_s: float, targets: list[str]
+) -> LoadProcess:
+    """Open-loop single requests to the example model, every arrival once, within `duration_s`."""
+    return LoadProcess(
+        work_dir=work_dir,
+        model=MODEL_NAME,
+        payload=PAYLOAD,
+        arrivals_s=arrivals_s,
+        max_requests=int(arrivals_s.size),
+        max_duration_s=float(duration_s),
+        targets=targets,
+        timeout_s=10.0,
+    )
+
+
 #: Light enough for one replica (well under its limit, whatever the machine), long enough for
 #: 60-100 requests.
 CALIBRATION_S = 20.0
@@ -113,15 +131,8 @@ def calibrate(
     idle_share = (cpu_s() - idle_from) / (time.monotonic() - idle_started)
 
     arrivals = traces.piecewise_poisson(steps=[(CALIBRATION_S, rate_per_s)], rng=np.random.default_rng(4))
-    load = LoadProcess(
-        work_dir=work_dir,
-        model=MODEL_NAME,
-        payload=PAYLOAD,
-        arrivals_s=arrivals,
-        max_requests=int(arrivals.size),
-        max_duration_s=CALIBRATION_S,
-        targets=ready_endpoints(core, namespace, name),
-        timeout_s=10.0,
+    load = example_load(
+        work_dir, arrivals, duration_s=CALIBRATION_S, targets=ready_endpoints(core, namespace, name)
     )
     with load:
         before, started = cpu_s(), time.monotonic()

@@ -35,13 +35,12 @@ from tailpilot.bench import traces
 from tailpilot.bench.loadgen import LoadResult
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot_e2e.agent_cgroups import CpuCgroups
-from tailpilot_e2e.calibration import PAYLOAD, calibrate
+from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
 from tailpilot_e2e.config import REPO_ROOT
 from tailpilot_e2e.kube import api_client, create_namespace
 from tailpilot_e2e.operator_harness import condition, custom_object
 from tailpilot_e2e.real_pods import (
-    MODEL_NAME,
     SLO_LOOP_MODEL_WIDTH,
     SLO_LOOP_P99_MS,
     prepare_storage,
@@ -332,15 +331,8 @@ def run(stack: contextlib.ExitStack) -> None:
         f"5/6 the SLO loop: {arrivals.size} requests of the Azure conversation trace over {total_s} s, "
         f"{0.25 * peak:.0f} -> {peak:.0f} -> {0.25 * peak:.0f} req/s"
     )
-    load = LoadProcess(
-        work_dir=OUT / "load",
-        model=MODEL_NAME,
-        payload=PAYLOAD,
-        arrivals_s=arrivals,
-        max_requests=int(arrivals.size),
-        max_duration_s=float(total_s),
-        targets=ready_endpoints(core, NAMESPACE, NAME),
-        timeout_s=10.0,
+    load = example_load(
+        OUT / "load", arrivals, duration_s=total_s, targets=ready_endpoints(core, NAMESPACE, NAME)
     )
     stack.callback(load.stop)
     load.start()

@@ -26,7 +26,15 @@ from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
 from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalAlertmanager, LocalPrometheus
 from tailpilot_e2e.monitoring_crds import crd_files
-from tailpilot_e2e.operator_harness import OperatorProcess, create_engine_store, free_port, install_crds
+from tailpilot_e2e.operator_harness import (
+    OperatorProcess,
+    condition,
+    create_engine_store,
+    custom_object,
+    free_port,
+    install_crds,
+)
+from tailpilot_e2e.wait import eventually
 
 EXAMPLE = REPO_ROOT / "examples" / "cpu-onnxruntime.yaml"
 MODEL_NAME = "mlp"
@@ -103,6 +111,19 @@ def slo_loop_service(
             },
         },
         batching=dict(batching),
+    )
+
+
+def serve_and_wait_ready(api: client.ApiClient, service: dict[str, Any], *, timeout_s: float = 420) -> None:
+    """Create an InferenceService and wait for Ready: a real build Job, profiling and rollout."""
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", service
+    )
+    eventually(
+        lambda: (condition(custom_object(api, namespace, name), "Ready") or {}).get("status") == "True",
+        timeout=timeout_s,
+        description="Ready after the real build and rollout",
     )
 
 

@@ -6,13 +6,16 @@ simulated fleet's tests and these do not share nodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
 from tailpilot_e2e.pytest_plugin import admin_client, fresh_namespace, running
+from tailpilot_e2e.real_pods import MonitoredOperator, start_monitored_operator
 
 
 @pytest.fixture(scope="package")
@@ -34,3 +37,22 @@ def real_namespace(request: pytest.FixtureRequest, real_api: client.ApiClient) -
     """A fresh namespace on the real-pods cluster; its pods (processes) go with it."""
     with fresh_namespace(request, real_api) as name:
         yield name
+
+
+@pytest.fixture
+def monitored_operator(
+    real_cluster: LocalCluster, real_namespace: str, tmp_path: Path
+) -> Iterator[Callable[[float], MonitoredOperator]]:
+    """Starts Prometheus, Alertmanager and the operator for the namespace, at a given control period."""
+    with contextlib.ExitStack() as stack:
+
+        def start(control_period_s: float) -> MonitoredOperator:
+            return start_monitored_operator(
+                stack,
+                real_cluster,
+                namespace=real_namespace,
+                work_dir=tmp_path / "monitoring",
+                control_period_s=control_period_s,
+            )
+
+        yield start

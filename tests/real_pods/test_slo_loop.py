@@ -7,9 +7,8 @@ its own process measures the client-side P99 against the pods' IPs.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,19 @@ import pytest
 from kubernetes import client
 
 from tailpilot.bench import traces
-from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot_e2e.agent_cgroups import CpuCgroups
-from tailpilot_e2e.calibration import PAYLOAD, calibrate
+from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import condition, custom_object
+from tailpilot_e2e.operator_harness import custom_object
 from tailpilot_e2e.real_pods import (
-    MODEL_NAME,
     SINGLE_REQUESTS,
     SLO_LOOP_MODEL_WIDTH,
     SLO_LOOP_P99_MS,
     MonitoredOperator,
     prepare_storage,
     ready_endpoints,
+    serve_and_wait_ready,
     slo_loop_service,
-    start_monitored_operator,
 )
 from tailpilot_e2e.wait import eventually
 
@@ -62,15 +59,8 @@ JUDGED_S = 60.0
 
 
 @pytest.fixture
-def monitored(real_cluster: LocalCluster, real_namespace: str, tmp_path: Path) -> Iterator[MonitoredOperator]:
-    with contextlib.ExitStack() as stack:
-        yield start_monitored_operator(
-            stack,
-            real_cluster,
-            namespace=real_namespace,
-            work_dir=tmp_path / "monitoring",
-            control_period_s=4,
-        )
+def monitored(monitored_operator: Callable[[float], MonitoredOperator]) -> MonitoredOperator:
+    return monitored_operator(4)
 
 
 def timeline(
@@ -119,14 +109,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     service = slo_loop_service(
         ns, name=NAME, max_replicas=MAX_REPLICAS, stabilization_s=STABILIZATION_S, batching=SINGLE_REQUESTS
     )
-    client.CustomObjectsApi(real_api).create_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", ns, "inferenceservices", service
-    )
-    eventually(
-        lambda: (condition(custom_object(real_api, ns, NAME), "Ready") or {}).get("status") == "True",
-        timeout=420,
-        description="Ready after the real build and rollout",
-    )
+    serve_and_wait_ready(real_api, service)
     assert monitored.prometheus.load_cluster_rules(real_api, ns)
     status = custom_object(real_api, ns, NAME)["status"]
     cgroups = CpuCgroups.of(real_cluster.agent_state_dir)
@@ -151,15 +134,8 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
         description=f"back to {initial_replicas} replica(s) after the calibration",
     )
 
-    load = LoadProcess(
-        work_dir=tmp_path / "load",
-        model=MODEL_NAME,
-        payload=PAYLOAD,
-        arrivals_s=arrivals,
-        max_requests=int(arrivals.size),
-        max_duration_s=LOW_S + HIGH_S,
-        targets=ready_endpoints(core, ns, NAME),
-        timeout_s=10.0,
+    load = example_load(
+        tmp_path / "load", arrivals, duration_s=LOW_S + HIGH_S, targets=ready_endpoints(core, ns, NAME)
     )
     # What was in force just before the step (the policy may tune batching in the calm phase), and
     # when that first changed after it: the answer to the step.

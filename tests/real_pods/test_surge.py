@@ -9,8 +9,7 @@ check's, and says so in its Event.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,20 +17,18 @@ import pytest
 from kubernetes import client
 
 from tailpilot.bench import traces
-from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot_e2e.agent_cgroups import CpuCgroups
-from tailpilot_e2e.calibration import PAYLOAD, calibrate
+from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import condition, custom_object
+from tailpilot_e2e.operator_harness import custom_object
 from tailpilot_e2e.real_pods import (
-    MODEL_NAME,
     SINGLE_REQUESTS,
     SLO_LOOP_MODEL_WIDTH,
     MonitoredOperator,
     prepare_storage,
     ready_endpoints,
+    serve_and_wait_ready,
     slo_loop_service,
-    start_monitored_operator,
 )
 from tailpilot_e2e.wait import eventually
 
@@ -49,15 +46,8 @@ ANSWERED_WITHIN_S = 25.0
 
 
 @pytest.fixture
-def monitored(real_cluster: LocalCluster, real_namespace: str, tmp_path: Path) -> Iterator[MonitoredOperator]:
-    with contextlib.ExitStack() as stack:
-        yield start_monitored_operator(
-            stack,
-            real_cluster,
-            namespace=real_namespace,
-            work_dir=tmp_path / "monitoring",
-            control_period_s=CONTROL_PERIOD_S,
-        )
+def monitored(monitored_operator: Callable[[float], MonitoredOperator]) -> MonitoredOperator:
+    return monitored_operator(CONTROL_PERIOD_S)
 
 
 def test_a_step_is_answered_by_a_surge_decision_seconds_after_it_began(
@@ -71,14 +61,7 @@ def test_a_step_is_answered_by_a_surge_decision_seconds_after_it_began(
     prepare_storage(core, ns, tmp_path / "pvc", model_width=SLO_LOOP_MODEL_WIDTH)
     service = slo_loop_service(ns, name=NAME, max_replicas=2, stabilization_s=60, batching=SINGLE_REQUESTS)
     service["spec"]["autoscaling"]["surgeResponse"] = True
-    client.CustomObjectsApi(real_api).create_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", ns, "inferenceservices", service
-    )
-    eventually(
-        lambda: (condition(custom_object(real_api, ns, NAME), "Ready") or {}).get("status") == "True",
-        timeout=420,
-        description="Ready after the real build and rollout",
-    )
+    serve_and_wait_ready(real_api, service)
     calibration = calibrate(
         core,
         CpuCgroups.of(real_cluster.agent_state_dir),
@@ -90,15 +73,8 @@ def test_a_step_is_answered_by_a_surge_decision_seconds_after_it_began(
     arrivals = traces.piecewise_poisson(
         steps=[(CALM_S, CALM_OVER_STEP * high), (STEP_S, high)], rng=np.random.default_rng(11)
     )
-    load = LoadProcess(
-        work_dir=tmp_path / "load",
-        model=MODEL_NAME,
-        payload=PAYLOAD,
-        arrivals_s=arrivals,
-        max_requests=int(arrivals.size),
-        max_duration_s=CALM_S + STEP_S,
-        targets=ready_endpoints(core, ns, NAME),
-        timeout_s=10.0,
+    load = example_load(
+        tmp_path / "load", arrivals, duration_s=CALM_S + STEP_S, targets=ready_endpoints(core, ns, NAME)
     )
     scaled_at: list[float] = []  # load time of the first scale-up seen
     with load:
