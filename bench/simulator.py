@@ -504,6 +504,11 @@ class FleetView:
             counts.append(float(max(0, hi - lo + s.queued[j] - s.queued[j - 1])))
         return tuple(counts), sim._cfg.scrape_s
 
+    def arrival_rate(self, lookback_s: float) -> float | None:
+        """Requests per second that arrived over the lookback (`arrival_counts`); None before a scrape."""
+        counts, bin_s = self.arrival_counts(lookback_s)
+        return sum(counts) / (len(counts) * bin_s) if counts else None
+
     def pod_windows(self, window_s: float) -> list[PodWindow]:
         """Per-pod Triton metrics over the last `window_s` (counter deltas, summary quantiles)."""
         sim = self._sim

@@ -81,11 +81,10 @@ class TailPilot:
         period = self._config.control_period_s
         if self._surge is None or view.now_s + 1e-9 >= self._next_decision_s:
             return self._decide(view, recent_s=period)
-        counts, bin_s = view.arrival_counts(self._surge.span_s)
         check = check_surge(
             self._surge,
             over_in_a_row=self._over_in_a_row,
-            arrival_rate_per_s=sum(counts) / (len(counts) * bin_s) if counts else None,
+            arrival_rate_per_s=view.arrival_rate(self._surge.span_s),
             capacity_per_s=replica_capacity_per_s(self._profile, self._state),
             replicas=view.target_replicas,
         )
@@ -146,12 +145,11 @@ class RotatingTailPilot(TailPilot):
         self._held: frozenset[str] = frozenset()
 
     def rotation(self, view: FleetView) -> frozenset[str]:
-        counts, bin_s = view.arrival_counts(ROTATION_RATE_SPAN_S)
         self._held = choose_rotation(
             config=self._rotation_config,
             pending_by_replica=view.pending_by_replica(),
             held_out=self._held,
-            rate_per_s=sum(counts) / (len(counts) * bin_s) if counts else None,
+            rate_per_s=view.arrival_rate(ROTATION_RATE_SPAN_S),
             capacity_per_s=replica_capacity_per_s(self._profile, self._state),
         ).held_out
         return self._held

@@ -52,7 +52,7 @@ class ServiceLoops:
         self.rotator = rotator
         #: Fast checks of the services with backlogRotation or surgeResponse (started and stopped by
         #: reconciles).
-        self._rotations: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._fast_checks: dict[tuple[str, str], asyncio.Task[None]] = {}
         #: A surge a fast check saw, for the decision it called (taken by that decision).
         self._surges: dict[tuple[str, str], SurgeReading] = {}
         self._alerts: dict[tuple[str, str], bool] = {}
@@ -95,12 +95,12 @@ class ServiceLoops:
         self._wakeups.pop((namespace, name), None)
         if task is not None:
             task.cancel()
-        self._sync_rotation((namespace, name), wanted=False)
+        self._sync_fast_checks((namespace, name), wanted=False)
 
     async def stop_all(self) -> None:
         """Cancel every loop (operator shutdown)."""
-        tasks = [*self._tasks.values(), *self._rotations.values()]
-        self._rotations.clear()
+        tasks = [*self._tasks.values(), *self._fast_checks.values()]
+        self._fast_checks.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -117,7 +117,7 @@ class ServiceLoops:
                     self._executor, self._reconciler.reconcile, namespace, name
                 )
                 delay = result.requeue_after
-                self._sync_rotation(key, wanted=result.fast_checks)
+                self._sync_fast_checks(key, wanted=result.fast_checks)
                 delay = min(delay, await self._control(namespace, name, wake))
             except Exception:  # noqa: BLE001 - one bad pass must not end the loop
                 log.exception("reconcile of %s/%s failed; retrying", namespace, name)
@@ -127,19 +127,21 @@ class ServiceLoops:
             except TimeoutError:
                 pass
 
-    def _sync_rotation(self, key: tuple[str, str], *, wanted: bool) -> None:
+    def _sync_fast_checks(self, key: tuple[str, str], *, wanted: bool) -> None:
         """Run the fast checks of a service while it asks for them (and a rotator exists)."""
-        task = self._rotations.get(key)
+        task = self._fast_checks.get(key)
         running = task is not None and not task.done()
         if wanted and self.rotator is not None and not running:
-            self._rotations[key] = asyncio.create_task(self._rotate(*key), name=f"rotation {key[0]}/{key[1]}")
+            self._fast_checks[key] = asyncio.create_task(
+                self._run_fast_checks(*key), name=f"fast checks {key[0]}/{key[1]}"
+            )
         elif not wanted and task is not None:
             task.cancel()
-            del self._rotations[key]
+            del self._fast_checks[key]
             if self.rotator is not None:
                 self.rotator.forget(*key)
 
-    async def _rotate(self, namespace: str, name: str) -> None:
+    async def _run_fast_checks(self, namespace: str, name: str) -> None:
         assert self.rotator is not None
         key = (namespace, name)
         while True:
