@@ -29,6 +29,10 @@ from tailpilot.policy.surge import SurgeReading
 log = logging.getLogger("tailpilot.handlers")
 
 
+#: Seconds a shutdown waits for held pods to be put back in their Services.
+RELEASE_TIMEOUT_S = 10.0
+
+
 class ServiceLoops:
     """One asyncio task per InferenceService that reconciles it whenever woken, and on a timer.
 
@@ -98,13 +102,27 @@ class ServiceLoops:
         self._sync_fast_checks((namespace, name), wanted=False)
 
     async def stop_all(self) -> None:
-        """Cancel every loop (operator shutdown)."""
+        """Cancel every loop, then put held pods back in their Services (operator shutdown)."""
+        checked = list(self._fast_checks)
         tasks = [*self._tasks.values(), *self._fast_checks.values()]
         self._fast_checks.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.rotator is not None and checked:
+            releases = [self.rotator.release(*key) for key in checked]
+            # Bounded: a shutdown must not hang on an API server that does not answer.
+            try:
+                results = await asyncio.wait_for(
+                    asyncio.gather(*releases, return_exceptions=True), timeout=RELEASE_TIMEOUT_S
+                )
+            except TimeoutError:
+                log.warning("held pods not all put back within %.0f s of shutdown", RELEASE_TIMEOUT_S)
+                return
+            for key, result in zip(checked, results, strict=True):
+                if isinstance(result, BaseException):
+                    log.warning("%s/%s: held pods not put back at shutdown: %r", *key, result)
 
     async def _loop(self, namespace: str, name: str) -> None:
         key = (namespace, name)

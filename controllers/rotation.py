@@ -239,6 +239,31 @@ class Rotator:
         surge = self._surge(key, samples, capacity, replicas) if autoscaling.surge_checks() else None
         return FastCheck(held_out=held, surge=surge)
 
+    async def release(self, namespace: str, name: str) -> frozenset[str]:
+        """Put every held pod of a service back in the Service (the operator is stopping).
+
+        A held pod leaves the endpoints only while a fast check can return it; with no operator
+        running, nothing would, and the pod's capacity would stay unused until the next start.
+        Returns the pods put back.
+        """
+        body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+        if body is None:
+            return frozenset()
+        pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
+        labels = {
+            pod["metadata"]["name"]: value
+            for pod in pods
+            if (value := (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION)) is not None
+        }
+        changes = label_changes(labels, frozenset())
+        for pod_name, value in changes.items():
+            patch = {"metadata": {"labels": {c.LABEL_ROTATION: value}}}
+            await asyncio.to_thread(self.kube.merge_patch, PODS, namespace, pod_name, patch)
+        self.metrics.record_held_out(namespace=namespace, service=name, replicas=0)
+        await self._announce(body, changes, "the operator is stopping; no check would return them later")
+        self.forget(namespace, name)
+        return frozenset(changes)
+
     async def _rotate(
         self,
         body: dict[str, Any],

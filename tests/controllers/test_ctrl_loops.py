@@ -55,3 +55,37 @@ def test_without_an_autoscaler_a_surge_is_ignored():
     loops = ServiceLoops(reconciler=Any, executor=Any)  # type: ignore[arg-type]
     loops.surge(("ns", "svc"), READING)
     assert asyncio.run(loops._control("ns", "svc", asyncio.Event())) == float("inf")
+
+
+class ReleasingRotator:
+    """Counts the fast checks it ran and the services whose held pods it put back."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+        self.released: list[tuple[str, str]] = []
+
+    async def check(self, namespace: str, name: str) -> Any:
+        self.checks += 1
+        return type("Check", (), {"surge": None})()
+
+    async def release(self, namespace: str, name: str) -> frozenset[str]:
+        self.released.append((namespace, name))
+        return frozenset()
+
+    def forget(self, namespace: str, name: str) -> None:
+        pass
+
+
+def test_shutdown_puts_held_pods_back_for_every_service_with_fast_checks_only():
+    rotator = ReleasingRotator()
+    loops = ServiceLoops(reconciler=Any, executor=Any, rotator=rotator)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        loops._sync_fast_checks(("ns", "rotating"), wanted=True)
+        loops._sync_fast_checks(("ns", "plain"), wanted=False)
+        await asyncio.sleep(0)  # the fast-check task runs its first check
+        await loops.stop_all()
+
+    asyncio.run(scenario())
+    assert rotator.checks == 1
+    assert rotator.released == [("ns", "rotating")]

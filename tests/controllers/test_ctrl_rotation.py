@@ -186,3 +186,37 @@ def test_no_decision_while_the_arrivals_fit_or_when_the_field_is_off():
         {"enabled": False, "surgeResponse": True, "backlogRotation": True}, steep
     )
     assert not any(r.surge for r in results) and reads == len(steep)
+
+
+def rotation_service(labels: dict[str, str]) -> FakeKube:
+    """A service with backlogRotation whose pods carry the given rotation labels."""
+    body = {
+        **echo_service("ns", slo={"p99LatencyMs": 100}, autoscaling={"backlogRotation": True}),
+        "status": {"profile": PROFILE, "replicas": len(labels)},
+    }
+    pods = [
+        {"metadata": {"name": pod, "labels": {c.LABEL_ROTATION: value}}, "status": {"conditions": [READY]}}
+        for pod, value in labels.items()
+    ]
+    return FakeKube(body, pods)
+
+
+def release(kube: FakeKube, metrics: OperatorMetrics) -> frozenset[str]:
+    async def run() -> frozenset[str]:
+        async with httpx.AsyncClient() as http:
+            return await Rotator(kube=kube, http=http, metrics=metrics).release("ns", "echo")  # type: ignore[arg-type]
+
+    return asyncio.run(run())
+
+
+def test_held_pods_go_back_in_the_service_when_the_operator_stops():
+    kube = rotation_service({"echo-a": c.ROTATION_HELD, "echo-b": c.ROTATION_IN})
+    metrics = OperatorMetrics()
+    assert release(kube, metrics) == {"echo-a"}
+    assert kube.patches == [("echo-a", {"metadata": {"labels": {c.LABEL_ROTATION: c.ROTATION_IN}}})]
+    assert kube.events == [c.EVENT_REPLICAS_RETURNED]
+    assert 'tailpilot_replicas_held_out{namespace="ns",service="echo"} 0.0' in metrics.render().decode()
+    # Nothing held: nothing patched, nothing announced.
+    quiet = rotation_service({"echo-a": c.ROTATION_IN})
+    assert release(quiet, OperatorMetrics()) == frozenset()
+    assert quiet.patches == [] and quiet.events == []
