@@ -18,6 +18,7 @@ from tailpilot.bench.observe import PodWindow
 from tailpilot.bench.simulator import FleetView, Target
 from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, observation_from_pod_metrics
 from tailpilot.policy.core import replica_capacity_per_s
+from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S, FAST_CHECK_PERIOD_S
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
 from tailpilot.policy.surge import SurgeConfig, check_surge
 
@@ -124,21 +125,15 @@ class TailPilot:
         return self._last
 
 
-#: Seconds of the arrival curve the rotation rule reads its request rate from: a burst must
-#: show at once, since the replicas left in rotation take all of it.
-ROTATION_RATE_SPAN_S = 5.0
-#: Seconds between two rotation checks (the operator reads the pods' queues this often).
-ROTATION_PERIOD_S = 3.0
-
-
 class RotatingTailPilot(TailPilot):
     """The adapter plus the rotation rule (`tailpilot.policy.rotation`), checked every `rotation_period_s`.
 
     The rule reads what a check of the pods' Triton metrics gives: each ready replica's pending
-    queue, and the arrivals (completions plus queue growth) over the last `ROTATION_RATE_SPAN_S`.
+    queue, and the arrivals (completions plus queue growth) over the last `ARRIVAL_SPAN_S` (the
+    operator's fast-check span).
     """
 
-    def __init__(self, *, rotation_period_s: float = ROTATION_PERIOD_S, **kwargs: object) -> None:
+    def __init__(self, *, rotation_period_s: float = FAST_CHECK_PERIOD_S, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.rotation_period_s = rotation_period_s
         self._rotation_config = RotationConfig(p99_target_ms=self._config.p99_target_ms)
@@ -149,7 +144,7 @@ class RotatingTailPilot(TailPilot):
             config=self._rotation_config,
             pending_by_replica=view.pending_by_replica(),
             held_out=self._held,
-            rate_per_s=view.arrival_rate(ROTATION_RATE_SPAN_S),
+            rate_per_s=view.arrival_rate(ARRIVAL_SPAN_S),
             capacity_per_s=replica_capacity_per_s(self._profile, self._state),
         ).held_out
         return self._held

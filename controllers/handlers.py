@@ -23,7 +23,8 @@ import kopf
 from tailpilot.api import constants as c
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.rotation import ROTATION_PERIOD_S, Rotator
+from tailpilot.controllers.rotation import Rotator
+from tailpilot.policy.fast_checks import FAST_CHECK_PERIOD_S
 from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.handlers")
@@ -167,7 +168,7 @@ class ServiceLoops:
                 self.surge(key, (await self.rotator.check(namespace, name)).surge)
             except Exception:  # noqa: BLE001 - one failed check must not end the checks
                 log.exception("fast check of %s/%s failed; retrying", namespace, name)
-            await asyncio.sleep(ROTATION_PERIOD_S)
+            await asyncio.sleep(FAST_CHECK_PERIOD_S)
 
     def surge(self, key: tuple[str, str], reading: SurgeReading | None) -> None:
         """A fast check saw a surge: decide now (the decision takes the reading), not at the period's end."""

@@ -9,14 +9,14 @@ Two rules use them, each turned on by its own field of spec.autoscaling:
   (`tailpilot.policy.surge.check_surge`); the service's loop then runs the autoscaler at once with
   the check's reading (`FastCheck.surge`).
 
-This module gathers their inputs and acts on the rotation, every `ROTATION_PERIOD_S` for each
+This module gathers their inputs and acts on the rotation, every `FAST_CHECK_PERIOD_S` for each
 service with either field:
 
 - the ready pods and their `tailpilot.io/rotation` label, from the API server;
 - each pod's queue (`nv_inference_pending_request_count`) and success counter, read from its
   Triton metrics port directly: a Prometheus scrape interval (15 s by default) is too slow for a
   backlog that drains in seconds;
-- the arrival rate over the last `RATE_SPAN_S` (completions plus queue growth, from the counters
+- the arrival rate over the last `ARRIVAL_SPAN_S` (completions plus queue growth, from the counters
   of successive checks), since the replicas left in rotation must carry the arrivals;
 - one replica's capacity at the batching in force, from the engine profile and the service-time
   scale the autoscaler learned (status.learned).
@@ -50,15 +50,12 @@ from tailpilot.controllers.reconciler import ISVC, batching_in_force, iso_time
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
+from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
 from tailpilot.policy.surge import SurgeConfig, SurgeReading, check_surge
 
 log = logging.getLogger("tailpilot.rotation")
 
-#: Seconds between two checks of one service (the simulator's measurements used 3 s).
-ROTATION_PERIOD_S = 3.0
-#: Seconds of arrivals the rate is measured over: a burst must show at once.
-RATE_SPAN_S = 5.0
 #: A pod's metrics page must answer within this, or the pod counts as unreadable.
 METRICS_TIMEOUT_S = 1.0
 SUCCESS_COUNTER = "nv_inference_request_success"
@@ -221,7 +218,7 @@ class Rotator:
         samples = self._samples.setdefault(key, deque())
         now = self.monotonic()
         samples.append(Sample(at_s=now, pods=counters))
-        while samples and samples[0].at_s < now - 3 * max(RATE_SPAN_S, self.surge_config.span_s):
+        while samples and samples[0].at_s < now - 3 * max(ARRIVAL_SPAN_S, self.surge_config.span_s):
             samples.popleft()
         replicas = int(status.get("replicas") or len(ips) or 1)
         capacity = replica_capacity_per_s(
@@ -278,7 +275,7 @@ class Rotator:
             config=RotationConfig(p99_target_ms=float(isvc.spec.slo.p99_latency_ms)),
             pending_by_replica={pod: counts.pending for pod, counts in counters.items() if pod in labels},
             held_out=frozenset(pod for pod, value in labels.items() if value == c.ROTATION_HELD),
-            rate_per_s=arrival_rate_per_s(samples, span_s=RATE_SPAN_S),
+            rate_per_s=arrival_rate_per_s(samples, span_s=ARRIVAL_SPAN_S),
             capacity_per_s=capacity_per_s,
         )
         changes = label_changes(labels, rotation.held_out)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S, FAST_CHECK_PERIOD_S
+
 
 @dataclass(frozen=True, slots=True)
 class SurgeConfig:
@@ -26,8 +28,8 @@ class SurgeConfig:
         capacity_fraction: The arrivals must exceed this fraction of the replicas' capacity.
     """
 
-    period_s: float = 3.0
-    span_s: float = 5.0
+    period_s: float = FAST_CHECK_PERIOD_S
+    span_s: float = ARRIVAL_SPAN_S
     checks: int = 2
     capacity_fraction: float = 1.0
 
