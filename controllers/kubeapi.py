@@ -62,6 +62,17 @@ PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
 
+#: Where each kind of an InferenceService's children lives (`resource_of`).
+_CHILD_RESOURCES = {
+    r.kind: r for r in (CONFIGMAPS, SERVICES, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)
+}
+
+
+def resource_of(obj: Mapping[str, Any]) -> Resource:
+    """The REST resource of a child manifest, by its kind (KeyError for a kind no child has)."""
+    return _CHILD_RESOURCES[obj["kind"]]
+
+
 BY_KIND = {
     r.kind: r
     for r in (CONFIGMAPS, SERVICES, PODS, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)

@@ -12,7 +12,7 @@ so a bad update never takes a serving service down.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,26 +28,18 @@ from tailpilot.controllers import drift
 from tailpilot.controllers.build_state import BuildPhase, BuildState, assess_build, profile_notes
 from tailpilot.controllers.conditions import ConditionUpdate, derive_ready, merge_conditions
 from tailpilot.controllers.kubeapi import (
-    CONFIGMAPS,
     DEPLOYMENTS,
     JOBS,
-    PDBS,
     PODS,
-    PROMETHEUS_RULES,
-    SERVICE_MONITORS,
-    SERVICES,
     Kube,
     Resource,
+    resource_of,
 )
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests import build_job as job_manifests
-from tailpilot.manifests.deployment import triton_deployment
+from tailpilot.manifests.children import ClusterCapabilities, plan_children
 from tailpilot.manifests.meta import controlled_by, selector_string
-from tailpilot.manifests.pdb import triton_pdb
-from tailpilot.manifests.prometheus_rule import prometheus_rule
-from tailpilot.manifests.service import rotation_selectable, triton_metrics_service, triton_service
-from tailpilot.manifests.service_monitor import service_monitor
-from tailpilot.manifests.triton_configmap import rollout_hash, triton_configmap
+from tailpilot.manifests.service import rotation_selectable
 
 log = logging.getLogger("tailpilot.reconciler")
 
@@ -452,30 +444,20 @@ class Reconciler:
     ) -> tuple[ConditionUpdate, int]:
         batching = batching_in_force(isvc, status)
         replicas = replicas_in_force(isvc, status)
-        settings = self.settings.manifests
-        desired: list[tuple[Resource, dict[str, Any]]] = [
-            (CONFIGMAPS, triton_configmap(isvc=isvc, result=result, batching=batching)),
-            (
-                DEPLOYMENTS,
-                triton_deployment(
-                    isvc=isvc,
-                    engine_key=result.engine_key,
-                    rollout_hash=rollout_hash(isvc=isvc, result=result),
-                    replicas=replicas,
-                    settings=settings,
-                ),
-            ),
-            (SERVICES, triton_service(isvc=isvc, select_rotation=self._rotation_selectable(isvc))),
-            (PDBS, triton_pdb(isvc=isvc)),
-        ]
-        optional = self._optional_children(isvc)
-        wanted = [(resource, obj) for resource, obj, on in optional if on]
-        # The metrics Service goes with the Service, before the PDB; the monitoring objects last.
-        desired[3:3] = [child for child in wanted if child[0] is SERVICES]
-        desired += [child for child in wanted if child[0] is not SERVICES]
-        written = self._prune(isvc, [(resource, obj) for resource, obj, on in optional if not on], events)
+        crds = self.monitoring_crds()
+        children = plan_children(
+            isvc=isvc,
+            result=result,
+            batching=batching,
+            replicas=replicas,
+            settings=self.settings.manifests,
+            capabilities=ClusterCapabilities(service_monitors=crds, prometheus_rules=crds),
+            select_rotation=self._rotation_selectable(isvc),
+        )
+        written = self._prune(isvc, children.turned_off, events)
         deployment_live: dict[str, Any] | None = None
-        for resource, obj in desired:
+        for obj in children.wanted:
+            resource = resource_of(obj)
             live = self.kube.get(resource, isvc.namespace, obj["metadata"]["name"])
             outcome = drift.plan(obj, live)
             if outcome is drift.Outcome.CREATE:
@@ -501,33 +483,16 @@ class Reconciler:
         status["batching"] = batching_status(batching)
         return rollout_condition(deployment_live, replicas), written
 
-    def _optional_children(self, isvc: InferenceService) -> list[tuple[Resource, dict[str, Any], bool]]:
-        """(resource, object, whether the spec wants it) for each child a spec field turns on and off.
-
-        The metrics Service (spec.autoscaling.backlogRotation), then, where the prometheus-operator
-        CRDs exist, the ServiceMonitor and the PrometheusRule (spec.monitoring).
-        """
-        monitoring, settings = isvc.spec.monitoring, self.settings.manifests
-        optional: list[tuple[Resource, dict[str, Any], bool]] = [
-            (SERVICES, triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)
-        ]
-        if self.monitoring_crds():
-            optional += [
-                (SERVICE_MONITORS, service_monitor(isvc=isvc, settings=settings), monitoring.service_monitor),
-                (PROMETHEUS_RULES, prometheus_rule(isvc=isvc, settings=settings), monitoring.prometheus_rule),
-            ]
-        return optional
-
     def _prune(
         self,
         isvc: InferenceService,
-        unwanted: list[tuple[Resource, dict[str, Any]]],
+        unwanted: Iterable[dict[str, Any]],
         events: list[EventRecord],
     ) -> int:
         """Delete the optional children the spec turned off, only those this service controls (a GET each)."""
         deleted = 0
-        for resource, obj in unwanted:
-            name = obj["metadata"]["name"]
+        for obj in unwanted:
+            resource, name = resource_of(obj), obj["metadata"]["name"]
             live = self.kube.get(resource, isvc.namespace, name)
             if live is None or not controlled_by(live, isvc):
                 continue

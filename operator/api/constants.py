@@ -61,8 +61,6 @@ ROTATION_HELD: Final = "held"
 
 ANNOTATION_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
-#: Stable hash of a desired child object, compared with the live one to detect drift.
-ANNOTATION_DESIRED_HASH: Final = f"{GROUP}/desired-hash"
 ANNOTATION_BUILD_REQUEST: Final = f"{GROUP}/build-request"
 
 # --- Conditions ------------------------------------------------------------------

@@ -1,9 +1,9 @@
-"""Every desired child of a served InferenceService, in creation order, each stamped with its desired hash.
+"""Every child of a served InferenceService: those its spec wants, in creation order, and those it turned off.
 
-The controller's one call once the engine is ready: it compares each object
-with the live one (by the `tailpilot.io/desired-hash` annotation and the
-fields the builders set) and creates or patches what differs. The build Job
-is not here: it exists before the engine does (see `build_job`).
+The controller's one call once the engine is ready: it creates or updates each wanted child that
+differs from the live one (`tailpilot.controllers.drift`), and deletes the optional children the
+spec turned off where this service controls them. The build Job is not here: it exists before the
+engine does (see `build_job`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests.deployment import triton_deployment
-from tailpilot.manifests.meta import with_desired_hash
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
 from tailpilot.manifests.service import triton_metrics_service, triton_service
@@ -32,7 +31,15 @@ class ClusterCapabilities:
     prometheus_rules: bool = False
 
 
-def desired_children(
+@dataclass(frozen=True)
+class Children:
+    """The children a spec wants, in creation order, and the optional ones it turned off."""
+
+    wanted: tuple[dict[str, Any], ...]
+    turned_off: tuple[dict[str, Any], ...]
+
+
+def plan_children(
     *,
     isvc: InferenceService,
     result: BuildResult,
@@ -41,12 +48,24 @@ def desired_children(
     settings: ManifestSettings,
     capabilities: ClusterCapabilities,
     select_rotation: bool = False,
-) -> list[dict[str, Any]]:
-    """ConfigMap, Deployment, Service(s), PDB, and ServiceMonitor/PrometheusRule when wanted and available.
+) -> Children:
+    """ConfigMap, Deployment, Service, the metrics Service, PDB, ServiceMonitor, PrometheusRule.
 
-    `select_rotation`: see `triton_service` (the controller knows whether every pod has the label).
+    The metrics Service (spec.autoscaling.backlogRotation) goes with the Service, before the PDB;
+    the ServiceMonitor and PrometheusRule (spec.monitoring) last, and only where their CRDs exist
+    (otherwise they are neither wanted nor turned off). `select_rotation`: see `triton_service`
+    (the controller knows whether every pod has the label).
     """
-    children = [
+    monitoring = isvc.spec.monitoring
+    optional_services = [(triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)]
+    optional_monitoring: list[tuple[dict[str, Any], bool]] = []
+    if capabilities.service_monitors:
+        monitor = service_monitor(isvc=isvc, settings=settings)
+        optional_monitoring.append((monitor, monitoring.service_monitor))
+    if capabilities.prometheus_rules:
+        rule = prometheus_rule(isvc=isvc, settings=settings)
+        optional_monitoring.append((rule, monitoring.prometheus_rule))
+    wanted = [
         triton_configmap(isvc=isvc, result=result, batching=batching),
         triton_deployment(
             isvc=isvc,
@@ -56,13 +75,9 @@ def desired_children(
             settings=settings,
         ),
         triton_service(isvc=isvc, select_rotation=select_rotation),
+        *(obj for obj, on in optional_services if on),
         triton_pdb(isvc=isvc),
+        *(obj for obj, on in optional_monitoring if on),
     ]
-    if isvc.spec.autoscaling.backlog_rotation:
-        children.insert(3, triton_metrics_service(isvc=isvc))
-    monitoring = isvc.spec.monitoring
-    if monitoring.service_monitor and capabilities.service_monitors:
-        children.append(service_monitor(isvc=isvc, settings=settings))
-    if monitoring.prometheus_rule and capabilities.prometheus_rules:
-        children.append(prometheus_rule(isvc=isvc, settings=settings))
-    return [with_desired_hash(child) for child in children]
+    turned_off = [obj for obj, on in (*optional_services, *optional_monitoring) if not on]
+    return Children(wanted=tuple(wanted), turned_off=tuple(turned_off))

@@ -1,12 +1,10 @@
-"""Object metadata shared by every child: names, standard labels, owner references, the desired-state hash.
+"""Object metadata shared by every child: names, standard labels, owner references, stable hashes.
 
 Every child of an InferenceService carries the standard `app.kubernetes.io/*`
 labels plus `tailpilot.io/inferenceservice=<name>`, and one owner reference
 (controller, blockOwnerDeletion) so deleting the InferenceService garbage-
-collects it. `desired_hash` gives the controller a cheap drift check: it
-stores the hash of what it built in an annotation and compares it with the
-hash of what it would build now; a live object whose spec was hand-edited is
-caught by comparing the fields the builder sets (the controller's job).
+collects it. Drift (a hand edit, a spec change) is found by comparing the
+fields the builders set with the live object (`tailpilot.controllers.drift`).
 """
 
 from __future__ import annotations
@@ -94,22 +92,3 @@ def stable_hash(value: Any, length: int = 16) -> str:
     """Hex SHA-256 of the canonical JSON of a value (sorted keys, no whitespace), truncated."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
-def desired_hash(obj: dict[str, Any]) -> str:
-    """Hash of a desired object, ignoring the hash annotation itself and server-set metadata."""
-    meta = dict(obj.get("metadata", {}))
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != c.ANNOTATION_DESIRED_HASH}
-    meta = {k: v for k, v in meta.items() if k in {"name", "namespace", "labels", "ownerReferences"}}
-    if annotations:
-        meta["annotations"] = annotations
-    return stable_hash(
-        {**{k: v for k, v in obj.items() if k not in {"metadata", "status"}}, "metadata": meta}
-    )
-
-
-def with_desired_hash(obj: dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of obj with its desired hash in the `tailpilot.io/desired-hash` annotation."""
-    meta = dict(obj.get("metadata", {}))
-    meta["annotations"] = {**(meta.get("annotations") or {}), c.ANNOTATION_DESIRED_HASH: desired_hash(obj)}
-    return {**obj, "metadata": meta}

@@ -6,15 +6,12 @@ from tailpilot.api import constants as c
 from tailpilot.builders.store import REPOSITORY, EngineStore
 from tailpilot.manifests.meta import (
     controlled_by,
-    desired_hash,
     object_meta,
     owner_reference,
     selector_string,
-    with_desired_hash,
 )
-from tailpilot.manifests.triton_configmap import triton_configmap
 
-from .fixtures import build_result, make_isvc
+from .fixtures import make_isvc
 
 
 def test_owner_reference_is_controller() -> None:
@@ -57,18 +54,6 @@ def test_object_meta_labels() -> None:
     assert selector_string("a") == (
         "app.kubernetes.io/component=inference-server,app.kubernetes.io/name=triton,tailpilot.io/inferenceservice=a"
     )
-
-
-def test_desired_hash_tracks_content_not_itself() -> None:
-    isvc = make_isvc("a").max_batch(8).obj()
-    cm = triton_configmap(isvc=isvc, result=build_result(), batching=isvc.spec.batching.to_config())
-    stamped = with_desired_hash(cm)
-    assert stamped["metadata"]["annotations"][c.ANNOTATION_DESIRED_HASH] == desired_hash(cm)
-    assert desired_hash(stamped) == desired_hash(cm)
-    live = {**stamped, "status": {}, "metadata": {**stamped["metadata"], "resourceVersion": "42", "uid": "x"}}
-    assert desired_hash(live) == desired_hash(cm)
-    changed = {**cm, "data": {"config.pbtxt": cm["data"]["config.pbtxt"] + "\n"}}
-    assert desired_hash(changed) != desired_hash(cm)
 
 
 def test_store_layout_matches_builder(tmp_path) -> None:
