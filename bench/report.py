@@ -144,7 +144,8 @@ def markdown(
         f"Method: {p.method}",
         f"- SLO: P99 <= {setup.slo_ms:g} ms. Reference fleet: {setup.ref_replicas} replicas = "
         f"{setup.capacity_rps:.1f} req/s within the SLO; every policy is bounded to "
-        f"1..{setup.max_replicas} replicas.",
+        f"1..{setup.max_replicas} replicas. Every autoscaler starts from the realizable oracle's "
+        "own first fleet at the same Ts, ready at t = 0 (the trace is a stretch of a running service).",
         f"- Baseline knobs: batching max {b.batching.max_batch_size}, "
         f"delay {b.batching.max_queue_delay_us} us; "
         f"KEDA queue target {b.queue_per_replica:g}/replica; "
