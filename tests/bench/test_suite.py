@@ -119,3 +119,18 @@ def test_scaled_profile_for_the_robustness_run_scales_every_time():
     assert fast.points[0].p99_ms == pytest.approx(0.7 * base.points[0].p99_ms)
     assert fast.points[0].throughput_per_s == pytest.approx(base.points[0].throughput_per_s / 0.7)
     assert fast.service_time.jitter_cv == base.service_time.jitter_cv
+
+
+def test_autoscalers_start_from_the_realizable_oracles_first_fleet():
+    from tailpilot.api.autoscaling import BatchingConfig
+    from tailpilot.bench.oracle import ScheduledOracle, WindowNeed
+    from tailpilot.bench.suite import warm_start_replicas
+
+    one = BatchingConfig(max_batch_size=8)
+    needs = [WindowNeed(n, one) for n in (3, 1, 6, 7, 2)]
+    # Ts = 5 s: the first 10 s window alone; Ts = 30 s: the windows up to 30 s (the fourth starts there).
+    assert warm_start_replicas(needs, ts=5.0) == 3
+    assert warm_start_replicas(needs, ts=25.0) == 6
+    assert warm_start_replicas(needs, ts=30.0) == 7
+    for ts in (5.0, 25.0, 30.0):
+        assert warm_start_replicas(needs, ts=ts) == ScheduledOracle(needs, lead_s=ts).initial().replicas
