@@ -186,6 +186,9 @@ class Reconciler:
         self.settings = settings
         self.clock = clock or (lambda: datetime.now(UTC))
         self._monitoring_crds: bool | None = None
+        #: Turned-off children known gone, per (service uid, kind, name): the spec generation that
+        #: was checked. A pass looks one up again only after the spec changes, not on every pass.
+        self._gone: dict[tuple[str, str, str], int] = {}
 
     # ---- entry point ----------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> ReconcileResult:
@@ -489,12 +492,22 @@ class Reconciler:
         unwanted: Iterable[dict[str, Any]],
         events: list[EventRecord],
     ) -> int:
-        """Delete the optional children the spec turned off, only those this service controls (a GET each)."""
+        """Delete the optional children the spec turned off, only those this service controls.
+
+        One GET per child and spec generation: once a child is gone (or not this service's), it
+        stays so until the spec changes, since only this operator creates it, and only when the
+        spec turns it on.
+        """
         deleted = 0
+        uid, generation = str(isvc.metadata.get("uid", "")), int(isvc.metadata.get("generation", 0))
         for obj in unwanted:
             resource, name = resource_of(obj), obj["metadata"]["name"]
+            key = (uid, resource.kind, name)
+            if self._gone.get(key) == generation:
+                continue
             live = self.kube.get(resource, isvc.namespace, name)
             if live is None or not controlled_by(live, isvc):
+                self._gone[key] = generation
                 continue
             if self.kube.delete(resource, isvc.namespace, name):
                 deleted += 1

@@ -1,0 +1,63 @@
+"""Pruning the optional children a spec turned off: only this service's, one lookup per spec generation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tailpilot.api import constants as c
+from tailpilot.controllers.kubeapi import Resource
+from tailpilot.controllers.reconciler import EventRecord, Reconciler
+from tailpilot.controllers.settings import OperatorSettings
+from tailpilot.manifests.children import ClusterCapabilities, plan_children
+from tests.manifests.fixtures import SETTINGS, build_result, make_isvc
+
+
+class CountingKube:
+    """GETs answered from a dict of live objects; GETs and deletes counted."""
+
+    def __init__(self, live: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.live, self.gets, self.deleted = live, 0, []
+
+    def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        self.gets += 1
+        return self.live.get((resource.kind, name))
+
+    def delete(self, resource: Resource, namespace: str, name: str) -> bool:
+        self.deleted.append((resource.kind, name))
+        return self.live.pop((resource.kind, name), None) is not None
+
+
+def turned_off(builder):  # type: ignore[no-untyped-def]
+    isvc = builder.obj()
+    children = plan_children(
+        isvc=isvc,
+        result=build_result(),
+        batching=isvc.spec.batching.to_config(),
+        replicas=1,
+        settings=SETTINGS,
+        capabilities=ClusterCapabilities(service_monitors=True, prometheus_rules=True),
+    )
+    return isvc, children.turned_off
+
+
+def test_a_turned_off_child_is_deleted_once_then_not_looked_up_again_until_the_spec_changes():
+    isvc, unwanted = turned_off(make_isvc("a").monitoring(serviceMonitor=False))
+    assert [o["kind"] for o in unwanted] == ["Service", "ServiceMonitor"]  # metrics Service, monitor
+    monitor = next(o for o in unwanted if o["kind"] == "ServiceMonitor")
+    foreign = {"metadata": {"name": "a-metrics", "ownerReferences": [{"controller": True, "uid": "other"}]}}
+    kube = CountingKube({("ServiceMonitor", "a"): monitor, ("Service", "a-metrics"): foreign})
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    events: list[EventRecord] = []
+    assert reconciler._prune(isvc, unwanted, events) == 1
+    assert kube.deleted == [("ServiceMonitor", "a")]  # the other owner's Service is left alone
+    assert [e.reason for e in events] == [c.EVENT_CHILD_REMOVED]
+    assert kube.gets == 2
+    # The next pass confirms the monitor gone; after that, no lookups at this generation.
+    assert reconciler._prune(isvc, unwanted, events) == 0
+    assert reconciler._prune(isvc, unwanted, events) == 0
+    assert kube.gets == 3
+    # A new generation looks again (once).
+    newer = isvc.model_copy(update={"metadata": {**isvc.metadata, "generation": 2}})
+    reconciler._prune(newer, unwanted, events)
+    reconciler._prune(newer, unwanted, events)
+    assert kube.gets == 5
