@@ -62,21 +62,15 @@ PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
 
-#: Where each kind of an InferenceService's children lives (`resource_of`).
-_CHILD_RESOURCES = {
-    r.kind: r for r in (CONFIGMAPS, SERVICES, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)
-}
-
-
-def resource_of(obj: Mapping[str, Any]) -> Resource:
-    """The REST resource of a child manifest, by its kind (KeyError for a kind no child has)."""
-    return _CHILD_RESOURCES[obj["kind"]]
-
-
 BY_KIND = {
     r.kind: r
     for r in (CONFIGMAPS, SERVICES, PODS, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)
 }
+
+
+def resource_of(obj: Mapping[str, Any]) -> Resource:
+    """The REST resource of a manifest, by its kind (KeyError for a kind the operator never writes)."""
+    return BY_KIND[obj["kind"]]
 
 
 def ready_pod_ip(pod: Mapping[str, Any]) -> str | None:
@@ -145,7 +139,7 @@ class Kube:
 
     def apply(self, body: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
         """Server-side apply `body` (force: the operator owns what it sets)."""
-        resource = BY_KIND[body["kind"]]
+        resource = resource_of(body)
         meta = body["metadata"]
         return dict(
             self._call(
@@ -159,7 +153,7 @@ class Kube:
 
     def create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """Create; None when an object of that name already exists (idempotent re-runs)."""
-        resource = BY_KIND[body["kind"]]
+        resource = resource_of(body)
         try:
             return dict(
                 self._call(
