@@ -91,6 +91,10 @@ bench-surge: venv ## TailPilot without and with the surge check (and with rotati
 bench-bound: venv ## what any causal policy must hold before T5's step and T6's spike, against the oracle (~10 s)
 	$(PY) -P -m tailpilot.bench.causal_bound
 
+.PHONY: bench-static
+bench-static: venv ## the cheapest constant fleet keeping both SLO goals on each trace, against the oracle (~30 s)
+	$(PY) -P -m tailpilot.bench.static_fleets
+
 .PHONY: bench-quick
 bench-quick: venv ## a one-minute subset of the policy benchmark
 	$(PY) -P -m tailpilot.bench.run --quick
