@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from tailpilot.controllers.handlers import ServiceLoops
+from tailpilot.controllers.rotation import FastCheck
 from tailpilot.policy.surge import SurgeReading
 
 READING = SurgeReading(
@@ -64,9 +65,9 @@ class ReleasingRotator:
         self.checks = 0
         self.released: list[tuple[str, str]] = []
 
-    async def check(self, namespace: str, name: str) -> Any:
+    async def check(self, namespace: str, name: str) -> FastCheck:
         self.checks += 1
-        return type("Check", (), {"surge": None})()
+        return FastCheck()
 
     async def release(self, namespace: str, name: str) -> frozenset[str]:
         self.released.append((namespace, name))
