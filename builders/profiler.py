@@ -296,6 +296,15 @@ def measure(
     )
 
 
+#: Clients kept busy during the timed reload: enough to fill the batches the engine forms.
+_RELOAD_CLIENTS_MIN, _RELOAD_CLIENTS_MAX = 2, 16
+
+
+def reload_clients(max_batch_size: int) -> int:
+    """Clients that keep an instance of this max batch size busy: two full batches in flight."""
+    return max(_RELOAD_CLIENTS_MIN, min(_RELOAD_CLIENTS_MAX, 2 * max(1, max_batch_size)))
+
+
 def _reload_cost(
     grpc_url: str, engine_dir: Path, manifest: EngineManifest, progress: Callable[[str], None]
 ) -> ReloadCost | None:
@@ -315,6 +324,7 @@ def _reload_cost(
             manifest.model_name,
             manifest.inputs,
             config_json=triton_config.to_load_override_json(config),
+            clients=reload_clients(config.max_batch_size),
         )
     except (RuntimeError, InferenceServerException, OSError, ValueError) as exc:
         progress(f"warning: the reload could not be timed ({exc}); the profile has no reload cost")

@@ -7,12 +7,16 @@ and stalled requests 2-4.5 s on this machine's real pods under load, longer than
 is then not the cheap knob it is on a native backend, and the policy should know before it pulls it.
 
 `measure_reload` times one reload of the engine's own configuration in the profiling Triton (in
-explicit model-control mode, under the build Job's CPU limit) while one client sends single
-requests back to back. It reports how long the load took and what share of its throughput the
-instance kept meanwhile: under load, a reload lasting L seconds that keeps a share r of a
-replica's capacity leaves a backlog that delays requests by about (utilization - r) * L
-(`tailpilot.policy.model.reload_delay_ms`). `served_share` and `worst_latency_during` are the
-pure parts.
+explicit model-control mode, under the build Job's CPU limit) while `clients` clients send single
+requests back to back, enough to keep the instance busy. It reports how long the load took and
+what share of its throughput the instance kept meanwhile: under load, a reload lasting L seconds
+that keeps a share r of a replica's capacity leaves a backlog that delays requests by about
+(utilization - r) * L (`tailpilot.policy.model.reload_delay_ms`). The share is measured at
+capacity because that is what the formula needs: with one client (until 2026-11-30) the instance
+had CPU to spare and kept 86-94% of one client's throughput, while on real pods under load the
+same reload stalled requests for 2 s and more (the demo of 19:2x UTC that day: max batch 4 -> 1
+at 76 req/s on two replicas, predicted free, client P99 2.1 s). `served_share` and
+`worst_latency_during` are the pure parts.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ _MIN_REQUESTS_AROUND = 3
 
 @dataclass(frozen=True)
 class ReloadTiming:
-    """One reload under light load."""
+    """One reload, timed while clients kept the instance busy."""
 
     #: How long Triton's load call took.
     load_s: float
@@ -47,19 +51,20 @@ class ReloadTiming:
 
 
 def served_share(
-    requests: Sequence[tuple[float, float]], *, reload_from: float, reload_to: float
+    requests: Sequence[tuple[float, float]], *, reload_from: float, reload_to: float, clients: int = 1
 ) -> float | None:
     """Throughput during the reload over the throughput before it, from back-to-back (start, end) requests.
 
-    One client sends the next request when the previous answers, so its throughput is the inverse
-    of the mean latency: before the reload, over the requests that ended before it; during it, the
-    busy time of the requests that overlap it is credited pro rata. None without requests before.
+    Each of `clients` clients sends its next request when the previous answers, so their
+    throughput is `clients` over the mean latency: before the reload, over the requests that ended
+    before it; during it, the busy time of the requests that overlap it is credited pro rata. None
+    without requests before.
     """
     before = [end - start for start, end in requests if end <= reload_from]
     span = reload_to - reload_from
     if not before or span <= 0:
         return None
-    baseline_rate = 1.0 / float(np.mean(before))
+    baseline_rate = clients / float(np.mean(before))
     served = sum(
         (min(end, reload_to) - max(start, reload_from)) / (end - start)
         for start, end in requests
@@ -89,11 +94,12 @@ def measure_reload(
     inputs: Sequence[TensorSpec],
     *,
     config_json: str,
+    clients: int = 1,
     settle_s: float = 1.0,
     timeout_s: float = 120.0,
     clock: Callable[[], float] = time.perf_counter,
 ) -> ReloadTiming:
-    """Reload `model_name` with `config_json` while one client sends single requests back to back.
+    """Reload `model_name` with `config_json` while `clients` clients send single requests back to back.
 
     The Triton at `grpc_url` must run in explicit model-control mode.
 
@@ -127,11 +133,12 @@ def measure_reload(
         while not condition() and not errors and clock() < deadline:
             time.sleep(0.01)  # polls the worker's progress; the wait is bounded by `deadline`
 
-    thread = threading.Thread(target=worker, daemon=True)
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
     began = clock()
-    thread.start()
+    for thread in threads:
+        thread.start()
     try:
-        wait_for(lambda: answered_since(began) >= _MIN_REQUESTS_AROUND)
+        wait_for(lambda: answered_since(began) >= _MIN_REQUESTS_AROUND * clients)
         reload_from = clock()
         with grpcclient.InferenceServerClient(grpc_url) as client:
             client.load_model(model_name, config=config_json)
@@ -141,13 +148,14 @@ def measure_reload(
         )
     finally:
         stop.set()
-        thread.join(timeout=timeout_s)
+        for thread in threads:
+            thread.join(timeout=timeout_s)
     if errors:
         raise RuntimeError(f"a request failed during the reload: {errors[0]}")
     with lock:
         requests = list(done)
     stall = worst_latency_during(requests, reload_from=reload_from, reload_to=reload_to, settle_s=settle_s)
-    share = served_share(requests, reload_from=reload_from, reload_to=reload_to)
+    share = served_share(requests, reload_from=reload_from, reload_to=reload_to, clients=clients)
     before = [end - start for start, end in requests if end <= reload_from]
     if stall is None or share is None:
         raise RuntimeError("no request was answered around the reload")

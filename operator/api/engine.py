@@ -56,7 +56,7 @@ class ServiceTimeModel(_Frozen):
 
 
 class ReloadCost(_Frozen):
-    """One live reload of the engine (Triton's load API with a config override) under light load."""
+    """One live reload of the engine (Triton's load API with a config override), timed at capacity."""
 
     #: How long the load took.
     seconds: float = Field(ge=0)
@@ -83,7 +83,7 @@ class EngineProfile(_Frozen):
     #: The CPU limit (CFS quota) the profiling Triton ran under, in millicores, as the kernel
     #: enforced it; None without one. A CPU engine's times hold for serving pods with this limit.
     cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
-    #: What one live reload of the engine's configuration cost, timed under light load; None when
+    #: What one live reload of the engine's configuration cost, timed at capacity; None when
     #: not timed (the policy then treats reloads as free).
     reload: ReloadCost | None = None
     #: How the numbers were obtained (tool, version, duration) or, for scaled

@@ -788,11 +788,12 @@ class ProfileStatus(_Model):
     reload: ReloadStatus | None = Field(
         default=None,
         description=(
-            "What one live reload of the engine's configuration cost in the profiling Triton under light "
-            "load. Under load, a reload lasting `seconds` that keeps `servedShare` of a replica's "
-            "throughput delays requests by about (utilization - servedShare) x seconds; the autoscaler "
-            "changes batching under load only when that fits within the SLO margin, or when no replica "
-            "count within bounds meets the SLO with the batching in force. Absent when not timed."
+            "What one live reload of the engine's configuration cost in the profiling Triton, with "
+            "enough clients to keep it busy. Under load, a reload lasting `seconds` that keeps "
+            "`servedShare` of a replica's throughput delays requests by about (utilization - "
+            "servedShare) x seconds; the autoscaler changes batching under load only when that fits "
+            "within the SLO margin, or when no replica count within bounds meets the SLO with the "
+            "batching in force. Absent when not timed."
         ),
     )
     service_time: ServiceTimeStatus = Field(description="Fitted service time per batch.")
