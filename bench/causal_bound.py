@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, batching_candidates, load_profile
+from tailpilot.bench.engine_profiles import batching_candidates
 from tailpilot.bench.metrics import bin_p99
 from tailpilot.bench.oracle import ScheduledOracle, SwitchAt, WindowNeed
-from tailpilot.bench.run import default_slo_ms
+from tailpilot.bench.run import default_setup
 from tailpilot.bench.simulator import SimConfig, Target, simulate
 from tailpilot.bench.suite import Setup, oracle_needs, sim_config, trace_of, trace_seed
 from tailpilot.bench.traces import step_onsets
@@ -261,12 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args(argv)
     started = time.monotonic()
-    setup = Setup(
-        profile=load_profile(DEFAULT_PROFILE),
-        slo_ms=default_slo_ms(DEFAULT_PROFILE),
-        seed=args.seed,
-        traces=STEP_TRACES,
-    )
+    setup = default_setup(seed=args.seed, traces=STEP_TRACES)
     rows = bounds(setup, jobs=args.jobs)
     print(text_table(rows))
     print(LEGEND)

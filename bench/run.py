@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
@@ -46,6 +47,16 @@ def default_slo_ms(profile_path: Path) -> float:
     """SLO for a profile: 4x the mean time of a quarter-size batch (1000 ms for the default profile)."""
     p = load_profile(profile_path)
     return float(4.0 * p.service_time.mean_ms(max(1, p.max_batch_size // 4)))
+
+
+def default_setup(*, seed: int, traces: Sequence[str]) -> Setup:
+    """`make bench`'s setup (default profile and its SLO, every Ts) on `traces`, for the side tools."""
+    return Setup(
+        profile=load_profile(DEFAULT_PROFILE),
+        slo_ms=default_slo_ms(DEFAULT_PROFILE),
+        seed=seed,
+        traces=tuple(traces),
+    )
 
 
 def _names(value: str) -> tuple[str, ...]:

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.bench.baselines import Static
 from tailpilot.bench.causal_bound import REQUESTS_GOAL_PCT, WINDOWS_GOAL_PCT
-from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.metrics import RunMetrics, summarize
 from tailpilot.bench.oracle import ScheduledOracle, WindowNeed
-from tailpilot.bench.run import default_slo_ms
+from tailpilot.bench.run import default_setup
 from tailpilot.bench.simulator import Controller, simulate
 from tailpilot.bench.suite import Setup, oracle_needs, sim_config, trace_of
 from tailpilot.bench.traces import TRACE_NAMES, step_onsets
@@ -154,12 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args(argv)
     started = time.monotonic()
-    setup = Setup(
-        profile=load_profile(DEFAULT_PROFILE),
-        slo_ms=default_slo_ms(DEFAULT_PROFILE),
-        seed=args.seed,
-        traces=tuple(args.traces),
-    )
+    setup = default_setup(seed=args.seed, traces=args.traces)
     rows = static_fleets(setup, jobs=args.jobs)
     print(text_table(rows, setup.ts_values))
     print(LEGEND)
