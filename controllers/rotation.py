@@ -149,6 +149,12 @@ def label_changes(labels: Mapping[str, str], held_out: frozenset[str]) -> dict[s
     return changes
 
 
+def _rotation_label(pod: Mapping[str, Any]) -> str | None:
+    """A pod's `tailpilot.io/rotation` label (None: the pod takes no part in the rotation)."""
+    value = (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION)
+    return None if value is None else str(value)
+
+
 def _serving_ip(pod: Mapping[str, Any]) -> str | None:
     """A Ready pod's IP, unless it is being deleted (it leaves the endpoints anyway)."""
     deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
@@ -207,7 +213,7 @@ class Rotator:
         ips: dict[str, str] = {}
         for pod in pods:
             pod_name = pod["metadata"]["name"]
-            value = (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION)
+            value = _rotation_label(pod)
             ip = _serving_ip(pod)
             if ip is not None:
                 ips[pod_name] = ip
@@ -247,17 +253,10 @@ class Rotator:
         if body is None:
             return frozenset()
         pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
-        labels = {
-            pod["metadata"]["name"]: value
-            for pod in pods
-            if (value := (pod["metadata"].get("labels") or {}).get(c.LABEL_ROTATION)) is not None
-        }
-        changes = label_changes(labels, frozenset())
-        for pod_name, value in changes.items():
-            patch = {"metadata": {"labels": {c.LABEL_ROTATION: value}}}
-            await asyncio.to_thread(self.kube.merge_patch, PODS, namespace, pod_name, patch)
-        self.metrics.record_held_out(namespace=namespace, service=name, replicas=0)
-        await self._announce(body, changes, "the operator is stopping; no check would return them later")
+        # Every labelled pod, ready or not: a held pod that stopped being ready must go back too.
+        labels = {pod["metadata"]["name"]: v for pod in pods if (v := _rotation_label(pod)) is not None}
+        stopping = "the operator is stopping; no check would return them later"
+        changes = await self._place(body, namespace, name, labels, frozenset(), stopping)
         self.forget(namespace, name)
         return frozenset(changes)
 
@@ -278,15 +277,26 @@ class Rotator:
             rate_per_s=arrival_rate_per_s(samples, span_s=ARRIVAL_SPAN_S),
             capacity_per_s=capacity_per_s,
         )
-        changes = label_changes(labels, rotation.held_out)
+        await self._place(body, isvc.namespace, isvc.name, labels, rotation.held_out, rotation.message)
+        return rotation.held_out
+
+    async def _place(
+        self,
+        body: dict[str, Any],
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        held_out: frozenset[str],
+        message: str,
+    ) -> dict[str, str]:
+        """Relabel the pods whose place changes, set the gauge, post the Events; return the changes."""
+        changes = label_changes(labels, held_out)
         for pod_name, value in changes.items():
             patch = {"metadata": {"labels": {c.LABEL_ROTATION: value}}}
-            await asyncio.to_thread(self.kube.merge_patch, PODS, isvc.namespace, pod_name, patch)
-        self.metrics.record_held_out(
-            namespace=isvc.namespace, service=isvc.name, replicas=len(rotation.held_out)
-        )
-        await self._announce(body, changes, rotation.message)
-        return rotation.held_out
+            await asyncio.to_thread(self.kube.merge_patch, PODS, namespace, pod_name, patch)
+        self.metrics.record_held_out(namespace=namespace, service=name, replicas=len(held_out))
+        await self._announce(body, changes, message)
+        return changes
 
     def _surge(
         self, key: tuple[str, str], samples: Iterable[Sample], capacity_per_s: float, replicas: int
