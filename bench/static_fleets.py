@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.bench.baselines import Static
 from tailpilot.bench.causal_bound import REQUESTS_GOAL_PCT, WINDOWS_GOAL_PCT
-from tailpilot.bench.metrics import RunMetrics, summarize
+from tailpilot.bench.metrics import RunMetrics
 from tailpilot.bench.oracle import ScheduledOracle, WindowNeed
 from tailpilot.bench.run import default_setup
-from tailpilot.bench.simulator import Controller, simulate
-from tailpilot.bench.suite import Setup, oracle_needs, sim_config, trace_of
-from tailpilot.bench.traces import TRACE_NAMES, step_onsets
+from tailpilot.bench.suite import Setup, oracle_needs, run_controller
+from tailpilot.bench.traces import TRACE_NAMES
 
 
 @dataclass(frozen=True)
@@ -64,15 +63,6 @@ class StaticFleet:
         return self.cheapest.metrics.replica_seconds / self.oracle_replica_seconds[ts]
 
 
-def _run(setup: Setup, name: str, controller: Controller, *, startup_s: float) -> RunMetrics:
-    res = simulate(
-        arrivals_s=trace_of(setup, name).arrivals,
-        config=sim_config(setup, name, startup_s=startup_s),
-        controller=controller,
-    )
-    return summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
-
-
 def peak_batching(needs: Sequence[WindowNeed]) -> BatchingConfig:
     """The batching the oracle picks for the trace's busiest window (static peak's choice)."""
     return max(needs, key=lambda w: w.replicas).batching
@@ -87,13 +77,14 @@ def cheapest_fleet(setup: Setup, name: str, needs: Sequence[WindowNeed]) -> Stat
     # A constant fleet starts ready, so Ts does not change its figures; Ts = 0 is used.
     # One below the mean need, so that "one fewer" is measured even where the mean need suffices.
     for n in range(max(1, math.floor(mean_need) - 1), setup.max_replicas + 1):
-        run = FleetRun(n, _run(setup, name, Static(replicas=n, batching=batching), startup_s=0.0))
+        _, metrics = run_controller(setup, name, Static(replicas=n, batching=batching), startup_s=0.0)
+        run = FleetRun(n, metrics)
         if run.meets_goals:
             found = run
             break
         below = run
     oracle = {
-        ts: _run(setup, name, ScheduledOracle(needs, lead_s=ts), startup_s=ts).replica_seconds
+        ts: run_controller(setup, name, ScheduledOracle(needs, lead_s=ts), startup_s=ts)[1].replica_seconds
         for ts in setup.ts_values
     }
     return StaticFleet(name, batching, found, below, oracle)

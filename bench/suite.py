@@ -23,7 +23,7 @@ from tailpilot.bench.baselines import AUTOSCALERS, BaselineParams, Static, load_
 from tailpilot.bench.engine_profiles import batching_candidates, default_batching, replica_capacity
 from tailpilot.bench.metrics import RunMetrics, Timeline, summarize, timeline
 from tailpilot.bench.oracle import ScheduledOracle, WindowNeed, window_needs
-from tailpilot.bench.simulator import Controller, SimConfig, Target, simulate
+from tailpilot.bench.simulator import Controller, SimConfig, SimResult, Target, simulate
 from tailpilot.bench.traces import TRACE_NAMES, TraceSpec, build_trace, read_arrivals, step_onsets
 
 STATIC_POLICIES = ("static-peak", "static-mean")
@@ -247,17 +247,25 @@ def sim_config(setup: Setup, name: str, *, startup_s: float) -> SimConfig:
     )
 
 
+def run_controller(
+    setup: Setup, name: str, controller: Controller, *, startup_s: float
+) -> tuple[SimResult, RunMetrics]:
+    """One controller on trace `name`, on the fleet every policy runs on, scored like the table."""
+    res = simulate(
+        arrivals_s=trace_of(setup, name).arrivals,
+        config=sim_config(setup, name, startup_s=startup_s),
+        controller=controller,
+    )
+    return res, summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
+
+
 def _run(
     task: tuple[Setup, str, float, str, list[WindowNeed], BaselineParams, bool],
 ) -> tuple[str, float, str, RunMetrics, Timeline | None, list[str]]:
     setup, name, ts, policy, needs, params, want_timeline = task
-    spec = trace_of(setup, name)
     ctl = make_controller(setup, policy=policy, ts=ts, needs=needs, params=params)
     startup = 0.0 if policy == "oracle-fluid" else ts
-    res = simulate(
-        arrivals_s=spec.arrivals, config=sim_config(setup, name, startup_s=startup), controller=ctl
-    )
-    metrics = summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
+    res, metrics = run_controller(setup, name, ctl, startup_s=startup)
     errors: list[str] = list(getattr(ctl, "errors", []))
     notes = (
         [
