@@ -14,7 +14,7 @@ that keeps a share r of a replica's capacity leaves a backlog that delays reques
 (utilization - r) * L (`tailpilot.policy.model.reload_delay_ms`). The share is measured at
 capacity because that is what the formula needs: with one client (until 2026-11-30) the instance
 had CPU to spare and kept 86-94% of one client's throughput, while on real pods under load the
-same reload stalled requests for 2 s and more (the demo of 19:2x UTC that day: max batch 4 -> 1
+same reload stalled requests for 2 s and more (the demo of 19:20 UTC that day: max batch 4 -> 1
 at 76 req/s on two replicas, predicted free, client P99 2.1 s). `served_share` and
 `worst_latency_during` are the pure parts.
 """
