@@ -37,8 +37,9 @@ from tailpilot.builders.perf_analyzer import run_perf_analyzer
 from tailpilot.builders.profiler import fit_service_time, measure, summarize
 from tailpilot.builders.repository import write_repository_entry
 from tailpilot.builders.store import EngineStore
-from tailpilot.builders.triton_config import render_model_config
 from tailpilot.builders.triton_server import TritonServer
+from tailpilot.manifests.placement import ServingTarget
+from tailpilot.manifests.triton_model_config import model_config_for
 
 MAX_BATCH = 16
 
@@ -72,13 +73,13 @@ def _build_engines(work: Path, repo: Path) -> dict[str, float]:
         (repo / name).symlink_to(Path(result.artifact) / "repository" / name)
     # The naive baseline: the unmodified model behind the same Python-backend wrapper.
     info = load_and_verify(model)
-    naive_config = render_model_config(
+    naive_config = model_config_for(
         name="naive",
         triton_backend="python",
         inputs=triton_specs(info.inputs),
         outputs=triton_specs(info.outputs),
         batching=BatchingConfig(max_batch_size=MAX_BATCH),
-        device="cpu",
+        placement=ServingTarget(device="cpu"),
     )
     naive_copy = work / "naive.onnx"
     naive_copy.write_bytes(model.read_bytes())

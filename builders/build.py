@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from tailpilot.api.engine import BUILDER_VERSION, BuildOutcome, BuildRequest, BuildResult, EngineProfile
 from tailpilot.builders import tensorrt
@@ -167,7 +167,8 @@ def build_engine(
     from tailpilot.api.autoscaling import BatchingConfig
     from tailpilot.builders.model_info import check_request_shapes, load_and_verify, triton_specs
     from tailpilot.builders.repository import write_repository_entry
-    from tailpilot.builders.triton_config import render_model_config
+    from tailpilot.manifests.placement import ServingTarget
+    from tailpilot.manifests.triton_model_config import model_config_for
 
     with store.staging() as staging:
         work, engine_dir = staging / "work", staging / "engine"
@@ -213,16 +214,13 @@ def build_engine(
         progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
         engine_file, method = _build_model_file(request, settings, info, model, calibration, work, store.root)
         inputs, outputs = triton_specs(info.inputs), triton_specs(info.outputs)
-        gpu = request.target != "cpu"
-        device: Literal["cpu", "gpu"] = "gpu" if gpu else "cpu"
-        config = render_model_config(
+        config = model_config_for(
             name=request.model_name,
             triton_backend=triton_backend_for(request),
             inputs=inputs,
             outputs=outputs,
             batching=BatchingConfig(max_batch_size=request.max_batch_size),
-            device=device,
-            gpu_product=request.target if gpu else None,
+            placement=ServingTarget.from_build_target(request.target),
         )
         model_dir = write_repository_entry(
             repository=engine_dir / REPOSITORY, config=config, engine_file=engine_file

@@ -53,11 +53,6 @@ class Fetched:
     size: int
 
 
-def is_remote(uri: str) -> bool:
-    """Whether the URI needs a network fetch (its index entry is trusted only with a pinned sha256)."""
-    return urlparse(uri).scheme in {"http", "https", "s3"}
-
-
 def fetch(
     uri: str, dest: Path, *, expected_sha256: str | None, options: FetchOptions, what: str = "model"
 ) -> Fetched:

@@ -18,7 +18,6 @@ Calibration data is a `.npz` file: one array per model input name, samples on th
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,12 +131,6 @@ def convert_fp16(src: Path, dst: Path) -> str:
     except Exception as exc:  # the converter raises assorted errors on unsupported graphs
         raise BuildError(ENGINE_BUILD_FAILED, f"FP16 conversion failed: {exc}") from exc
     return f"onnxruntime {ort.__version__} float16 conversion (float32 I/O kept)"
-
-
-def copy_unoptimized(src: Path, dst: Path) -> str:
-    """Use the model as is (for baselines and benchmarks, never chosen by a BuildRequest)."""
-    shutil.copyfile(src, dst)
-    return "unoptimized copy"
 
 
 class _Reader(CalibrationDataReader):  # type: ignore[misc]

@@ -30,41 +30,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from tritonclient import grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ReloadCost, ServiceTimeModel, TensorSpec
 from tailpilot.builders.cpu_quota import current_cpu_limit_millis
 from tailpilot.builders.errors import PROFILE_FAILED, BuildError
+from tailpilot.builders.infer_requests import infer_inputs, make_inputs, send_timed
+from tailpilot.builders.reload_cost import measure_reload
 from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
 from tailpilot.builders.triton_server import TritonServer, TritonStartError
-
-_NUMPY_TYPES = {
-    "TYPE_FP32": np.float32,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP64": np.float64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_BOOL": np.bool_,
-}
-_WIRE_TYPES = {
-    "TYPE_FP32": "FP32",
-    "TYPE_FP16": "FP16",
-    "TYPE_FP64": "FP64",
-    "TYPE_INT8": "INT8",
-    "TYPE_INT16": "INT16",
-    "TYPE_INT32": "INT32",
-    "TYPE_INT64": "INT64",
-    "TYPE_UINT8": "UINT8",
-    "TYPE_BOOL": "BOOL",
-}
+from tailpilot.manifests.triton_model_config import from_pbtxt, to_load_override_json
 
 
 @dataclass(frozen=True)
@@ -185,55 +163,6 @@ def compute_stats(grpc_url: str, model_name: str) -> dict[int, tuple[int, float]
     return out
 
 
-def make_inputs(
-    specs: Sequence[TensorSpec], batch_size: int, *, seed: int = 0
-) -> dict[str, npt.NDArray[Any]]:
-    """Random inputs of the given batch size (dynamic dims as 1)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for spec in specs:
-        dtype = _NUMPY_TYPES.get(spec.data_type)
-        if dtype is None:
-            raise BuildError(
-                PROFILE_FAILED, f"input {spec.name!r} of type {spec.data_type} cannot be generated"
-            )
-        shape = (batch_size, *(d if d > 0 else 1 for d in spec.dims))
-        out[spec.name] = rng.uniform(0.0, 1.0, size=shape).astype(dtype)
-    return out
-
-
-def infer_inputs(
-    specs: Sequence[TensorSpec], data: Mapping[str, npt.NDArray[Any]]
-) -> list[grpcclient.InferInput]:
-    """The request tensors (gRPC) holding `data` from `make_inputs`; a request needs fresh ones."""
-    made = []
-    for spec in specs:
-        tensor = grpcclient.InferInput(spec.name, list(data[spec.name].shape), _WIRE_TYPES[spec.data_type])
-        tensor.set_data_from_numpy(data[spec.name])
-        made.append(tensor)
-    return made
-
-
-def send_timed(
-    client: grpcclient.InferenceServerClient,
-    model_name: str,
-    tensors: list[grpcclient.InferInput],
-    *,
-    clock: Callable[[], float],
-    lock: threading.Lock,
-    errors: list[str],
-) -> tuple[float, float] | None:
-    """(sent, answered) times of one request; None, with the error appended under `lock`, if it failed."""
-    start = clock()
-    try:
-        client.infer(model_name, tensors)
-    except Exception as exc:  # tritonclient raises InferenceServerException and grpc errors
-        with lock:
-            errors.append(str(exc))
-        return None
-    return start, clock()
-
-
 def measure(
     grpc_url: str,
     model_name: str,
@@ -312,18 +241,13 @@ def _reload_cost(
 
     Optional in a profile like the compute time: the policy then treats reloads as free.
     """
-    from tailpilot.builders import triton_config
-    from tailpilot.builders.reload_cost import measure_reload
-
     try:
-        config = triton_config.from_pbtxt(
-            (engine_dir / REPOSITORY / manifest.model_name / "config.pbtxt").read_text()
-        )
+        config = from_pbtxt((engine_dir / REPOSITORY / manifest.model_name / "config.pbtxt").read_text())
         timing = measure_reload(
             grpc_url,
             manifest.model_name,
             manifest.inputs,
-            config_json=triton_config.to_load_override_json(config),
+            config_json=to_load_override_json(config),
             clients=reload_clients(config.max_batch_size),
         )
     except (RuntimeError, InferenceServerException, OSError, ValueError) as exc:

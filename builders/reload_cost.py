@@ -30,7 +30,7 @@ import numpy as np
 from tritonclient import grpc as grpcclient
 
 from tailpilot.api.engine import TensorSpec
-from tailpilot.builders.profiler import infer_inputs, make_inputs, send_timed
+from tailpilot.builders.infer_requests import infer_inputs, make_inputs, send_timed
 
 #: Requests answered before the reload starts (the baseline) and after it ends.
 _MIN_REQUESTS_AROUND = 3

@@ -2,7 +2,7 @@
 
 Layout, under `repository/`::
 
-    <model_name>/config.pbtxt      from triton_config (protobuf text format)
+    <model_name>/config.pbtxt      from tailpilot.manifests.triton_model_config (protobuf text format)
     <model_name>/1/model.onnx      onnxruntime backend (and the python variant's model)
     <model_name>/1/model.plan      tensorrt backend
     <model_name>/1/model.py        python variant: triton_python_model.py
@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tailpilot.builders.triton_config import BACKEND_FILES, ModelConfig, to_pbtxt
+from tailpilot.manifests.triton_model_config import BACKEND_FILES, ModelConfig, to_pbtxt
 
 #: Version directory; engines are immutable, so there is only ever version 1.
 MODEL_VERSION = "1"

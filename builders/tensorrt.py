@@ -1,7 +1,7 @@
 """TensorRT engines built with `trtexec`: the command (pure) and running it (I/O).
 
 The plan is built for one GPU product and TensorRT version; the config records
-the product (see `triton_config.GPU_PRODUCT_PARAMETER`) and the engine key
+the product (see `tailpilot.manifests.triton_model_config.GPU_PRODUCT_PARAMETER`) and the engine key
 includes both, so a plan is never served on a GPU it was not built for.
 
 Optimization profile: for every input, min/opt/max shapes whose batch

@@ -4,7 +4,7 @@ Used by the profiler, the builder's tests, the benchmark's validation and the
 autoscaler's tests. It runs the `tritonserver` 2.51 binary that the PyPI
 package `nvidia-pytriton` bundles, which has only the Python backend.
 
-Facts this module works around (see ../shared/DESIGN.md section 4):
+Facts about that binary this module works around (found on Debian 12 with Python 3.11):
 
 - The wheel's `backends/python` lacks the stub, so a backend directory is built
   with symlinks to `libtriton_python.so`, `triton_python_backend_utils.py` and

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildRequest, ShapeProfile
 from tailpilot.api.quantity import milli_cpu
-from tailpilot.api.v1alpha1 import Device, InferenceService
+from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests import placement
 from tailpilot.manifests.meta import object_meta
 from tailpilot.manifests.security import container_security_context, pod_security_context
@@ -36,8 +36,7 @@ INVALID_REQUEST_EXIT_CODE = 2
 def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MOUNT) -> BuildRequest:
     """Derive the BuildRequest from the spec: engine fields only, so batching-only changes keep the key."""
     spec = isvc.spec
-    gpu = spec.runtime.gpu
-    gpu_product = gpu.product if spec.runtime.device is Device.GPU and gpu is not None else None
+    serving = placement.ServingTarget.from_service(isvc)
     return BuildRequest(
         model_uri=spec.model.uri,
         model_sha256=spec.model.sha256,
@@ -51,9 +50,9 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
             for s in spec.engine.shapes
         ),
         max_batch_size=spec.batching.max_batch_size,
-        target=gpu_product or "cpu",
+        target=serving.build_target,
         serving_variant=spec.runtime.serving_variant.value,
-        cpu_limit_millis=None if gpu_product else serving_cpu_limit_millis(isvc),
+        cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
     )
 

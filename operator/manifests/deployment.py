@@ -5,7 +5,9 @@ emptyDir from the engine store (PVC, mounted read-only; the version directory
 is a symlink, so a multi-GB plan is not copied) and the ConfigMap's
 config.pbtxt. Triton runs with `--model-control-mode=explicit
 --load-model=<model>`, so the operator can reload the model with new batching
-in place (see DESIGN.md section 4), and with summary latencies on for the P99.
+in place (Triton's load API with a config override changes the batching and the
+max batch size live; an override it refuses leaves the old model serving), and
+with summary latencies on for the P99.
 
 Rollout: maxUnavailable 0 / maxSurge 1, so a Ready pod exists at every moment;
 the pod-template annotations carry the engine key and the rollout hash, so a

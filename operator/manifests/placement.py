@@ -7,15 +7,51 @@ serving pods select that product. Exclusive placement is a required pod
 anti-affinity against pods of *other* InferenceServices (label key exists,
 value not this one) per node, in every namespace; required anti-affinity is
 symmetric in the scheduler, so other services' pods also stay off our nodes.
+
+`ServingTarget` says where a model's instances run (the CPU, or GPUs of one
+product). It is derived here only: from the InferenceService spec (model
+config, live reload, build request) and from a `BuildRequest.target` (the
+build Job, which sees only the request).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import Device, InferenceService
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    """Where a model's instances run: the CPU, or GPUs of one product (its node label value)."""
+
+    device: Literal["cpu", "gpu"]
+    #: The GPU product the engine is bound to (TensorRT plans run only there); None on the CPU.
+    gpu_product: str | None = None
+
+    @classmethod
+    def from_service(cls, isvc: InferenceService) -> ServingTarget:
+        """The spec's placement: `spec.runtime.device`, and `spec.runtime.gpu.product` on a GPU."""
+        runtime = isvc.spec.runtime
+        if runtime.device is not Device.GPU:
+            return cls(device="cpu")
+        return cls(device="gpu", gpu_product=runtime.gpu.product if runtime.gpu is not None else None)
+
+    @classmethod
+    def from_build_target(cls, target: str) -> ServingTarget:
+        """The placement a `BuildRequest.target` names: "cpu", or the GPU product to build for."""
+        if target == "cpu":
+            return cls(device="cpu")
+        return cls(device="gpu", gpu_product=target)
+
+    @property
+    def build_target(self) -> str:
+        """The `BuildRequest.target` of this placement: the GPU product, or "cpu"."""
+        return self.gpu_product or "cpu"
 
 
 def gpu_toleration() -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """The ConfigMap holding the Triton model configuration (config.pbtxt) of one InferenceService.
 
-The configuration is rendered by `tailpilot.builders.triton_config` from the
-build result (backend, inputs, outputs) and the batching in force. Serving
-pods copy it into their model repository at start; live batching changes are
-pushed to running pods through Triton's load API and mirrored here so new pods
-start with them.
+The configuration is rendered by `triton_model_config.model_config_for` from
+the build result (backend, inputs, outputs), the batching in force and the
+spec's placement (`placement.ServingTarget`). Serving pods copy it into their
+model repository at start; live batching changes are pushed to running pods
+through Triton's load API and mirrored here so new pods start with them.
 
 `rollout_hash` covers only what needs new pods (engine, backend, tensors,
 device, served name), rendered with a fixed batching, so a batching-only
@@ -18,8 +18,9 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult
-from tailpilot.api.v1alpha1 import Device, InferenceService
+from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests.meta import object_meta, stable_hash
+from tailpilot.manifests.placement import ServingTarget
 
 CONFIG_KEY = "config.pbtxt"
 
@@ -31,21 +32,19 @@ def configmap_name(isvc_name: str) -> str:
 
 def render_config_pbtxt(*, isvc: InferenceService, result: BuildResult, batching: BatchingConfig) -> str:
     """Render config.pbtxt for the built engine with the given batching."""
-    # Imported here: the renderer pulls in tritonclient's protobuf module, which only this builder needs.
-    from tailpilot.builders import triton_config
+    # Imported here: the renderer loads tritonclient's protobuf module (and with it grpc, ~0.2 s),
+    # which the modules that only need CONFIG_KEY or configmap_name (the Deployment) do not.
+    from tailpilot.manifests import triton_model_config
 
-    gpu = isvc.spec.runtime.gpu
-    on_gpu = isvc.spec.runtime.device is Device.GPU
-    config = triton_config.render_model_config(
+    config = triton_model_config.model_config_for(
         name=isvc.spec.model_name(isvc.name),
         triton_backend=result.triton_backend,
         inputs=result.inputs,
         outputs=result.outputs,
         batching=batching,
-        device="gpu" if on_gpu else "cpu",
-        gpu_product=gpu.product if on_gpu and gpu else None,
+        placement=ServingTarget.from_service(isvc),
     )
-    return str(triton_config.to_pbtxt(config))
+    return str(triton_model_config.to_pbtxt(config))
 
 
 def rollout_hash(*, isvc: InferenceService, result: BuildResult) -> str:

@@ -26,7 +26,7 @@ from tailpilot.builders.errors import (
 from tailpilot.builders.model_info import TensorInfo
 from tailpilot.builders.store import EngineStore
 from tailpilot.builders.tensorrt import find_trtexec, gpu_product_label, is_calibration_cache, trtexec_command
-from tailpilot.builders.triton_config import GPU_PRODUCT_PARAMETER, from_pbtxt
+from tailpilot.manifests.triton_model_config import GPU_PRODUCT_PARAMETER, from_pbtxt
 
 IMAGE = (TensorInfo("input", TensorProto.FLOAT, (None, 3, 64, 64)),)
 GPU = "NVIDIA-H100-80GB-HBM3"

@@ -18,7 +18,8 @@ import httpx
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import TensorSpec
-from tailpilot.builders.triton_config import render_model_config, to_load_override_json, to_pbtxt
+from tailpilot.manifests.placement import ServingTarget
+from tailpilot.manifests.triton_model_config import model_config_for, to_load_override_json, to_pbtxt
 
 MODEL = "echo"
 
@@ -53,16 +54,26 @@ OUTPUTS = (TensorSpec(name="OUTPUT0", data_type="TYPE_FP32", dims=(4,)),)
 
 def model_config_json(batching: BatchingConfig) -> str:
     """The load-override JSON of the echo model with this batching."""
-    config = render_model_config(
-        name=MODEL, triton_backend="python", inputs=INPUTS, outputs=OUTPUTS, batching=batching, device="cpu"
+    config = model_config_for(
+        name=MODEL,
+        triton_backend="python",
+        inputs=INPUTS,
+        outputs=OUTPUTS,
+        batching=batching,
+        placement=ServingTarget(device="cpu"),
     )
     return to_load_override_json(config)
 
 
 def model_warmup_requests(batching: BatchingConfig) -> int:
     """Requests Triton counts for the echo model's own warm-up on load (one per warm-up sample: measured)."""
-    config = render_model_config(
-        name=MODEL, triton_backend="python", inputs=INPUTS, outputs=OUTPUTS, batching=batching, device="cpu"
+    config = model_config_for(
+        name=MODEL,
+        triton_backend="python",
+        inputs=INPUTS,
+        outputs=OUTPUTS,
+        batching=batching,
+        placement=ServingTarget(device="cpu"),
     )
     return sum(w.batch_size * w.count for w in config.model_warmup)
 
@@ -90,8 +101,13 @@ def write_repository(
     model_dir = root / MODEL
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "1" / "model.py").write_text(MODEL_PY.format(refuse_above=refuse_above, base_ms=base_ms))
-    config = render_model_config(
-        name=MODEL, triton_backend="python", inputs=INPUTS, outputs=OUTPUTS, batching=batching, device="cpu"
+    config = model_config_for(
+        name=MODEL,
+        triton_backend="python",
+        inputs=INPUTS,
+        outputs=OUTPUTS,
+        batching=batching,
+        placement=ServingTarget(device="cpu"),
     )
     (model_dir / "config.pbtxt").write_text(to_pbtxt(config))
     return root

@@ -1,10 +1,16 @@
-"""Triton `config.pbtxt` generation from Triton's own model-config protobuf schema.
+"""Triton's model configuration (`config.pbtxt`, live-reload JSON) of one model, from typed values.
 
-Pure: no I/O, no clock, no environment. The message class comes from
-`tritonclient.grpc.model_config_pb2` (the generated code of Triton's
-`model_config.proto` shipped with tritonclient 2.51), so every field name and
-enum is checked by protobuf rather than by string templates. Nothing here
-imports onnx or onnxruntime, so the operator's manifest code can use it.
+Pure: no I/O, no clock, no environment. The one home of the model config: the
+ConfigMap (`triton_configmap`), the autoscaler's live reload and the engine
+build (`tailpilot.builders`) all render it with `model_config_for`, so they
+agree byte for byte. Where the instances run (`placement.ServingTarget`) is
+derived in `placement` from the spec or from the build request's target.
+
+The message class comes from `tritonclient.grpc.model_config_pb2` (the
+generated code of Triton's `model_config.proto` shipped with tritonclient
+2.51), so every field name and enum is checked by protobuf rather than by
+string templates. Importing it runs `tritonclient.grpc`'s package init, which
+loads grpc (~0.2 s) but opens nothing; no onnx, no onnxruntime.
 
 The same message renders three ways:
 
@@ -23,13 +29,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import TensorSpec
+from tailpilot.manifests.placement import ServingTarget
 
 #: The protobuf message type (`inference.ModelConfig`); untyped generated code, hence Any for mypy.
 ModelConfig: TypeAlias = Any
@@ -45,15 +52,14 @@ BACKEND_FILES: dict[str, tuple[str, str]] = {
 }
 
 
-def render_model_config(
+def model_config_for(
     *,
     name: str,
     triton_backend: str,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     batching: BatchingConfig,
-    device: Literal["cpu", "gpu"],
-    gpu_product: str | None = None,
+    placement: ServingTarget,
 ) -> ModelConfig:
     """Build the Triton model configuration of one model.
 
@@ -63,8 +69,8 @@ def render_model_config(
         inputs: Model inputs; dims exclude the batch dimension, -1 is dynamic.
         outputs: Model outputs, same convention.
         batching: Max batch size, preferred batch sizes, max queue delay and instances.
-        device: Where the instances run ("cpu" -> KIND_CPU, "gpu" -> KIND_GPU).
-        gpu_product: GPU product the engine is bound to; required for "tensorrt".
+        placement: Where the instances run ("cpu" -> KIND_CPU, "gpu" -> KIND_GPU) and the GPU
+            product the engine is bound to (required for "tensorrt").
 
     Returns:
         A `model_config_pb2.ModelConfig` message.
@@ -73,6 +79,7 @@ def render_model_config(
         ValueError: On an unknown backend, a TensorRT config without GPU product or on the CPU,
             no inputs or outputs, an unknown data type, or preferred batch sizes above the maximum.
     """
+    device, gpu_product = placement.device, placement.gpu_product
     if triton_backend not in BACKEND_FILES:
         raise ValueError(
             f"unknown Triton backend {triton_backend!r}; expected one of {sorted(BACKEND_FILES)}"
