@@ -1,7 +1,7 @@
 """Adaptive batching vs the best static batching: the most load a fixed fleet serves within the SLO.
 
-Issue 6's goal: "adaptive batching reaches at least 95% of the capacity of the best static
-batching found offline".  For one engine profile, SLO and replica count (min = max, so only
+The goal: adaptive batching reaches at least 95% of the capacity of the best static
+batching found offline.  For one engine profile, SLO and replica count (min = max, so only
 batching can move):
 
 * **capacity** of a controller = the highest Poisson arrival rate at which the P99 of the

@@ -1,4 +1,4 @@
-"""What any causal policy must pay for an unannounced step in load (issue 6's goals on T5 and T6).
+"""What any causal policy must pay for an unannounced step in load (the benchmark's goals, T5 and T6).
 
 `python -P -m tailpilot.bench.causal_bound` prints, for each trace with a load step and each
 start-up time Ts, the fewest replicas a fleet must already pay for when the step comes to meet
@@ -49,7 +49,7 @@ from tailpilot.bench.simulator import SimConfig, Target, simulate
 from tailpilot.bench.suite import Setup, oracle_needs, sim_config, trace_of, trace_seed
 from tailpilot.bench.traces import step_onsets
 
-#: Issue 6's goals: requests within the SLO, and 1-minute windows whose P99 is within it.
+#: The benchmark's goals: requests within the SLO, and 1-minute windows whose P99 is within it.
 REQUESTS_GOAL_PCT = 99.5
 WINDOWS_GOAL_PCT = 99.0
 #: Traces whose load steps up at a time the trace before it does not announce.
@@ -250,7 +250,7 @@ oracle: the realizable oracle's replica-seconds; oracle n: its mean replicas bef
 n >=99.5%: fewest replicas paid for at the step for >= 99.5% of the trace's requests within the SLO;
 n windows: the same for >= 99% of its 1-minute windows.  x oracle: (oracle + those replicas held
 before the step where the oracle has fewer) / oracle; strict: those replicas before the step alone
-/ oracle.  Issue 6 asks for <= 1.15x at the same time as both goals."""
+/ oracle.  The benchmark's goal is <= 1.15x at the same time as both SLO goals."""
 
 
 def main(argv: list[str] | None = None) -> int:

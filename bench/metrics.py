@@ -1,4 +1,4 @@
-"""Scores of one simulated run, as defined in DESIGN.md section 5, and its time series for plots."""
+"""Scores of one simulated run (docs/benchmarks/method.md, "Metrics") and its time series for plots."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cheapest constant fleet that keeps issue 6's two SLO goals, per trace, against the oracle.
+"""The cheapest constant fleet that keeps the benchmark's two SLO goals, per trace, against the oracle.
 
 `python -P -m tailpilot.bench.static_fleets` (`make bench-static`) prints, for each trace, the
 fewest replicas that, held the whole hour at the batching the oracle picks for the trace's
@@ -132,7 +132,7 @@ cheapest meeting both goals: replicas: % of requests within the SLO / % of 1-min
 the fewest replicas held the whole trace with >= {REQUESTS_GOAL_PCT}% and >= {WINDOWS_GOAL_PCT:g}% (none: not
 within the replica bound); batch: its max batch size.  x Ts: its replica-seconds over the
 realizable oracle's at that start-up time.  one fewer: the same figures one replica down.
-Issue 6 asks for <= 1.15x."""
+The benchmark's goal is <= 1.15x."""
 
 
 def main(argv: list[str] | None = None) -> int:

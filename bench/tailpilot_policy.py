@@ -20,7 +20,7 @@ from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, obse
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S, FAST_CHECK_PERIOD_S
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
-from tailpilot.policy.surge import SurgeConfig, check_surge
+from tailpilot.policy.surge import SurgeConfig, surge_step
 
 
 def pod_metrics(
@@ -48,10 +48,11 @@ def pod_metrics(
 class TailPilot:
     """Controller adapter around `tailpilot.policy.decide`.
 
-    With `surge`, the adapter also runs the surge check (`tailpilot.policy.surge`) every
-    `surge.period_s` between decisions, on the arrivals of the last `surge.span_s`, and decides
-    at once when it fires, with that span as the recent window (as the operator does with
-    spec.autoscaling.surgeResponse); the next regular decision is then a control period later.
+    With `surge`, the adapter also runs the surge check (`tailpilot.policy.surge.surge_step`, as the
+    operator's fast check does) every `surge.period_s` between decisions, on the arrivals of the
+    last `surge.span_s`, and decides at once when it fires, with that span as the recent window (as
+    the operator does with spec.autoscaling.surgeResponse); the next regular decision is then a
+    control period later.
     """
 
     def __init__(
@@ -82,18 +83,21 @@ class TailPilot:
         period = self._config.control_period_s
         if self._surge is None or view.now_s + 1e-9 >= self._next_decision_s:
             return self._decide(view, recent_s=period)
-        check = check_surge(
+        span = self._surge.span_s
+        check = surge_step(
             self._surge,
             over_in_a_row=self._over_in_a_row,
-            arrival_rate_per_s=view.arrival_rate(self._surge.span_s),
+            arrival_rate_per_s=view.arrival_rate(span),
+            completion_rate_per_s=sum(w.success_count for w in view.pod_windows(span)) / span,
             capacity_per_s=replica_capacity_per_s(self._profile, self._state),
             replicas=view.target_replicas,
         )
         self._over_in_a_row = check.over_in_a_row
-        if not check.decide_now:
+        if check.reading is None:
             return self._last
         self.surge_decisions += 1
-        return self._decide(view, recent_s=self._surge.span_s)
+        # The reading's completions over its span are the decision's recent rate, as in the operator.
+        return self._decide(view, recent_s=check.reading.span_s)
 
     def _decide(self, view: FleetView, *, recent_s: float) -> Target:
         """One decision; `recent_s` is the operator's recent window (a control period, or the surge span)."""

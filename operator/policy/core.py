@@ -1,50 +1,78 @@
 """The SLO policy: (config, profile, observation, state, now) -> (Decision, new state). Pure.
 
-One call, in order (docs/autoscaling.md has the long form):
+`decide` runs one call as named stages over a `_Call` context (docs/autoscaling.md has the long
+form):
 
-1. Bounds: replicas outside [min, max] are moved inside at once (BoundsEnforced).
-2. Data: a stale observation (MetricsStale) or one without a request rate, or
-   without a P99 while requests flow (MetricsMissing), holds everything; the
-   policy never scales down on no data.
-3. Demand: the observed completion rate plus the growth of the queue since the
-   last call (completions are capped at capacity under overload; the queue's
-   growth is the unserved part of the demand).
-4. Learning: first the hardware's speed: the observed compute time per
-   request over the profile's for the batch the average request ran in,
-   smoothed into `service_scale`, which multiplies the profile's service time
-   (replicas sharing CPU cores, a slower GPU than the one profiled); learned
-   from steady windows where batch sizes barely spread. Then the model's P99
-   for what is in force is compared with the observed P99; the log of the
-   bounded ratio is smoothed into `correction`, which multiplies every
-   prediction. The correction is skipped while a change settles; the scale
-   only while a backlog's window lasts or pods start (a replica or batching
-   change leaves compute time per request as it was).
-5. Choice: for every batching candidate, the fewest replicas whose corrected P99
-   is within the SLO minus the margin (`n_up`), and minus margin and hysteresis
-   (`n_down`), and never fewer than absorb the bursts of the arrival curve's
-   lookback with that batching (`tailpilot.policy.bursts`). Scale up to `n_up`
-   when above the current size; scale down to the maximum recommendation of the
-   stabilization window when `n_down` is below it; otherwise keep the size.
-   Batching is then the candidate that meets the target at the chosen size,
-   keeping the current one whenever it qualifies, so batching (a live reload)
-   moves before replicas do, unless the profile says a reload at the load in
-   force would delay requests by more than the SLO's margin
-   (`model.reload_delay_ms`) and replicas within bounds meet the SLO with the
-   batching in force: then only that batching is a candidate.
-6. Guardrails: step limits, cooldowns (skipped for scale-up while an alert
-   fires), no scale-down during an alert, dry run.
+1. Data (`_check_data`): a stale observation (MetricsStale) or one without a request rate, or
+   without a P99 while requests flow (MetricsMissing), holds everything; the policy never scales
+   down on no data. Replicas below the minimum are still raised to it (the safe direction).
+2. Learning (`_learn`): first the replicas' start-up time from the last scale-up, then the
+   hardware's speed: the observed compute time per request over the profile's for the batch the
+   average request ran in, smoothed into `service_scale`, which multiplies the profile's service
+   time (replicas sharing CPU cores, a slower GPU than the one profiled); learned from steady
+   windows where batch sizes barely spread. Then the model's P99 for what is in force is compared
+   with the observed P99; the log of the bounded ratio is smoothed into the correction, which
+   multiplies every prediction. The correction is skipped while a change settles; the scale only
+   while a backlog's window lasts or pods start (a replica or batching change leaves compute time
+   per request as it was). Learning comes before demand because demand is sized with what it
+   learned (the start-up time, the speed).
+3. Demand (`_size_demand`): the observed completion rate (or the recent one on a real rise) plus
+   the growth of the queue since the last call (completions are capped at capacity under
+   overload; the queue's growth is the unserved part of the demand), a backlog's drain, and the
+   bursts of the arrival curve's lookback.
+4. Choice (`_choose`): reloads are held when the profile says a reload at the load in force would
+   delay requests by more than the SLO's margin (`model.reload_delay_ms`) and replicas within
+   bounds meet the SLO with the batching in force: then only that batching is a candidate. For
+   every batching candidate, the fewest replicas whose corrected P99 is within the SLO minus the
+   margin (`n_up`), and minus margin and hysteresis (`n_down`), and never fewer than absorb the
+   bursts with that batching (`tailpilot.policy.bursts`). Scale up to `n_up` when above the
+   current size; scale down to the maximum recommendation of the stabilization window when
+   `n_down` is below it; otherwise keep the size. Guardrails: step limits, cooldowns (skipped for
+   scale-up while an alert fires), no scale-down during an alert. Batching is then the candidate
+   that meets the target at the chosen size, keeping the current one whenever it qualifies, so
+   batching (a live reload) moves before replicas do; a batching cooldown holds reloads.
+5. Message (`_message`): the numbers behind the decision, for the Event and the status.
+
+`_conclude` turns the outcome into the `Decision` and the next state, in one place (dry run
+included).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile, ServiceTimeModel
 from tailpilot.policy.bursts import NO_BURSTS, ArrivalCurve, Bursts, burst_rate_per_s
-from tailpilot.policy.config import PolicyConfig, PolicyState, Reason
+from tailpilot.policy.config import (
+    ALERT_SLO_MARGIN,
+    ALLOW_PREFERRED_BATCH_SIZES,
+    BATCHING_COOLDOWN_S,
+    BURST_FALSE_ALARM,
+    CORRECTION_ALPHA,
+    CORRECTION_MAX,
+    CORRECTION_MIN,
+    CORRECTION_SETTLE_S,
+    HYSTERESIS,
+    MIN_BATCH_SIZE,
+    MIN_RATE_FOR_CORRECTION_PER_S,
+    QUEUE_DELAY_CANDIDATES_US,
+    RATE_RISE_SIGMA,
+    SERVICE_SCALE_ALPHA,
+    SERVICE_SCALE_MAX,
+    SERVICE_SCALE_MIN,
+    SLO_MARGIN,
+    STABILIZATION_OUTLIERS,
+    STALE_AFTER_S,
+    Learned,
+    PolicyConfig,
+    PolicyState,
+    Reason,
+    Timers,
+    WindowMemory,
+)
 from tailpilot.policy.model import (
     BatchShape,
     Correction,
@@ -58,6 +86,588 @@ from tailpilot.policy.model import (
 )
 
 _Candidate = tuple[BatchingConfig, BatchShape]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the stages of one call share.
+
+    `state` carries this call's learning (start-up time, hardware speed) once `_learn` ran;
+    `service` is the service time on the hardware serving now and `correction` the model's
+    correction after this call's observation. `cands` are the batchings the choice may pick.
+    """
+
+    config: PolicyConfig
+    profile: EngineProfile
+    obs: Observation
+    state: PolicyState
+    now_s: float
+    alert_active: bool
+    #: The observation's request rate (present: the data check passed).
+    rate: float
+    cands: tuple[_Candidate, ...]
+    service: ServiceTimeModel
+    correction: Correction
+
+    @property
+    def margin(self) -> float:
+        """The fraction of the SLO kept free: larger while an alert fires."""
+        return ALERT_SLO_MARGIN if self.alert_active else SLO_MARGIN
+
+    @property
+    def up_target_ms(self) -> float:
+        """What a candidate must predict: the SLO minus the margin in force."""
+        return self.config.p99_target_ms * (1 - self.margin)
+
+    @property
+    def keep_target_ms(self) -> float:
+        """What the batching in force must predict to be kept: the SLO minus the normal margin.
+
+        Even under an alert: a reload stalls requests for seconds.
+        """
+        return self.config.p99_target_ms * (1 - SLO_MARGIN)
+
+
+@dataclass(frozen=True)
+class _Demand:
+    """What the fleet must serve: arrivals, a backlog's drain, and the recent bursts."""
+
+    arrival: float
+    drain: float
+    #: Pending requests summed over the ready replicas (None: no queue reading), remembered.
+    queue_total: float | None
+    bursts: Bursts
+
+    @property
+    def sizing(self) -> float:
+        """The rate the replicas are sized for."""
+        return self.arrival + self.drain
+
+
+@dataclass(frozen=True)
+class _Recommendation:
+    """Replicas the load asks for, whether even max_replicas misses the SLO, whether the queue forced it."""
+
+    replicas: int
+    infeasible: bool
+    queue_forced: bool
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What the choice stage settled on, and why."""
+
+    recommendation: _Recommendation
+    replicas: int
+    batching: BatchingConfig
+    predicted_ms: float
+    reason: str
+    #: The guardrail that held a wanted change ("" when none did).
+    blocked: str
+    #: The stabilization window's recommendations, this call's included.
+    recommendations: tuple[tuple[float, int], ...]
+    #: How long a reload now would delay requests when that holds reloads (ms), else 0.
+    reload_delay_ms: float
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """What one call learned and remembers, whatever it decides: the state's memory after it."""
+
+    learned: Learned
+    timers: Timers
+    window: WindowMemory
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One call's result before it is applied to the state."""
+
+    replicas: int
+    batching: BatchingConfig
+    reason: str
+    message: str
+    predicted_ms: float | None
+    #: A guardrail or missing data keeps what is in force (a Hold, not a plain no-op).
+    hold: bool
+    #: None: the call learned and remembered nothing (no data).
+    memory: _Memory | None
+
+
+def decide(
+    *,
+    config: PolicyConfig,
+    profile: EngineProfile,
+    observation: Observation,
+    state: PolicyState,
+    now_s: float,
+    alert_active: bool = False,
+) -> tuple[Decision, PolicyState]:
+    """Decide the replicas and batching for the next control period.
+
+    Args:
+        config: Bounds and knobs (from the spec).
+        profile: The engine's measured profile (service time model and max batch).
+        observation: Service-level metrics over the evaluation window.
+        state: What the previous call returned (or `PolicyState.initial(...)`).
+        now_s: The current time in seconds (the caller's clock; the policy reads none).
+        alert_active: An SLO burn-rate alert is firing: larger margin, no scale-up
+            cooldown, no scale-down while requests flow.
+
+    Returns:
+        The decision and the state to pass to the next call.
+    """
+    no_data = _check_data(config=config, obs=observation, state=state, now_s=now_s)
+    if no_data is not None:
+        return _conclude(config, state, now_s, no_data)
+    assert observation.request_rate is not None  # the data check holds without one
+    call = _learn(
+        _Call(
+            config=config,
+            profile=profile,
+            obs=observation,
+            state=state,
+            now_s=now_s,
+            alert_active=alert_active,
+            rate=observation.request_rate,
+            cands=_allowed(config, profile, state),
+            service=profile.service_time,
+            correction=state.corrections,
+        )
+    )
+    demand = _size_demand(call)
+    call, demand, choice = _choose(call, demand)
+    return _conclude(config, call.state, now_s, _outcome(call, demand, choice))
+
+
+# --- 1. Data ---------------------------------------------------------------------------------
+
+
+def _check_data(
+    *, config: PolicyConfig, obs: Observation, state: PolicyState, now_s: float
+) -> _Outcome | None:
+    """Hold on stale or missing metrics (None: the data is good).
+
+    Why: a decision on no data would be a guess, and a scale-down on a guess can break the SLO; so
+    nothing is learned or remembered, and the one move made is the safe one: replicas below the
+    spec's minimum go up to it.
+    """
+    age = max(obs.data_age_s, now_s - obs.at_s)
+    rate = obs.request_rate
+    if age > STALE_AFTER_S:
+        reason, why = Reason.METRICS_STALE, f"newest sample is {age:.0f} s old (> {STALE_AFTER_S:.0f} s)"
+    elif rate is None:
+        reason, why = Reason.METRICS_MISSING, "no request rate for the service"
+    elif obs.p99_ms is None and rate >= MIN_RATE_FOR_CORRECTION_PER_S:
+        reason, why = Reason.METRICS_MISSING, f"no P99 while serving {rate:.1f} req/s"
+    else:
+        return None
+    lo, current = config.min_replicas, state.replicas
+    if current < lo:
+        return _Outcome(
+            replicas=lo,
+            batching=state.batching,
+            reason=Reason.BOUNDS_ENFORCED,
+            message=f"{current} replicas is below the minimum {lo}; metrics unavailable ({why})",
+            predicted_ms=None,
+            hold=False,
+            memory=_Memory(
+                learned=state.learned,
+                timers=replace(state.timers, first_seen_s=_first_seen(state, now_s)),
+                window=state.window,
+            ),
+        )
+    return _Outcome(
+        replicas=current,
+        batching=state.batching,
+        reason=reason,
+        message=f"holding: {why}",
+        predicted_ms=None,
+        hold=True,
+        memory=None,
+    )
+
+
+# --- 2. Learning -----------------------------------------------------------------------------
+
+
+def _learn(call: _Call) -> _Call:
+    """This call's learning: the start-up time, the hardware's speed, the model's correction.
+
+    Why first: the demand stage sizes a backlog for the time new replicas take to start, and every
+    capacity and prediction after this runs on the hardware's learned speed and the corrected
+    model. The profile's own compute-time fit is compared with the observed compute time when the
+    build recorded one (the service time also holds the profiling client's transport).
+    """
+    profile, obs = call.profile, call.obs
+    profiled_compute = profile.compute_time or profile.service_time
+    state = _learn_service_scale(call.config, _learn_startup(call.state, obs), obs, profiled_compute)
+    service = _service_time(profile.service_time, state.learned.service_scale)
+    correction = _update_correction(
+        config=call.config, state=state, obs=obs, service=service, now_s=call.now_s
+    )
+    return replace(call, state=state, service=service, correction=correction)
+
+
+# --- 3. Demand -------------------------------------------------------------------------------
+
+
+def _size_demand(call: _Call) -> _Demand:
+    """What the fleet must serve: arrivals, a backlog's drain, and the bursts of the lookback.
+
+    Why: the window's completion rate understates demand after a step, under overload and with a
+    backlog, and bursts shorter than a start-up can only be absorbed by replicas already there.
+    """
+    arrival, drain, queue_total = _demand(
+        call, top_capacity_per_s=capacity_per_s(call.cands[0][1], call.service)
+    )
+    obs = call.obs
+    curve = ArrivalCurve.of(obs.arrival_counts, bin_s=obs.arrival_bin_s or 0.0)
+    bursts = Bursts(
+        spans=curve.bursts(BURST_FALSE_ALARM, rate_per_s=arrival) if curve is not None else (),
+        running_batch=obs.mean_batch_size or 1.0,
+    )
+    return _Demand(arrival=arrival, drain=drain, queue_total=queue_total, bursts=bursts)
+
+
+# --- 4. Choice -------------------------------------------------------------------------------
+
+
+def _choose(call: _Call, demand: _Demand) -> tuple[_Call, _Demand, _Choice]:
+    """Replicas and batching for the next period, through the guardrails.
+
+    Returns the call and demand the choice was made with: when reloads are held, only the
+    batching in force is a candidate and the backlog is sized for it.
+    """
+    call, demand, reload_delay = _hold_reloads(call, demand)
+    recommendation = _recommend_with_alert(call, demand)
+    recs, stabilized = _stabilize(call, demand, recommendation.replicas)
+    n, reason, blocked = _guard_replicas(call, recommendation, stabilized)
+    batching, predicted = _choose_batching(call, demand, n)
+    batching, predicted, blocked = _batching_cooldown(call, demand, n, batching, predicted, blocked)
+    if batching != call.state.batching and n == call.state.replicas:
+        # Only batching moves (a replica change may be held by a guardrail): say why it moves.
+        if not _in_bounds(call.config, call.profile, call.state.batching):
+            reason = Reason.BOUNDS_ENFORCED
+        else:
+            reason = Reason.REBATCH_FOR_SLO if not recommendation.infeasible else Reason.AT_MAX_REPLICAS
+    return (
+        call,
+        demand,
+        _Choice(
+            recommendation=recommendation,
+            replicas=n,
+            batching=batching,
+            predicted_ms=predicted,
+            reason=reason,
+            blocked=blocked,
+            recommendations=recs,
+            reload_delay_ms=reload_delay,
+        ),
+    )
+
+
+def _hold_reloads(call: _Call, demand: _Demand) -> tuple[_Call, _Demand, float]:
+    """Keep the batching in force when a reload now would cost more than replicas do.
+
+    Why: replicas are the cheaper knob on an engine whose profile says a reload at the load in
+    force delays requests by more than the SLO's margin; then only the batching in force is a
+    candidate, and the backlog is sized again for what the replicas in force serve (the bursts
+    stay as seen). Returns the reload's delay (ms) when it holds reloads, else 0.
+    """
+    delay = _reload_held_ms(call, rate=demand.sizing, bursts=demand.bursts)
+    if delay <= 0:
+        return call, demand, delay
+    batching = call.state.batching
+    call = replace(call, cands=((batching, _shape(batching)),))
+    arrival, drain, queue_total = _demand(
+        call, top_capacity_per_s=capacity_per_s(call.cands[0][1], call.service)
+    )
+    return call, replace(demand, arrival=arrival, drain=drain, queue_total=queue_total), delay
+
+
+def _recommend_with_alert(call: _Call, demand: _Demand) -> _Recommendation:
+    """The replicas the load asks for; under an alert, at least those carrying its margin.
+
+    Why: the batching in force is kept while it meets the normal margin, so the alert's larger
+    margin is met with replicas, not with a reload that stalls requests for seconds.
+    """
+    found = _recommend(call, rate=demand.sizing, bursts=demand.bursts)
+    if not call.alert_active or not _in_bounds(call.config, call.profile, call.state.batching):
+        return found
+    alert_n = _alert_replicas_keeping_batching(
+        call, n=max(found.replicas, call.state.replicas), rate=demand.sizing
+    )
+    return replace(found, replicas=max(found.replicas, alert_n))
+
+
+def _stabilize(
+    call: _Call, demand: _Demand, recommendation: int
+) -> tuple[tuple[tuple[float, int], ...], int]:
+    """(the stabilization window with this call's recommendation, the window's robust max).
+
+    Why: a scale-down goes to the highest recommendation of the window, so a short dip does not
+    remove replicas the next minute needs again. The window remembers what the arrivals alone need:
+    replicas added to drain a backlog go again once it is drained, without waiting out the window.
+    The robust max applies only once the last scale-up has left the window: right after one, any
+    higher recommendation holds, so noise around a replica boundary cannot reverse it.
+    """
+    steady = recommendation
+    if demand.drain > 0:
+        steady = _recommend(call, rate=demand.arrival, bursts=demand.bursts).replicas
+    window = call.config.scale_down_stabilization_s
+    now_s = call.now_s
+    recs = tuple(r for r in call.state.window.recommendations if now_s - r[0] <= window) + ((now_s, steady),)
+    settled = _since(call.state.timers.last_scale_up_s, now_s) > window
+    return recs, _stabilized(recs, outliers=STABILIZATION_OUTLIERS if settled else 0)
+
+
+def _guard_replicas(call: _Call, rec: _Recommendation, stabilized: int) -> tuple[int, str, str]:
+    """(replicas, reason, the guardrail that held a wanted change or "").
+
+    Why: replicas outside the spec's bounds go back at once (below the minimum straight to what
+    the load needs; above the maximum only to the maximum, anything further down goes through the
+    scale-down guardrails next time); other changes pass the step limits and cooldowns.
+    """
+    lo, hi, current = call.config.min_replicas, call.config.max_replicas, call.state.replicas
+    if current < lo or current > hi:
+        return (max(lo, min(hi, rec.replicas)) if current < lo else hi), Reason.BOUNDS_ENFORCED, ""
+    if rec.replicas > current:
+        return _scale_up(call, rec)
+    if rec.replicas < current:
+        return _scale_down(call, stabilized)
+    return current, (Reason.AT_MAX_REPLICAS if rec.infeasible else Reason.WITHIN_SLO), ""
+
+
+def _scale_up(call: _Call, rec: _Recommendation) -> tuple[int, str, str]:
+    """Up to the recommendation, by at most a step, once the scale-up cooldown is over.
+
+    Why: the cooldown lets the last change show in the metrics before the next; an alert skips it,
+    since the SLO's budget is already burning.
+    """
+    current = call.state.replicas
+    if rec.queue_forced:
+        reason = Reason.QUEUE_DEPTH_HIGH
+    else:
+        reason = Reason.AT_MAX_REPLICAS if rec.infeasible else Reason.SLO_AT_RISK
+    cooling = _since(call.state.timers.last_replica_change_s, call.now_s) < call.config.scale_up_cooldown_s
+    if cooling and not call.alert_active:
+        return current, reason, Reason.COOLDOWN
+    return min(rec.replicas, current + call.config.max_scale_up_step), reason, ""
+
+
+def _scale_down(call: _Call, stabilized: int) -> tuple[int, str, str]:
+    """Down to the stabilization window's robust max, by at most a step, when no guardrail holds it.
+
+    Why: until the policy has watched a whole window, the unseen part counts as "keep the current
+    size". A burn alert looks back minutes to an hour; while requests flow it holds the size, but a
+    service that no longer gets traffic has nothing left to protect. After a scale-up the cooldown
+    keeps the new replicas for a while (successive scale-downs need only a period each).
+    """
+    current, now_s, first_seen = call.state.replicas, call.now_s, call.state.timers.first_seen_s
+    if first_seen is None or now_s - first_seen < call.config.scale_down_stabilization_s:
+        stabilized = max(stabilized, current)
+    target_n = max(stabilized, current - call.config.max_scale_down_step)
+    reason = Reason.OVER_PROVISIONED
+    if call.alert_active and call.rate >= MIN_RATE_FOR_CORRECTION_PER_S:
+        return current, reason, Reason.ALERT_ACTIVE
+    if target_n >= current:
+        return current, reason, Reason.STABILIZING
+    if _since(call.state.timers.last_scale_up_s, now_s) < call.config.cooldown_s:
+        return current, reason, Reason.COOLDOWN
+    return target_n, reason, ""
+
+
+def _choose_batching(call: _Call, demand: _Demand, n: int) -> tuple[BatchingConfig, float]:
+    """(batching at `n` replicas, its corrected P99): the one in force while it qualifies.
+
+    Why: a reload stalls requests for seconds, so batching moves only when the one in force misses
+    (`_best_at`). A Service does not move queued requests: a backlog drains only through the
+    replicas that hold it. When their batching in force cannot carry the arrivals and the drain,
+    they get the most throughput now (a reload takes seconds, a replica Ts). A backlog they can
+    drain as they are is not worth a reload. Once drained, the batching in force is kept while it
+    meets the SLO, like any other.
+    """
+    state, service, sizing = call.state, call.service, demand.sizing
+    batching, predicted = _best_at(
+        n=n,
+        rate=sizing,
+        target_ms=call.up_target_ms,
+        keep_ms=call.keep_target_ms,
+        slo_ms=call.config.p99_target_ms,
+        hysteresis=HYSTERESIS,
+        cands=call.cands,
+        current=state.batching,
+        service=service,
+        correction=call.correction,
+        bursts=demand.bursts,
+    )
+    fastest, fastest_shape = call.cands[0]  # highest capacity first
+    in_force_capacity = capacity_per_s(_shape(state.batching), service)
+    if (
+        demand.drain > 0
+        and sizing > _ready_replicas(call.obs, state) * in_force_capacity
+        and capacity_per_s(fastest_shape, service) > in_force_capacity
+    ):
+        batching = fastest
+        predicted = corrected_p99_ms(
+            call.correction, rate_per_s=sizing, replicas=n, shape=fastest_shape, service=service
+        )
+    return batching, predicted
+
+
+def _batching_cooldown(
+    call: _Call, demand: _Demand, n: int, batching: BatchingConfig, predicted: float, blocked: str
+) -> tuple[BatchingConfig, float, str]:
+    """Keep the batching in force within the batching cooldown of the last reload.
+
+    Why: a reload needs the observation window to see its effect; only an SLO at risk under an
+    alert jumps the queue.
+    """
+    state = call.state
+    if (
+        batching == state.batching
+        or _since(state.timers.last_batching_change_s, call.now_s) >= BATCHING_COOLDOWN_S
+    ):
+        return batching, predicted, blocked
+    current_p99 = corrected_p99_ms(
+        call.correction,
+        rate_per_s=demand.sizing,
+        replicas=n,
+        shape=_shape(state.batching),
+        service=call.service,
+    )
+    if call.alert_active and current_p99 > call.up_target_ms:
+        return batching, predicted, blocked
+    return state.batching, current_p99, blocked or Reason.COOLDOWN
+
+
+# --- 5. Message, and the outcome ---------------------------------------------------------------
+
+
+def _message(call: _Call, demand: _Demand, choice: _Choice) -> str:
+    """The numbers behind the decision, for the Event and the status.
+
+    Why: an operator reading an Event must be able to check the decision: demand, predicted P99 at
+    the chosen size and batching, observed P99, target and margin, and what the policy learned.
+    """
+    config, obs, correction = call.config, call.obs, call.correction
+    observed = f"{obs.p99_ms:.1f} ms" if obs.p99_ms is not None else "n/a"
+    predicted = choice.predicted_ms
+    pred_txt = f"{predicted:.1f} ms" if math.isfinite(predicted) else "unbounded (over capacity)"
+    drain_txt = ""
+    if demand.drain > 0:
+        backlog, queued = demand.drain * config.backlog_drain_s, demand.queue_total or 0.0
+        drain_txt = f" + {demand.drain:.1f} req/s to drain {queued:.0f} queued"
+        if backlog > queued + 0.5:
+            drain_txt += f" and {backlog - queued:.0f} more before new replicas serve"
+    message = (
+        f"{demand.arrival:.1f} req/s{drain_txt}: predicted P99 {pred_txt} at {choice.replicas} replicas "
+        f"({_describe(choice.batching)}), observed {observed} at {call.state.replicas}; "
+        f"target {config.p99_target_ms:g} ms with {call.margin:.0%} margin; "
+        f"model correction x{correction.light:.2f} (light load) / x{correction.heavy:.2f} (heavy)"
+    )
+    if call.service is not call.profile.service_time:
+        message += f"; compute x{call.state.learned.service_scale:.2f} of the profile"
+    if choice.reload_delay_ms > 0:
+        message += f"; reloads held: one now would delay requests ~{choice.reload_delay_ms:.0f} ms"
+    if demand.bursts:
+        span, peak = max(demand.bursts.spans, key=lambda b: b[1] / b[0])
+        message += f"; bursts up to {peak:.0f} requests in {span:g} s"
+    return message
+
+
+def _outcome(call: _Call, demand: _Demand, choice: _Choice) -> _Outcome:
+    """The decision's content and what this call remembers (a Hold when a guardrail held it all)."""
+    state, now_s = call.state, call.now_s
+    memory = _Memory(
+        learned=replace(
+            state.learned, correction_light=call.correction.light, correction_heavy=call.correction.heavy
+        ),
+        timers=replace(
+            state.timers,
+            first_seen_s=_first_seen(state, now_s),
+            last_backlog_s=_backlog_at(state, call.obs, now_s),
+        ),
+        window=WindowMemory(
+            recommendations=choice.recommendations,
+            last_queue_total=demand.queue_total,
+            last_queue_at_s=call.obs.at_s,
+        ),
+    )
+    message = _message(call, demand, choice)
+    hold = bool(choice.blocked) and choice.replicas == state.replicas and choice.batching == state.batching
+    if hold:
+        message = f"wanted {choice.recommendation.replicas} replicas ({choice.reason}); " + message
+    return _Outcome(
+        replicas=choice.replicas,
+        batching=choice.batching,
+        reason=choice.blocked if hold else choice.reason,
+        message=message,
+        predicted_ms=choice.predicted_ms,
+        hold=hold,
+        memory=memory,
+    )
+
+
+def _conclude(
+    config: PolicyConfig, state: PolicyState, now_s: float, outcome: _Outcome
+) -> tuple[Decision, PolicyState]:
+    """The decision and the next state: the one place the state moves on.
+
+    The call's memory is kept whatever it decided; the size in force and the action times move
+    only when the decision acts (not on a Hold, not in a dry run, where the state keeps what is
+    actually in force).
+    """
+    n, batching = outcome.replicas, outcome.batching
+    up, down, rebatch = n > state.replicas, n < state.replicas, batching != state.batching
+    predicted = outcome.predicted_ms
+    decision = Decision(
+        at_s=now_s,
+        action=ScalingAction.HOLD if outcome.hold else _action(up, down, rebatch),
+        replicas=n,
+        batching=batching,
+        reason=outcome.reason,
+        message=outcome.message,
+        predicted_p99_ms=predicted if predicted is not None and math.isfinite(predicted) else None,
+        dry_run=config.dry_run,
+    )
+    memory = outcome.memory
+    if memory is None:
+        return decision, state
+    new = replace(state, learned=memory.learned, timers=memory.timers, window=memory.window)
+    if outcome.hold or config.dry_run:
+        return decision, new
+    if up or down:
+        timers = replace(
+            new.timers,
+            last_replica_change_s=now_s,
+            last_scale_up_s=now_s if up else new.timers.last_scale_up_s,
+            awaiting_ready_since_s=now_s if up else None,
+        )
+        new = replace(new, replicas=n, timers=timers)
+    if rebatch:
+        new = replace(new, batching=batching, timers=replace(new.timers, last_batching_change_s=now_s))
+    return decision, new
+
+
+def _action(up: bool, down: bool, rebatch: bool) -> ScalingAction:
+    if up:
+        return ScalingAction.SCALE_UP_AND_REBATCH if rebatch else ScalingAction.SCALE_UP
+    if down:
+        return ScalingAction.SCALE_DOWN_AND_REBATCH if rebatch else ScalingAction.SCALE_DOWN
+    return ScalingAction.REBATCH if rebatch else ScalingAction.NONE
+
+
+def _since(t: float | None, now_s: float) -> float:
+    return math.inf if t is None else now_s - t
+
+
+def _first_seen(state: PolicyState, now_s: float) -> float:
+    return now_s if state.timers.first_seen_s is None else state.timers.first_seen_s
+
+
+# --- Candidates ------------------------------------------------------------------------------
 
 
 def _burst_floor(bursts: Bursts, *, target_ms: float, shape: BatchShape, service: ServiceTimeModel) -> int:
@@ -74,18 +684,20 @@ def _burst_floor(bursts: Bursts, *, target_ms: float, shape: BatchShape, service
     return math.ceil(need / capacity_per_s(shape, service))
 
 
+def _batch_cap(config: PolicyConfig, profile_max_batch: int) -> int:
+    """The largest max batch size the policy may choose: the profile's, within the spec's bound."""
+    return min(profile_max_batch, config.max_batch_size_cap or profile_max_batch)
+
+
 @lru_cache(maxsize=256)
-def _candidates(
-    config: PolicyConfig, profile_max_batch: int, instances: int, service: ServiceTimeModel
-) -> tuple[_Candidate, ...]:
-    """Batching configs the policy may choose in auto mode, within the profile's and the spec's bounds."""
-    cap = min(profile_max_batch, config.max_batch_size_cap or profile_max_batch)
-    low = min(config.min_batch_size, cap)
+def _candidates(cap: int, instances: int, service: ServiceTimeModel) -> tuple[_Candidate, ...]:
+    """Batching configs the policy may choose in auto mode, up to the max batch size `cap`."""
+    low = min(MIN_BATCH_SIZE, cap)
     sizes = sorted({low, cap} | {2**i for i in range(20) if low <= 2**i <= cap})
     out: list[_Candidate] = []
     for size in sizes:
-        for delay in sorted(set(config.queue_delay_candidates_us)):
-            prefs = (size,) if config.allow_preferred_batch_sizes and delay > 0 and size > 1 else ()
+        for delay in sorted(set(QUEUE_DELAY_CANDIDATES_US)):
+            prefs = (size,) if ALLOW_PREFERRED_BATCH_SIZES and delay > 0 and size > 1 else ()
             cfg = BatchingConfig(
                 max_batch_size=size,
                 preferred_batch_sizes=prefs,
@@ -110,7 +722,9 @@ def _allowed(config: PolicyConfig, profile: EngineProfile, state: PolicyState) -
         fixed = config.fixed_batching or state.batching
         return ((fixed, _shape(fixed)),)
     grid = _candidates(
-        config, profile.max_batch_size, state.batching.instances_per_replica, profile.service_time
+        _batch_cap(config, profile.max_batch_size),
+        state.batching.instances_per_replica,
+        profile.service_time,
     )
     if _in_bounds(config, profile, state.batching) and all(cfg != state.batching for cfg, _ in grid):
         # e.g. a spec's max batch of 6: kept while it meets the SLO, rather than reloaded onto the grid
@@ -122,8 +736,8 @@ def _in_bounds(config: PolicyConfig, profile: EngineProfile, batching: BatchingC
     """Whether the policy may keep `batching` (within the profile's and the spec's batch bounds)."""
     if config.batching_mode == "fixed":
         return batching == (config.fixed_batching or batching)
-    cap = min(profile.max_batch_size, config.max_batch_size_cap or profile.max_batch_size)
-    return min(config.min_batch_size, cap) <= batching.max_batch_size <= cap and all(
+    cap = _batch_cap(config, profile.max_batch_size)
+    return min(MIN_BATCH_SIZE, cap) <= batching.max_batch_size <= cap and all(
         p <= batching.max_batch_size for p in batching.preferred_batch_sizes
     )
 
@@ -159,8 +773,7 @@ def _best_at(
     neighbouring batchings predict nearly the same P99, and the rate's noise would otherwise reload
     back and forth; and while the batching in force only eats into the margin, a reload that does
     not restore it costs more than it buys (on real pods a reload at two replicas, 437 against
-    ~500 ms predicted, stalled 2.5-3.4 s of requests and failed the SLO-loop test, CI run of 02:12
-    UTC 2026-11-30).
+    ~500 ms predicted, stalled 2.5-3.4 s of requests and failed the SLO-loop test).
     """
     best: tuple[BatchingConfig, float] | None = None
     current_p99: float | None = None
@@ -218,6 +831,9 @@ def _fewest(
     return best
 
 
+# --- Learning --------------------------------------------------------------------------------
+
+
 def _ready_replicas(obs: Observation, state: PolicyState) -> int:
     """Replicas serving now: those reporting metrics, or the size in force when none is counted."""
     return obs.ready_replicas or state.replicas
@@ -232,13 +848,14 @@ def _update_correction(
     learned = state.corrections
     # A backlog inflates the P99 of the whole observation window after it clears; learning from it
     # would make the model over-provision for as long as the correction takes to decay.
+    timers = state.timers
     changes = [
         t
-        for t in (state.last_replica_change_s, state.last_batching_change_s, _backlog_at(state, obs, now_s))
+        for t in (timers.last_replica_change_s, timers.last_batching_change_s, _backlog_at(state, obs, now_s))
         if t is not None
     ]
-    settling = bool(changes) and now_s - max(changes) < config.correction_settle_s
-    if obs.p99_ms is None or rate is None or rate < config.min_rate_for_correction_per_s:
+    settling = bool(changes) and now_s - max(changes) < CORRECTION_SETTLE_S
+    if obs.p99_ms is None or rate is None or rate < MIN_RATE_FOR_CORRECTION_PER_S:
         return learned
     if settling or ready != state.replicas:
         return learned
@@ -246,13 +863,13 @@ def _update_correction(
     predicted = predict_p99_ms(rate_per_s=rate, replicas=ready, shape=shape, service=service)
     if not math.isfinite(predicted) or predicted <= 0:
         return learned
-    ratio = min(config.correction_max, max(config.correction_min, obs.p99_ms / predicted))
+    ratio = min(CORRECTION_MAX, max(CORRECTION_MIN, obs.p99_ms / predicted))
     w = heavy_weight(utilization(rate_per_s=rate, replicas=ready, shape=shape, service=service))
 
     def learn(old: float, weight: float) -> float:
-        a = config.correction_alpha * weight
+        a = CORRECTION_ALPHA * weight
         smoothed = math.exp((1 - a) * math.log(old) + a * math.log(ratio))
-        return min(config.correction_max, max(config.correction_min, smoothed))
+        return min(CORRECTION_MAX, max(CORRECTION_MIN, smoothed))
 
     return Correction(light=learn(learned.light, 1 - w), heavy=learn(learned.heavy, w))
 
@@ -265,12 +882,13 @@ def _has_backlog(state: PolicyState, obs: Observation) -> bool:
 
 def _backlog_at(state: PolicyState, obs: Observation, now_s: float) -> float | None:
     """When a backlog was last seen, counting this observation."""
-    return now_s if _has_backlog(state, obs) else state.last_backlog_s
+    return now_s if _has_backlog(state, obs) else state.timers.last_backlog_s
 
 
 def _startup_s(config: PolicyConfig, state: PolicyState) -> float:
     """Expected seconds from asking for a replica to its serving: learned, else the configured guess."""
-    return state.replica_startup_s if state.replica_startup_s is not None else config.replica_startup_s
+    learned = state.learned.replica_startup_s
+    return learned if learned is not None else config.replica_startup_s
 
 
 #: Within this fraction of the profile, the profile's service time is used as is: compute times
@@ -285,8 +903,8 @@ _SERVICE_SCALE_STEP = 0.05
 #: The profile is measured at saturation; a lightly loaded replica computes faster than a saturated
 #: one (a CPU quota throttles only once its period's share is spent; caches, clocks and memory
 #: bandwidth are shared less), so learning "faster" there would size a scale-down for a speed the
-#: replicas lose as soon as they are busy (real-pods SLO-loop run of 2026-11-30 15:17 UTC: x0.69
-#: learned at ~44% busy under a 0.6-core limit, 2 -> 1 replica in the middle of the step).
+#: replicas lose as soon as they are busy (on real pods x0.69 was learned at ~44% busy under a
+#: 0.6-core limit, and the fleet went from 2 to 1 replica in the middle of the SLO-loop test's step).
 _FASTER_THAN_PROFILED_MIN_BUSY = 0.7
 
 
@@ -301,7 +919,7 @@ def _learn_service_scale(
     machine than profiled is only learned from busy replicas (`_FASTER_THAN_PROFILED_MIN_BUSY`).
     """
     compute, batch, rate = obs.compute_time_ms, obs.mean_batch_size, obs.request_rate
-    if compute is None or batch is None or rate is None or rate < config.min_rate_for_correction_per_s:
+    if compute is None or batch is None or rate is None or rate < MIN_RATE_FOR_CORRECTION_PER_S:
         return state
     m, full = max(1.0, batch), float(state.batching.max_batch_size)
     if _NARROW_SPREAD_MEAN_BATCH < m < _NARROW_SPREAD_FILL * full:
@@ -311,20 +929,20 @@ def _learn_service_scale(
         return state
     backlog_at = _backlog_at(state, obs, obs.at_s)
     if _ready_replicas(obs, state) != state.replicas or (
-        backlog_at is not None and obs.at_s - backlog_at < config.correction_settle_s
+        backlog_at is not None and obs.at_s - backlog_at < CORRECTION_SETTLE_S
     ):
         return state
     expected = profiled.mean_ms(1) + profiled.per_item_ms * (_request_weighted_batch(batch, state) - 1.0)
     if compute <= 0 or expected <= 0:
         return state
-    ratio = min(config.service_scale_max, max(config.service_scale_min, compute / expected))
+    ratio = min(SERVICE_SCALE_MAX, max(SERVICE_SCALE_MIN, compute / expected))
     if ratio < 1.0:
         per_replica = rate / (max(1, _ready_replicas(obs, state)) * state.batching.instances_per_replica)
         if per_replica * compute / m / 1000.0 < _FASTER_THAN_PROFILED_MIN_BUSY:
             return state
-    a = config.service_scale_alpha
-    learned = math.exp((1 - a) * math.log(state.service_scale) + a * math.log(ratio))
-    return replace(state, service_scale=learned)
+    a = SERVICE_SCALE_ALPHA
+    learned = math.exp((1 - a) * math.log(state.learned.service_scale) + a * math.log(ratio))
+    return replace(state, learned=replace(state.learned, service_scale=learned))
 
 
 def _request_weighted_batch(mean_batch: float, state: PolicyState) -> float:
@@ -349,7 +967,9 @@ def _service_time(profiled: ServiceTimeModel, scale: float) -> ServiceTimeModel:
 
 def replica_capacity_per_s(profile: EngineProfile, state: PolicyState) -> float:
     """One replica's throughput at the batching in force, on the hardware serving now (req/s)."""
-    return capacity_per_s(_shape(state.batching), _service_time(profile.service_time, state.service_scale))
+    return capacity_per_s(
+        _shape(state.batching), _service_time(profile.service_time, state.learned.service_scale)
+    )
 
 
 @lru_cache(maxsize=64)
@@ -365,12 +985,20 @@ def _learn_startup(state: PolicyState, obs: Observation) -> PolicyState:
     The sample is late by up to a control period and a scrape; averaging (EWMA 0.5) keeps one slow
     start (an image pull) from dominating.
     """
-    since = state.awaiting_ready_since_s
+    since = state.timers.awaiting_ready_since_s
     if since is None or obs.ready_replicas < state.replicas:
         return state
     took = max(0.0, obs.at_s - since)
-    learned = took if state.replica_startup_s is None else 0.5 * (state.replica_startup_s + took)
-    return replace(state, replica_startup_s=learned, awaiting_ready_since_s=None)
+    before = state.learned.replica_startup_s
+    learned = took if before is None else 0.5 * (before + took)
+    return replace(
+        state,
+        learned=replace(state.learned, replica_startup_s=learned),
+        timers=replace(state.timers, awaiting_ready_since_s=None),
+    )
+
+
+# --- Demand ----------------------------------------------------------------------------------
 
 
 def _growth_until_ready_s(config: PolicyConfig, state: PolicyState, obs: Observation, now_s: float) -> float:
@@ -379,20 +1007,13 @@ def _growth_until_ready_s(config: PolicyConfig, state: PolicyState, obs: Observa
     Until the replicas still starting are ready, or else until replicas asked for now would be.
     """
     ready = _ready_replicas(obs, state)
-    if state.replicas > ready and state.awaiting_ready_since_s is not None:
-        return max(0.0, state.awaiting_ready_since_s + _startup_s(config, state) - now_s)
+    since = state.timers.awaiting_ready_since_s
+    if state.replicas > ready and since is not None:
+        return max(0.0, since + _startup_s(config, state) - now_s)
     return _startup_s(config, state)
 
 
-def _demand(
-    *,
-    config: PolicyConfig,
-    obs: Observation,
-    state: PolicyState,
-    rate: float,
-    top_capacity_per_s: float,
-    now_s: float,
-) -> tuple[float, float, float | None]:
+def _demand(call: _Call, *, top_capacity_per_s: float) -> tuple[float, float, float | None]:
     """(arrival-rate estimate, backlog drain rate, queue total to remember).
 
     Arrivals: the window's completion rate, or the recent one when it is higher by more than
@@ -401,21 +1022,18 @@ def _demand(
     `backlog_drain_s`, capacity needed on top of the arrivals to bring the queue back; the backlog
     counted is the one expected when replicas asked for now start serving.
     """
+    config, obs, state, rate = call.config, call.obs, call.state, call.rate
     ready = _ready_replicas(obs, state)
     queue_total = obs.queue_depth_per_replica * ready if obs.queue_depth_per_replica is not None else None
     arrival = rate
     recent, span = obs.recent_request_rate, obs.recent_window_s
     if recent is not None and span:
-        noise = config.rate_rise_sigma * math.sqrt(max(recent, rate) / span)
+        noise = RATE_RISE_SIGMA * math.sqrt(max(recent, rate) / span)
         if recent > rate + noise:
             arrival = recent
-    if (
-        queue_total is not None
-        and state.last_queue_total is not None
-        and state.last_queue_at_s is not None
-        and obs.at_s > state.last_queue_at_s
-    ):
-        growth = (queue_total - state.last_queue_total) / (obs.at_s - state.last_queue_at_s)
+    last_total, last_at = state.window.last_queue_total, state.window.last_queue_at_s
+    if queue_total is not None and last_total is not None and last_at is not None and obs.at_s > last_at:
+        growth = (queue_total - last_total) / (obs.at_s - last_at)
         arrival += max(0.0, growth)
     drain = 0.0
     if queue_total is not None and config.backlog_drain_s > 0:
@@ -423,7 +1041,7 @@ def _demand(
         # reload away): size the drain for the backlog the new replicas will find, not today's.
         ready_capacity = ready * top_capacity_per_s
         backlog = queue_total + max(0.0, arrival - ready_capacity) * _growth_until_ready_s(
-            config, state, obs, now_s
+            config, state, obs, call.now_s
         )
         full = state.batching.max_batch_size * state.batching.instances_per_replica * ready
         if backlog > full:
@@ -431,78 +1049,65 @@ def _demand(
     return arrival, drain, queue_total
 
 
-def _recommend(
-    *,
-    config: PolicyConfig,
-    obs: Observation,
-    current: int,
-    rate: float,
-    margin: float,
-    cands: tuple[_Candidate, ...],
-    service: ServiceTimeModel,
-    correction: Correction,
-    bursts: Bursts = NO_BURSTS,
-) -> tuple[int, bool, bool]:
-    """(replicas for `rate`, whether even max_replicas misses the SLO, whether the queue depth forced it).
+# --- Choice ----------------------------------------------------------------------------------
 
-    Above the current size: the fewest replicas meeting the SLO minus `margin` (`n_up`). Below:
+
+def _recommend(call: _Call, *, rate: float, bursts: Bursts) -> _Recommendation:
+    """Replicas for `rate`, whether even max_replicas misses the SLO, whether the queue depth forced it.
+
+    Above the current size: the fewest replicas meeting the SLO minus the margin (`n_up`). Below:
     the fewest meeting it minus margin and hysteresis (`n_down`), so a size between the two holds.
     """
+    config, current, depth = call.config, call.state.replicas, call.obs.queue_depth_per_replica
     n_up = _fewest(
         rate=rate,
-        target_ms=config.p99_target_ms * (1 - margin),
-        cands=cands,
+        target_ms=config.p99_target_ms * (1 - call.margin),
+        cands=call.cands,
         config=config,
-        service=service,
-        correction=correction,
+        service=call.service,
+        correction=call.correction,
         bursts=bursts,
     )
     n_need = config.max_replicas if n_up is None else n_up
     queue_forced = False
     max_q = config.max_queue_depth
-    if max_q is not None and obs.queue_depth_per_replica is not None and obs.queue_depth_per_replica > max_q:
-        n_q = min(config.max_replicas, math.ceil(max(current, 1) * obs.queue_depth_per_replica / max_q))
+    if max_q is not None and depth is not None and depth > max_q:
+        n_q = min(config.max_replicas, math.ceil(max(current, 1) * depth / max_q))
         if n_q > n_need:
             n_need, queue_forced = n_q, True
     if n_need > current:
-        return n_need, n_up is None, queue_forced
+        return _Recommendation(n_need, n_up is None, queue_forced)
     n_down = _fewest(
         rate=rate,
-        target_ms=config.p99_target_ms * (1 - margin - config.hysteresis),
-        cands=cands,
+        target_ms=config.p99_target_ms * (1 - call.margin - HYSTERESIS),
+        cands=call.cands,
         config=config,
-        service=service,
-        correction=correction,
+        service=call.service,
+        correction=call.correction,
         bursts=bursts,
     )
-    return (current if n_down is None else max(n_need, min(current, n_down))), n_up is None, queue_forced
+    replicas = current if n_down is None else max(n_need, min(current, n_down))
+    return _Recommendation(replicas, n_up is None, queue_forced)
 
 
-def _alert_replicas_keeping_batching(
-    *,
-    config: PolicyConfig,
-    state: PolicyState,
-    n: int,
-    rate: float,
-    target_ms: float,
-    keep_ms: float,
-    service: ServiceTimeModel,
-    correction: Correction,
-) -> int:
+def _alert_replicas_keeping_batching(call: _Call, *, n: int, rate: float) -> int:
     """Under an alert, the replicas that carry its extra margin with the batching in force.
 
     The batching in force is kept while it meets the normal margin (`_best_at`), so the alert's
     larger margin is met with replicas, not with a reload; 0 when that batching misses the normal
     margin anyway (it will be replaced) or no replica count meets the alert's target with it.
     """
-    shape = _shape(state.batching)
-    if corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service) > keep_ms:
+    batching, service, correction = call.state.batching, call.service, call.correction
+    shape = _shape(batching)
+    if corrected_p99_ms(correction, rate_per_s=rate, replicas=n, shape=shape, service=service) > (
+        call.keep_target_ms
+    ):
         return 0
     found = _fewest(
         rate=rate,
-        target_ms=target_ms,
-        cands=((state.batching, shape),),
-        config=config,
+        target_ms=call.up_target_ms,
+        cands=((batching, shape),),
+        config=call.config,
         service=service,
         correction=correction,
     )
@@ -533,412 +1138,26 @@ def _stabilized(recs: tuple[tuple[float, int], ...], *, outliers: int) -> int:
     return max(latest, earlier[min(outliers, len(earlier) - 1)])
 
 
-def _reload_held_ms(
-    *,
-    config: PolicyConfig,
-    profile: EngineProfile,
-    obs: Observation,
-    state: PolicyState,
-    rate: float,
-    target_ms: float,
-    cands: tuple[_Candidate, ...],
-    service: ServiceTimeModel,
-    correction: Correction,
-    bursts: Bursts,
-) -> float:
+def _reload_held_ms(call: _Call, *, rate: float, bursts: Bursts) -> float:
     """How long a reload now would delay requests (ms) when that is reason to hold reloads; else 0.
 
     Reloads are held when the profile's reload cost at the ready replicas' load
     (`reload_delay_ms`) exceeds the margin the SLO keeps free, the batching in force is within
-    bounds, and some replica count within bounds meets `target_ms` with it. A reload that is the
-    only way to the SLO is never held.
+    bounds, and some replica count within bounds meets the target with the margin in force with
+    it. A reload that is the only way to the SLO is never held.
     """
-    if profile.reload is None or len(cands) < 2 or not _in_bounds(config, profile, state.batching):
+    config, profile, state = call.config, call.profile, call.state
+    if profile.reload is None or len(call.cands) < 2 or not _in_bounds(config, profile, state.batching):
         return 0.0
     in_force = _shape(state.batching)
-    busy = utilization(rate_per_s=rate, replicas=_ready_replicas(obs, state), shape=in_force, service=service)
+    busy = utilization(
+        rate_per_s=rate, replicas=_ready_replicas(call.obs, state), shape=in_force, service=call.service
+    )
     delay = reload_delay_ms(profile.reload, busy)
-    if delay <= config.p99_target_ms * config.slo_margin:
+    if delay <= config.p99_target_ms * SLO_MARGIN:
         return 0.0
     feasible = _fewest(
-        rate=rate, target_ms=target_ms, cands=((state.batching, in_force),), config=config,
-        service=service, correction=correction, bursts=bursts,
+        rate=rate, target_ms=call.up_target_ms, cands=((state.batching, in_force),), config=config,
+        service=call.service, correction=call.correction, bursts=bursts,
     )  # fmt: skip
     return delay if feasible is not None else 0.0
-
-
-def _hold(
-    *,
-    config: PolicyConfig,
-    state: PolicyState,
-    now_s: float,
-    reason: str,
-    message: str,
-    predicted: float | None = None,
-) -> tuple[Decision, PolicyState]:
-    decision = Decision(
-        at_s=now_s,
-        action=ScalingAction.HOLD,
-        replicas=state.replicas,
-        batching=state.batching,
-        reason=reason,
-        message=message,
-        predicted_p99_ms=predicted if predicted is not None and math.isfinite(predicted) else None,
-        dry_run=config.dry_run,
-    )
-    return decision, state
-
-
-def _action(up: bool, down: bool, rebatch: bool) -> ScalingAction:
-    if up:
-        return ScalingAction.SCALE_UP_AND_REBATCH if rebatch else ScalingAction.SCALE_UP
-    if down:
-        return ScalingAction.SCALE_DOWN_AND_REBATCH if rebatch else ScalingAction.SCALE_DOWN
-    return ScalingAction.REBATCH if rebatch else ScalingAction.NONE
-
-
-def _since(t: float | None, now_s: float) -> float:
-    return math.inf if t is None else now_s - t
-
-
-def decide(  # noqa: C901 - one linear pass over the guardrails reads better than scattered helpers
-    *,
-    config: PolicyConfig,
-    profile: EngineProfile,
-    observation: Observation,
-    state: PolicyState,
-    now_s: float,
-    alert_active: bool = False,
-) -> tuple[Decision, PolicyState]:
-    """Decide the replicas and batching for the next control period.
-
-    Args:
-        config: Bounds and knobs (from the spec).
-        profile: The engine's measured profile (service time model and max batch).
-        observation: Service-level metrics over the evaluation window.
-        state: What the previous call returned (or `PolicyState.initial(...)`).
-        now_s: The current time in seconds (the caller's clock; the policy reads none).
-        alert_active: An SLO burn-rate alert is firing: larger margin, no scale-up
-            cooldown, no scale-down while requests flow.
-
-    Returns:
-        The decision and the state to pass to the next call.
-    """
-    obs = observation
-    lo, hi = config.min_replicas, config.max_replicas
-    current = state.replicas
-    cands = _allowed(config, profile, state)
-
-    # 2. data checks (bounds are enforced below even on no data only in the safe direction)
-    age = max(obs.data_age_s, now_s - obs.at_s)
-    rate = obs.request_rate
-    hold_reason = ""
-    if age > config.stale_after_s:
-        hold_reason, hold_msg = (
-            Reason.METRICS_STALE,
-            f"newest sample is {age:.0f} s old (> {config.stale_after_s:.0f} s)",
-        )
-    elif rate is None:
-        hold_reason, hold_msg = Reason.METRICS_MISSING, "no request rate for the service"
-    elif obs.p99_ms is None and rate >= config.min_rate_for_correction_per_s:
-        hold_reason, hold_msg = Reason.METRICS_MISSING, f"no P99 while serving {rate:.1f} req/s"
-    if hold_reason:
-        if current < lo:
-            return _apply(
-                config=config,
-                state=state,
-                now_s=now_s,
-                n=lo,
-                batching=state.batching,
-                reason=Reason.BOUNDS_ENFORCED,
-                message=f"{current} replicas is below the minimum {lo}; metrics unavailable ({hold_msg})",
-                predicted=None,
-                correction=state.corrections,
-                recs=state.recommendations,
-                queue_total=state.last_queue_total,
-                queue_at=state.last_queue_at_s,
-            )
-        return _hold(
-            config=config, state=state, now_s=now_s, reason=hold_reason, message=f"holding: {hold_msg}"
-        )
-    assert rate is not None
-    # Compare like with like: the profile's own compute-time fit when the build recorded one (the
-    # service time also holds the profiling client's transport).
-    profiled_compute = profile.compute_time or profile.service_time
-    state = _learn_service_scale(config, _learn_startup(state, obs), obs, profiled_compute)
-    service = _service_time(profile.service_time, state.service_scale)
-
-    # 3. demand and 4. learning
-    fastest, fastest_shape = cands[0]  # highest capacity first
-    top_capacity = capacity_per_s(fastest_shape, service)
-    arrival, drain, queue_total = _demand(
-        config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
-    )
-    correction = _update_correction(config=config, state=state, obs=obs, service=service, now_s=now_s)
-    curve = ArrivalCurve.of(
-        obs.arrival_counts, bin_s=obs.arrival_bin_s or 0.0, max_span_s=config.burst_max_span_s
-    )
-    bursts = Bursts(
-        spans=curve.bursts(config.burst_false_alarm, rate_per_s=arrival) if curve is not None else (),
-        running_batch=obs.mean_batch_size or 1.0,
-    )
-
-    # 5. choice
-    margin = config.alert_slo_margin if alert_active else config.slo_margin
-    up_target = config.p99_target_ms * (1 - margin)
-    # The batching in force is kept while it meets the normal margin, even under an alert.
-    keep_target = config.p99_target_ms * (1 - config.slo_margin)
-    sizing = arrival + drain
-    reload_delay = _reload_held_ms(
-        config=config, profile=profile, obs=obs, state=state, rate=sizing, target_ms=up_target,
-        cands=cands, service=service, correction=correction, bursts=bursts,
-    )  # fmt: skip
-    if reload_delay > 0:
-        # Replicas are the cheaper knob on this engine now: only the batching in force is a
-        # candidate, and the backlog is sized again for what the replicas in force serve.
-        cands = ((state.batching, _shape(state.batching)),)
-        fastest, fastest_shape = cands[0]
-        top_capacity = capacity_per_s(fastest_shape, service)
-        arrival, drain, queue_total = _demand(
-            config=config, obs=obs, state=state, rate=rate, now_s=now_s, top_capacity_per_s=top_capacity
-        )
-        sizing = arrival + drain
-    recommendation, infeasible, queue_forced = _recommend(
-        config=config, obs=obs, current=current, rate=sizing, margin=margin, cands=cands,
-        service=service, correction=correction, bursts=bursts,
-    )  # fmt: skip
-    if alert_active and _in_bounds(config, profile, state.batching):
-        recommendation = max(
-            recommendation,
-            _alert_replicas_keeping_batching(
-                config=config, state=state, n=max(recommendation, current), rate=sizing,
-                target_ms=up_target, keep_ms=keep_target, service=service, correction=correction,
-            ),
-        )  # fmt: skip
-    # The stabilization window remembers what the arrivals alone need: replicas added to drain a
-    # backlog go again once it is drained, without waiting out the window.
-    steady = recommendation
-    if drain > 0:
-        steady = _recommend(
-            config=config, obs=obs, current=current, rate=arrival, margin=margin, cands=cands,
-            service=service, correction=correction, bursts=bursts,
-        )[0]  # fmt: skip
-    window = config.scale_down_stabilization_s
-    recs = tuple(r for r in state.recommendations if now_s - r[0] <= window) + ((now_s, steady),)
-    # The robust max only once the last scale-up has left the window: right after one, any higher
-    # recommendation holds, so noise around a replica boundary cannot reverse it within a window.
-    settled = _since(state.last_scale_up_s, now_s) > window
-    stabilized = _stabilized(recs, outliers=config.stabilization_outliers if settled else 0)
-
-    reason = Reason.WITHIN_SLO
-    n = current
-    blocked = ""
-    if current < lo or current > hi:
-        # Below the minimum, go straight to what the load needs; above the maximum, only to the
-        # maximum (anything further down goes through the scale-down guardrails next time).
-        n, reason = (max(lo, min(hi, recommendation)) if current < lo else hi), Reason.BOUNDS_ENFORCED
-    elif recommendation > current:
-        reason = (
-            Reason.QUEUE_DEPTH_HIGH
-            if queue_forced
-            else (Reason.AT_MAX_REPLICAS if infeasible else Reason.SLO_AT_RISK)
-        )
-        if _since(state.last_replica_change_s, now_s) < config.scale_up_cooldown_s and not alert_active:
-            blocked = Reason.COOLDOWN
-        else:
-            n = min(recommendation, current + config.max_scale_up_step)
-    elif recommendation < current:
-        reason = Reason.OVER_PROVISIONED
-        # Until the policy has watched a whole window, the unseen part counts as "keep the current size".
-        if state.first_seen_s is None or now_s - state.first_seen_s < window:
-            stabilized = max(stabilized, current)
-        target_n = max(stabilized, current - config.max_scale_down_step)
-        # A burn alert looks back minutes to an hour; while requests flow it holds the size, but a
-        # service that no longer gets traffic has nothing left to protect.
-        if alert_active and rate >= config.min_rate_for_correction_per_s:
-            blocked = Reason.ALERT_ACTIVE
-        elif target_n >= current:
-            blocked = Reason.STABILIZING
-        elif _since(state.last_scale_up_s, now_s) < config.cooldown_s:
-            blocked = Reason.COOLDOWN
-        else:
-            n = target_n
-    elif infeasible:
-        reason = Reason.AT_MAX_REPLICAS
-
-    batching, predicted = _best_at(
-        n=n,
-        rate=sizing,
-        target_ms=up_target,
-        keep_ms=keep_target,
-        slo_ms=config.p99_target_ms,
-        hysteresis=config.hysteresis,
-        cands=cands,
-        current=state.batching,
-        service=service,
-        correction=correction,
-        bursts=bursts,
-    )
-    in_force_capacity = capacity_per_s(_shape(state.batching), service)
-    if (
-        drain > 0
-        and sizing > _ready_replicas(obs, state) * in_force_capacity
-        and top_capacity > in_force_capacity
-    ):
-        # A Service does not move queued requests: a backlog drains only through the replicas that
-        # hold it. When their batching in force cannot carry the arrivals and the drain, they get the
-        # most throughput now (a reload takes seconds, a replica Ts). A backlog they can drain as
-        # they are is not worth a reload: each stalls requests for seconds. Once drained, the
-        # batching in force is kept while it meets the SLO, like any other.
-        batching = fastest
-        predicted = corrected_p99_ms(
-            correction, rate_per_s=sizing, replicas=n, shape=fastest_shape, service=service
-        )
-    if (
-        batching != state.batching
-        and _since(state.last_batching_change_s, now_s) < config.batching_cooldown_s
-    ):
-        current_p99 = corrected_p99_ms(
-            correction, rate_per_s=sizing, replicas=n, shape=_shape(state.batching), service=service
-        )
-        # A reload needs the window to see its effect; only an SLO at risk under an alert jumps the queue.
-        if not (alert_active and current_p99 > up_target):
-            batching, predicted = state.batching, current_p99
-            blocked = blocked or Reason.COOLDOWN
-    if batching != state.batching and n == current:
-        # Only batching moves (a replica change may be held by a guardrail): say why it moves.
-        if not _in_bounds(config, profile, state.batching):
-            reason = Reason.BOUNDS_ENFORCED
-        else:
-            reason = Reason.REBATCH_FOR_SLO if not infeasible else Reason.AT_MAX_REPLICAS
-
-    observed = f"{obs.p99_ms:.1f} ms" if obs.p99_ms is not None else "n/a"
-    pred_txt = f"{predicted:.1f} ms" if math.isfinite(predicted) else "unbounded (over capacity)"
-    drain_txt = ""
-    if drain > 0:
-        backlog, queued = drain * config.backlog_drain_s, queue_total or 0.0
-        drain_txt = f" + {drain:.1f} req/s to drain {queued:.0f} queued"
-        if backlog > queued + 0.5:
-            drain_txt += f" and {backlog - queued:.0f} more before new replicas serve"
-    message = (
-        f"{arrival:.1f} req/s{drain_txt}: predicted P99 {pred_txt} at {n} replicas ({_describe(batching)}), "
-        f"observed {observed} at {current}; target {config.p99_target_ms:g} ms with {margin:.0%} margin; "
-        f"model correction x{correction.light:.2f} (light load) / x{correction.heavy:.2f} (heavy)"
-    )
-    if service is not profile.service_time:
-        message += f"; compute x{state.service_scale:.2f} of the profile"
-    if reload_delay > 0:
-        message += f"; reloads held: one now would delay requests ~{reload_delay:.0f} ms"
-    if bursts:
-        span, peak = max(bursts.spans, key=lambda b: b[1] / b[0])
-        message += f"; bursts up to {peak:.0f} requests in {span:g} s"
-    backlog_state = replace(state, last_backlog_s=_backlog_at(state, obs, now_s))
-    if blocked and n == current and batching == state.batching:
-        wanted = f"wanted {recommendation} replicas ({reason}); "
-        return _hold_with(
-            config=config,
-            state=backlog_state,
-            now_s=now_s,
-            reason=blocked,
-            message=wanted + message,
-            predicted=predicted,
-            correction=correction,
-            recs=recs,
-            queue_total=queue_total,
-            queue_at=obs.at_s,
-        )
-    return _apply(
-        config=config,
-        state=backlog_state,
-        now_s=now_s,
-        n=n,
-        batching=batching,
-        reason=reason,
-        message=message,
-        predicted=predicted,
-        correction=correction,
-        recs=recs,
-        queue_total=queue_total,
-        queue_at=obs.at_s,
-    )
-
-
-def _hold_with(
-    *,
-    config: PolicyConfig,
-    state: PolicyState,
-    now_s: float,
-    reason: str,
-    message: str,
-    predicted: float,
-    correction: Correction,
-    recs: tuple[tuple[float, int], ...],
-    queue_total: float | None,
-    queue_at: float,
-) -> tuple[Decision, PolicyState]:
-    decision, _ = _hold(
-        config=config, state=state, now_s=now_s, reason=reason, message=message, predicted=predicted
-    )
-    return decision, replace(
-        state,
-        correction=correction.light,
-        correction_heavy=correction.heavy,
-        recommendations=recs,
-        last_queue_total=queue_total,
-        last_queue_at_s=queue_at,
-        first_seen_s=_first_seen(state, now_s),
-    )
-
-
-def _first_seen(state: PolicyState, now_s: float) -> float:
-    return now_s if state.first_seen_s is None else state.first_seen_s
-
-
-def _apply(
-    *,
-    config: PolicyConfig,
-    state: PolicyState,
-    now_s: float,
-    n: int,
-    batching: BatchingConfig,
-    reason: str,
-    message: str,
-    predicted: float | None,
-    correction: Correction,
-    recs: tuple[tuple[float, int], ...],
-    queue_total: float | None,
-    queue_at: float | None,
-) -> tuple[Decision, PolicyState]:
-    up, down, rebatch = n > state.replicas, n < state.replicas, batching != state.batching
-    decision = Decision(
-        at_s=now_s,
-        action=_action(up, down, rebatch),
-        replicas=n,
-        batching=batching,
-        reason=reason,
-        message=message,
-        predicted_p99_ms=predicted if predicted is not None and math.isfinite(predicted) else None,
-        dry_run=config.dry_run,
-    )
-    new = replace(
-        state,
-        correction=correction.light,
-        correction_heavy=correction.heavy,
-        recommendations=recs,
-        last_queue_total=queue_total,
-        last_queue_at_s=queue_at,
-        first_seen_s=_first_seen(state, now_s),
-    )
-    if config.dry_run:
-        return decision, new  # recorded, not acted on: the state keeps what is actually in force
-    if up or down:
-        new = replace(
-            new,
-            replicas=n,
-            last_replica_change_s=now_s,
-            last_scale_up_s=now_s if up else state.last_scale_up_s,
-            awaiting_ready_since_s=now_s if up else None,
-        )
-    if rebatch:
-        new = replace(new, batching=batching, last_batching_change_s=now_s)
-    return decision, new

@@ -17,8 +17,8 @@ The root is found by bisection. It always lies between the smallest and largest
 per-pod P99 (each S_i(min P99) >= 0.01 and S_i(max P99) <= 0.01), so the estimate
 is exact when pods agree and bounded by the pods' range when they do not; the fit
 only decides where inside that range it lands. Against synthetic per-pod samples
-with unequal rates and latencies (tests/policy/test_estimate.py) the error is a few
-percent; the issue's acceptance bound is 15%.
+with unequal rates and latencies (tests/policy/test_policy_estimate.py) the error is a few
+percent, within the 15% the estimate is held to.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ last few seconds read from the pods themselves, can call the decision early. It 
 when the arrivals exceed what every replica already asked for (ready or starting) can serve at
 the batching in force, in `checks` checks running, so Poisson noise and bursts of a second or
 two (which the fleet's queues absorb) do not move the fleet between decisions.
+
+`surge_step` is the whole check, for both callers: the operator's fast check
+(`tailpilot.controllers`) and the simulator's adapter (`tailpilot.bench.tailpilot_policy`). Each
+keeps the run of checks over capacity per service and passes it back, as it does the policy's
+state.
 """
 
 from __future__ import annotations
@@ -99,3 +104,57 @@ class SurgeReading:
             f"surge: {self.arrival_rate_per_s:.1f} arrivals/s over the last {self.span_s:g} s, above the "
             f"{self.capacity_per_s:.1f}/s that {self.replicas} replica(s) serve"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SurgeStep:
+    """One check as its caller keeps it.
+
+    `over_in_a_row` is the run to pass to the next check; `reading` calls a decision now (None: none).
+    """
+
+    over_in_a_row: int
+    reading: SurgeReading | None
+
+
+def surge_step(
+    config: SurgeConfig,
+    *,
+    over_in_a_row: int,
+    arrival_rate_per_s: float | None,
+    completion_rate_per_s: float | None,
+    capacity_per_s: float,
+    replicas: int,
+) -> SurgeStep:
+    """One surge check, whole: what the operator's fast check and the simulator's adapter both run.
+
+    Args:
+        config: Thresholds.
+        over_in_a_row: The run the previous check returned (0 for a service's first check).
+        arrival_rate_per_s: Arrivals per second over the last `config.span_s` (None: not readable).
+        completion_rate_per_s: Completions per second over the same span (None: not readable); a
+            fired check hands it to the decision as the recent request rate.
+        capacity_per_s: One replica's throughput at the batching in force.
+        replicas: Replicas asked for (ready or starting).
+
+    Returns:
+        The run to keep for the next check, and a reading when the check calls a decision now
+        (`check_surge` fired and both rates were read).
+    """
+    check = check_surge(
+        config,
+        over_in_a_row=over_in_a_row,
+        arrival_rate_per_s=arrival_rate_per_s,
+        capacity_per_s=capacity_per_s,
+        replicas=replicas,
+    )
+    if not check.decide_now or arrival_rate_per_s is None or completion_rate_per_s is None:
+        return SurgeStep(over_in_a_row=check.over_in_a_row, reading=None)
+    reading = SurgeReading(
+        arrival_rate_per_s=arrival_rate_per_s,
+        completion_rate_per_s=completion_rate_per_s,
+        span_s=config.span_s,
+        capacity_per_s=capacity_per_s * replicas,
+        replicas=replicas,
+    )
+    return SurgeStep(over_in_a_row=check.over_in_a_row, reading=reading)

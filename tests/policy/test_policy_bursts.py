@@ -10,6 +10,7 @@ from policy_fakes import make_profile
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
 from tailpilot.policy import PolicyConfig, PolicyState, decide
 from tailpilot.policy.bursts import ArrivalCurve, burst_rate_per_s
+from tailpilot.policy.config import BURST_FALSE_ALARM, SLO_MARGIN
 
 
 def poisson_counts(rate: float, bins: int, seed: int) -> list[float]:
@@ -118,8 +119,8 @@ def test_every_choice_under_bursts_carries_them_with_the_batching_it_runs():
         assert curve is not None
         size = decision.batching.max_batch_size
         need = burst_rate_per_s(
-            curve.bursts(config.burst_false_alarm),
-            target_ms=100.0 * (1 - config.slo_margin),
+            curve.bursts(BURST_FALSE_ALARM),
+            target_ms=100.0 * (1 - SLO_MARGIN),
             full_batch_ms=profile.service_time.mean_ms(size),
             in_progress_ms=profile.service_time.mean_ms(1),
         )

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 from policy_fakes import FakeClock, Plant, make_profile, replica_series, reversals
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import ReloadCost
-from tailpilot.policy import PolicyConfig, PolicyState, Reason, decide
+from tailpilot.policy import Learned, PolicyConfig, PolicyState, Reason, decide
+from tailpilot.policy.config import BATCHING_COOLDOWN_S, CORRECTION_MAX, SERVICE_SCALE_MAX, STALE_AFTER_S
 from tailpilot.policy.model import BatchShape, utilization
 
 TARGET = 50.0
@@ -133,7 +134,7 @@ def test_online_correction_learns_a_biased_model():
     plant = make_plant(bias=1.6)
     plant.run(2500.0, 30)
     # The plant runs loaded (over 70% of its full-batch capacity): the heavy-load factor learned it.
-    assert 1.3 <= plant.state.correction_heavy <= 1.9
+    assert 1.3 <= plant.state.learned.correction_heavy <= 1.9
     assert all(p <= TARGET for p in plant.true_p99[-10:])
     unbiased = make_plant(bias=1.0)
     unbiased.run(2500.0, 30)
@@ -147,7 +148,7 @@ def test_hardware_slower_than_profiled_is_learned_from_compute_time_and_provisio
     seeing = make_plant(slowdown=1.8, report_compute=True)
     blind.run(2500.0, 12)
     seeing.run(2500.0, 12)
-    assert seeing.state.service_scale == pytest.approx(1.8, rel=0.05)
+    assert seeing.state.learned.service_scale == pytest.approx(1.8, rel=0.05)
     assert "compute x1.80 of the profile" in seeing.decisions[-1].message
     # Learning the speed needs no settling: the SLO is kept from the fourth period on (the EWMA
     # takes two), while the P99 correction alone (which waits for each change to settle) still misses.
@@ -161,11 +162,11 @@ def test_compute_time_near_the_profile_changes_nothing_and_the_scale_is_bounded(
     near = make_plant(slowdown=1.05, report_compute=True)
     as_profiled = make_plant(slowdown=1.05)
     assert replica_series(near.run(2500.0, 20)) == replica_series(as_profiled.run(2500.0, 20))
-    assert near.state.service_scale == pytest.approx(1.05, rel=0.02)
+    assert near.state.learned.service_scale == pytest.approx(1.05, rel=0.02)
     assert "compute x" not in near.decisions[-1].message
     runaway = make_plant(slowdown=20.0, report_compute=True)
     runaway.run(100.0, 20)
-    assert runaway.state.service_scale == pytest.approx(runaway.config.service_scale_max, rel=1e-3)
+    assert runaway.state.learned.service_scale == pytest.approx(SERVICE_SCALE_MAX, rel=1e-3)
 
 
 def test_the_speed_is_read_where_batch_sizes_barely_spread_and_only_from_steady_windows():
@@ -175,7 +176,7 @@ def test_the_speed_is_read_where_batch_sizes_barely_spread_and_only_from_steady_
 
     def seen(mean_batch: float, compute_ms: float, **extra: float) -> float:
         obs = Observation(**{**base, **extra}, mean_batch_size=mean_batch, compute_time_ms=compute_ms)
-        return _decide_at(plant, obs)[1].service_scale
+        return _decide_at(plant, obs)[1].learned.service_scale
 
     # Mostly single requests (1 + Poisson(0.2)): the average request ran in a batch of
     # E[b^2]/E[b] = 1.2 + 1 - 1/1.2, so this compute time is a machine as fast as the profile ...
@@ -207,7 +208,7 @@ def test_a_machine_faster_than_profiled_is_believed_only_from_busy_replicas():
             mean_batch_size=7.5,
             compute_time_ms=compute_ms,
         )
-        return _decide_at(plant, obs)[1].service_scale
+        return _decide_at(plant, obs)[1].learned.service_scale
 
     # Twice as fast as profiled, read from replicas 30% busy: a saturated replica would not be.
     assert seen(0.3, 0.5) == 1.0
@@ -234,13 +235,13 @@ def test_no_learning_from_a_backlog_or_while_its_window_lasts():
     )
     _, state = decide(config=plant.config, profile=plant.profile, observation=obs, state=state, now_s=t + 15)
     assert state.corrections == learned
-    assert state.last_backlog_s == t
+    assert state.timers.last_backlog_s == t
 
 
 def test_successive_scale_downs_need_no_cooldown_but_one_after_a_scale_up():
     plant = make_plant(replicas=1, scale_down_stabilization_s=0.0, max_scale_down_step=1, cooldown_s=120.0)
     plant.run(6000.0, 4)
-    up_at = plant.state.last_scale_up_s
+    up_at = plant.state.timers.last_scale_up_s
     assert up_at is not None and plant.state.replicas > 3
     downs = [d for d in plant.run(100.0, 16) if d.action == ScalingAction.SCALE_DOWN]
     assert downs[0].at_s - up_at >= 120.0
@@ -251,7 +252,7 @@ def test_successive_scale_downs_need_no_cooldown_but_one_after_a_scale_up():
 def test_correction_is_bounded():
     plant = make_plant(bias=50.0)
     plant.run(1000.0, 40)
-    assert plant.state.correction <= plant.config.correction_max + 1e-9
+    assert plant.state.learned.correction_light <= CORRECTION_MAX + 1e-9
 
 
 def test_missing_rate_holds_and_never_scales_down():
@@ -297,7 +298,7 @@ def test_missing_p99_with_traffic_holds_but_no_traffic_is_data():
 def test_stale_metrics_hold(how: str):
     plant = make_plant(replicas=5)
     clock = plant.clock
-    age = plant.config.stale_after_s + 1
+    age = STALE_AFTER_S + 1
     if how == "data_age":
         obs = Observation(at_s=clock.now, request_rate=50.0, p99_ms=10.0, ready_replicas=5, data_age_s=age)
     else:
@@ -382,7 +383,7 @@ def test_dry_run_records_without_acting():
     assert decisions[0].replicas > 2
     assert plant.state.replicas == 2
     assert plant.state.batching == BatchingConfig(max_batch_size=8)
-    assert plant.state.last_replica_change_s is None
+    assert plant.state.timers.last_replica_change_s is None
 
 
 def test_fixed_batching_is_never_changed():
@@ -423,18 +424,6 @@ def test_queue_growth_counts_as_demand():
     d2, _ = decide(config=plant.config, profile=plant.profile, observation=obs2, state=state, now_s=t + 15)
     assert d2.replicas > d1.replicas
     assert "3000.0 req/s" in d2.message
-
-
-def test_state_round_trips_through_json():
-    plant = make_plant(replicas=2)
-    plant.run(300.0, 5)
-    plant.run(6000.0, 5)
-    text = json.dumps(plant.state.to_dict())
-    restored = PolicyState.from_dict(json.loads(text))
-    assert restored == plant.state
-    assert PolicyState.from_dict({"replicas": 3, "batching": {"max_batch_size": 4}, "future": 1}) == (
-        PolicyState.initial(replicas=3, batching=BatchingConfig(max_batch_size=4))
-    )
 
 
 def test_decide_is_fast():
@@ -487,7 +476,7 @@ def test_a_backlog_is_sized_to_drain_and_the_drain_replicas_do_not_hold_the_wind
     )
     assert d.replicas > no_drain.replicas
     # The stabilization window records what the arrivals alone need, not the drain's extra replicas.
-    assert state.recommendations[-1][1] <= no_drain.replicas
+    assert state.window.recommendations[-1][1] <= no_drain.replicas
     # Less than a full batch per replica queued is no backlog: nothing extra.
     short = Observation(
         at_s=t, request_rate=1000.0, p99_ms=20.0, ready_replicas=2, queue_depth_per_replica=4.0
@@ -555,7 +544,7 @@ def test_a_window_teaches_the_factor_of_its_own_load():
             config=plant.config, profile=plant.profile, observation=obs, state=plant.state, now_s=t
         )
         rho = utilization(rate_per_s=rate, replicas=4, shape=shape, service=plant.profile.service_time)
-        return rho, state.correction, state.correction_heavy
+        return rho, state.learned.correction_light, state.learned.correction_heavy
 
     rho, light, heavy = learned(800.0)
     assert rho < 0.3 and light < 1.0 and heavy == 1.0
@@ -590,7 +579,9 @@ def test_the_drain_counts_the_backlog_that_builds_while_new_replicas_start():
     assert "+ 6.7 req/s to drain 200 queued:" in instant.message
     assert d.replicas > instant.replicas
     # Replicas asked for 20 s ago are still starting: only their remaining 10 s add to the backlog.
-    pending = replace(plant.state, replicas=6, awaiting_ready_since_s=obs.at_s - 20.0)
+    pending = replace(
+        plant.state, replicas=6, timers=replace(plant.state.timers, awaiting_ready_since_s=obs.at_s - 20.0)
+    )
     d, _ = decide(config=plant.config, profile=plant.profile, observation=obs, state=pending, now_s=obs.at_s)
     assert "to drain 200 queued and 28000 more" in d.message
 
@@ -599,29 +590,29 @@ def test_the_start_up_time_is_learned_from_the_services_own_scale_ups():
     plant = make_plant(replicas=2, batch=32, replica_startup_s=30.0)
     t0 = plant.clock.now
     up, state = _decide_at(plant, _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=2))
-    assert up.action == ScalingAction.SCALE_UP and state.awaiting_ready_since_s == t0
+    assert up.action == ScalingAction.SCALE_UP and state.timers.awaiting_ready_since_s == t0
     plant.state = state
     # Still starting: nothing learned yet.
     plant.clock.advance(15.0)
     _, state = _decide_at(plant, _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=2))
-    assert state.replica_startup_s is None and state.awaiting_ready_since_s == t0
+    assert state.learned.replica_startup_s is None and state.timers.awaiting_ready_since_s == t0
     plant.state = state
     # Every replica asked for reports 45 s after the decision: that is this service's start-up time.
     plant.clock.advance(30.0)
     _, state = _decide_at(plant, _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=up.replicas))
-    assert state.replica_startup_s == pytest.approx(45.0) and state.awaiting_ready_since_s is None
+    assert (
+        state.learned.replica_startup_s == pytest.approx(45.0) and state.timers.awaiting_ready_since_s is None
+    )
     # A later sample of 25 s is averaged in.
-    later = replace(state, awaiting_ready_since_s=plant.clock.now)
+    later = replace(state, timers=replace(state.timers, awaiting_ready_since_s=plant.clock.now))
     plant.clock.advance(25.0)
     obs = _overloaded(plant, rate=6000.0, queued_per_replica=0.0, ready=up.replicas)
     _, state = decide(
         config=plant.config, profile=plant.profile, observation=obs, state=later, now_s=obs.at_s
     )
-    assert state.replica_startup_s == pytest.approx(35.0)
-    # It survives a restart of the operator (the state's dict form).
-    assert PolicyState.from_dict(json.loads(json.dumps(state.to_dict()))).replica_startup_s == pytest.approx(
-        35.0
-    )
+    assert state.learned.replica_startup_s == pytest.approx(35.0)
+    # It survives a restart of the operator (the learned part's dict form, as the status keeps it).
+    assert Learned(**json.loads(json.dumps(asdict(state.learned)))).replica_startup_s == pytest.approx(35.0)
 
 
 def test_a_backlog_the_fleet_cannot_carry_gets_the_fastest_batching_until_it_is_drained():
@@ -632,7 +623,7 @@ def test_a_backlog_the_fleet_cannot_carry_gets_the_fastest_batching_until_it_is_
     d, state = _decide_at(plant, _overloaded(plant, rate=2100.0, queued_per_replica=100.0, ready=2))
     assert d.batching.max_batch_size == 32
     plant.state = state
-    plant.clock.advance(plant.config.batching_cooldown_s)
+    plant.clock.advance(BATCHING_COOLDOWN_S)
     # Drained: the fastest batching is kept while it meets the SLO (no reload back and forth).
     calm = Observation(
         at_s=plant.clock.now,
@@ -744,9 +735,12 @@ def _held_at_four(*, highs: int, scaled_up_ago_s: float) -> Plant:
     plant.state = replace(
         plant.state,
         replicas=4,
-        recommendations=tuple(sorted(earlier)),
-        last_scale_up_s=now - scaled_up_ago_s,
-        last_replica_change_s=now - scaled_up_ago_s,
+        window=replace(plant.state.window, recommendations=tuple(sorted(earlier))),
+        timers=replace(
+            plant.state.timers,
+            last_scale_up_s=now - scaled_up_ago_s,
+            last_replica_change_s=now - scaled_up_ago_s,
+        ),
     )
     return plant
 
@@ -762,7 +756,9 @@ def test_a_short_window_keeps_the_plain_max():
     plant = _held_at_four(highs=1, scaled_up_ago_s=3600.0)
     now = plant.clock.now
     plant.config = replace(plant.config, scale_down_stabilization_s=30.0)
-    plant.state = replace(plant.state, recommendations=((now - 30.0, 3), (now - 15.0, 4)))
+    plant.state = replace(
+        plant.state, window=replace(plant.state.window, recommendations=((now - 30.0, 3), (now - 15.0, 4)))
+    )
     d = plant.step(3000.0)
     assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.STABILIZING, 4)
 

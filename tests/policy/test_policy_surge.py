@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tailpilot.policy.surge import SurgeConfig, SurgeReading, check_surge, over_capacity
+from tailpilot.policy.surge import SurgeConfig, SurgeReading, check_surge, over_capacity, surge_step
 
 CONFIG = SurgeConfig()  # two checks running, arrivals above the full capacity
 
@@ -56,3 +56,28 @@ def test_the_reading_says_what_was_measured_against_what():
         arrival_rate_per_s=41.2, completion_rate_per_s=19.0, span_s=5.0, capacity_per_s=19.1, replicas=1
     ).describe()
     assert text == "surge: 41.2 arrivals/s over the last 5 s, above the 19.1/s that 1 replica(s) serve"
+
+
+def test_a_surge_step_keeps_the_run_and_hands_a_fired_check_its_reading():
+    kwargs = {"completion_rate_per_s": 19.0, "capacity_per_s": 10.0, "replicas": 2}
+    first = surge_step(CONFIG, over_in_a_row=0, arrival_rate_per_s=25.0, **kwargs)
+    assert (first.over_in_a_row, first.reading) == (1, None)
+    fired = surge_step(CONFIG, over_in_a_row=first.over_in_a_row, arrival_rate_per_s=25.0, **kwargs)
+    assert fired.over_in_a_row == 0
+    assert fired.reading == SurgeReading(
+        arrival_rate_per_s=25.0,
+        completion_rate_per_s=19.0,
+        span_s=CONFIG.span_s,
+        capacity_per_s=20.0,
+        replicas=2,
+    )
+    # No completions read: the run restarts as the check says, but no decision is called.
+    unread = surge_step(
+        CONFIG,
+        over_in_a_row=1,
+        arrival_rate_per_s=25.0,
+        completion_rate_per_s=None,
+        capacity_per_s=10.0,
+        replicas=2,
+    )
+    assert (unread.over_in_a_row, unread.reading) == (0, None)
