@@ -3,7 +3,7 @@
 Triton in explicit model-control mode reloads a model with a new configuration
 when it receives `POST /v2/repository/models/NAME/load` with
 `{"parameters": {"config": "<json>"}}` (the JSON from
-`tailpilot.builders.triton_config.to_load_override_json`). The reload keeps the
+`tailpilot.manifests.triton_model_config.to_load_override_json`). The reload keeps the
 old model serving until the new one is ready (~1.5 s on the CPU, zero failed
 requests measured under load); an invalid config answers HTTP 500 and the old
 model keeps serving.
@@ -19,17 +19,33 @@ The rollout, pod by pod:
 4. If any pod refused or failed verification, reload every pod already changed
    with its previous config, and report which pods were changed, refused, or
    rolled back, and why.
+
+The calls go through tritonclient's asyncio HTTP client
+(`tritonclient.http.aio.InferenceServerClient`): one client per pod for the
+whole change, all closed when `apply_batching` returns. A refusal raises
+`InferenceServerException` carrying Triton's error text and HTTP status, which
+reaches the user's Event; network failures and timeouts are aiohttp's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
+from tritonclient.http.aio import InferenceServerClient
+from tritonclient.utils import InferenceServerException
+
+#: Seconds each Triton call may take, a reload included (~1.5 s on the CPU): the timeout of the
+#: operator's shared httpx client that these calls used before they went through tritonclient.
+DEFAULT_TIMEOUT_S = 10.0
+
+#: What a call to a pod raises when the pod cannot be reached or does not answer in time.
+_NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class BatchingReason:
@@ -129,57 +145,69 @@ def verify_config(want: Mapping[str, Any], have: Mapping[str, Any]) -> str:
     return ""
 
 
-def _error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        if isinstance(body, dict) and "error" in body:
-            return str(body["error"])
-    except ValueError:
-        pass
-    return response.text[:300]
+def _error_text(error: InferenceServerException) -> str:
+    """Triton's error text: the body's "error" field, else the raw body (as the server sent it)."""
+    body = error.debug_details()
+    if body is not None:  # tritonclient could not decode the body as {"error": ...}
+        return str(body)[:300]
+    return str(error.message())
 
 
-async def _get_config(client: httpx.AsyncClient, pod_url: str, model: str) -> dict[str, Any]:
+def _http_status(error: InferenceServerException) -> str:
+    return str(error.status())
+
+
+def _network_text(error: BaseException) -> str:
+    """The network error as "Type: text" (aiohttp's repr carries the whole connection key)."""
+    return f"{type(error).__name__}: {error}" if str(error) else repr(error)
+
+
+def _connect(pod_url: str, timeout_s: float) -> InferenceServerClient:
+    """A client for one pod; tritonclient takes host:port without the scheme (and https as a flag)."""
+    scheme, sep, address = pod_url.partition("://")
+    if not sep:
+        scheme, address = "http", pod_url
+    # conn_timeout is aiohttp's total timeout, applied to each request of the client's session.
+    return InferenceServerClient(address.rstrip("/"), conn_timeout=timeout_s, ssl=scheme == "https")
+
+
+async def _get_config(client: InferenceServerClient, model: str) -> dict[str, Any]:
     try:
-        response = await client.get(f"{pod_url.rstrip('/')}/v2/models/{model}/config")
-    except httpx.HTTPError as exc:
-        raise _PodError(BatchingReason.UNREACHABLE, f"reading config: {exc!r}") from exc
-    if response.status_code != 200:
+        body = await client.get_model_config(model)
+    except InferenceServerException as exc:
         raise _PodError(
-            BatchingReason.UNREACHABLE, f"reading config: HTTP {response.status_code} {_error_text(response)}"
-        )
-    body = response.json()
+            BatchingReason.UNREACHABLE, f"reading config: HTTP {_http_status(exc)} {_error_text(exc)}"
+        ) from exc
+    except _NETWORK_ERRORS as exc:
+        raise _PodError(BatchingReason.UNREACHABLE, f"reading config: {_network_text(exc)}") from exc
     if not isinstance(body, dict):
         raise _PodError(BatchingReason.UNREACHABLE, "reading config: not a JSON object")
     return body
 
 
-async def _load(client: httpx.AsyncClient, pod_url: str, model: str, config_json: str) -> None:
+async def _load(client: InferenceServerClient, model: str, config_json: str) -> None:
     try:
-        response = await client.post(
-            f"{pod_url.rstrip('/')}/v2/repository/models/{model}/load",
-            json={"parameters": {"config": config_json}},
-        )
-    except httpx.HTTPError as exc:
-        raise _PodError(BatchingReason.UNREACHABLE, f"loading: {exc!r}") from exc
-    if response.status_code != 200:
-        raise _PodError(BatchingReason.REFUSED, f"HTTP {response.status_code}: {_error_text(response)}")
+        await client.load_model(model, config=config_json)
+    except InferenceServerException as exc:
+        raise _PodError(BatchingReason.REFUSED, f"HTTP {_http_status(exc)}: {_error_text(exc)}") from exc
+    except _NETWORK_ERRORS as exc:
+        raise _PodError(BatchingReason.UNREACHABLE, f"loading: {_network_text(exc)}") from exc
 
 
 async def _apply_one(
-    client: httpx.AsyncClient, pod_url: str, model: str, config_json: str, want: dict[str, Any]
+    client: InferenceServerClient, model: str, config_json: str, want: dict[str, Any]
 ) -> None:
-    await _load(client, pod_url, model, config_json)
-    have = await _get_config(client, pod_url, model)
+    await _load(client, model, config_json)
+    have = await _get_config(client, model)
     difference = verify_config(want, have)
     if difference:
         raise _PodError(BatchingReason.VERIFY_FAILED, difference)
 
 
 async def _read_all(
-    client: httpx.AsyncClient, pod_urls: Sequence[str], model: str
+    clients: Mapping[str, InferenceServerClient], pod_urls: Sequence[str], model: str
 ) -> tuple[dict[str, dict[str, Any]], list[PodOutcome]]:
-    reads = await asyncio.gather(*(_get_config(client, u, model) for u in pod_urls), return_exceptions=True)
+    reads = await asyncio.gather(*(_get_config(clients[u], model) for u in pod_urls), return_exceptions=True)
     previous: dict[str, dict[str, Any]] = {}
     unreadable: list[PodOutcome] = []
     for url, read in zip(pod_urls, reads, strict=True):
@@ -193,7 +221,11 @@ async def _read_all(
 
 
 async def _rollout(
-    client: httpx.AsyncClient, pod_urls: Sequence[str], model: str, config_json: str, want: dict[str, Any]
+    clients: Mapping[str, InferenceServerClient],
+    pod_urls: Sequence[str],
+    model: str,
+    config_json: str,
+    want: dict[str, Any],
 ) -> tuple[list[str], list[PodOutcome]]:
     """Canary first, then the rest concurrently; returns (pods changed, failures)."""
     changed: list[str] = []
@@ -201,7 +233,7 @@ async def _rollout(
     batches = [list(pod_urls[:1]), list(pod_urls[1:])]
     for batch in batches:
         outcomes = await asyncio.gather(
-            *(_apply_one(client, u, model, config_json, want) for u in batch), return_exceptions=True
+            *(_apply_one(clients[u], model, config_json, want) for u in batch), return_exceptions=True
         )
         for url, outcome in zip(batch, outcomes, strict=True):
             if outcome is None:
@@ -219,10 +251,13 @@ async def _rollout(
 
 
 async def _rollback(
-    client: httpx.AsyncClient, changed: Sequence[str], model: str, previous: Mapping[str, dict[str, Any]]
+    clients: Mapping[str, InferenceServerClient],
+    changed: Sequence[str],
+    model: str,
+    previous: Mapping[str, dict[str, Any]],
 ) -> tuple[list[str], list[PodOutcome]]:
     restores = await asyncio.gather(
-        *(_load(client, u, model, json.dumps(previous[u])) for u in changed), return_exceptions=True
+        *(_load(clients[u], model, json.dumps(previous[u])) for u in changed), return_exceptions=True
     )
     rolled_back: list[str] = []
     failures: list[PodOutcome] = []
@@ -237,19 +272,19 @@ async def _rollback(
 
 
 async def apply_batching(
-    client: httpx.AsyncClient,
     *,
     pod_urls: Sequence[str],
     model_name: str,
     config_json: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> BatchingApplyResult:
     """Apply a model config override to every pod; verify; roll back the changed pods if one refuses.
 
     Args:
-        client: HTTP client (its timeout must cover a reload, a few seconds).
         pod_urls: Base HTTP URLs of the ready Triton pods, e.g. "http://10.0.0.5:8000".
         model_name: The model's name in Triton's repository.
         config_json: The complete model config as JSON (`to_load_override_json`).
+        timeout_s: Seconds each call to a pod may take (it must cover a reload, a few seconds).
 
     Returns:
         Which pods run the new config, which were rolled back, which failed and why.
@@ -265,7 +300,22 @@ async def apply_batching(
     if not pod_urls:
         return BatchingApplyResult(ok=False, reason=BatchingReason.NO_PODS, message="no ready pods to change")
 
-    previous, unreadable = await _read_all(client, pod_urls, model_name)
+    async with contextlib.AsyncExitStack() as clients_open:
+        clients: dict[str, InferenceServerClient] = {}
+        for url in dict.fromkeys(pod_urls):
+            clients[url] = _connect(url, timeout_s)
+            clients_open.push_async_callback(clients[url].close)
+        return await _apply(clients, pod_urls, model_name, config_json, want)
+
+
+async def _apply(
+    clients: Mapping[str, InferenceServerClient],
+    pod_urls: Sequence[str],
+    model_name: str,
+    config_json: str,
+    want: dict[str, Any],
+) -> BatchingApplyResult:
+    previous, unreadable = await _read_all(clients, pod_urls, model_name)
     if unreadable:
         return BatchingApplyResult(
             ok=False,
@@ -273,7 +323,7 @@ async def apply_batching(
             message=f"{len(unreadable)} of {len(pod_urls)} pods could not be read; nothing changed",
             failed=tuple(unreadable),
         )
-    changed, failures = await _rollout(client, pod_urls, model_name, config_json, want)
+    changed, failures = await _rollout(clients, pod_urls, model_name, config_json, want)
     if not failures:
         return BatchingApplyResult(
             ok=True,
@@ -281,7 +331,7 @@ async def apply_batching(
             message=f"new batching on all {len(changed)} pods, verified",
             applied=tuple(changed),
         )
-    rolled_back, rollback_failures = await _rollback(client, changed, model_name, previous)
+    rolled_back, rollback_failures = await _rollback(clients, changed, model_name, previous)
     first = failures[0]
     return BatchingApplyResult(
         ok=False,

@@ -1,18 +1,25 @@
 """apply_batching's rollout, verification and rollback logic against scripted Triton pods.
 
-The real Triton behaviour (live reload under load, refusal of an invalid
-config) is tested in test_ctrl_triton_live.py.
+Each scripted pod is an HTTP server on 127.0.0.1 (aiohttp), so the calls go
+through tritonclient's real HTTP client; the script itself maps an
+`httpx.Request` to an `httpx.Response` (or raises `httpx.ConnectError` for a
+pod that is down: the server drops the connection). The real Triton behaviour
+(live reload under load, refusal of an invalid config) is tested in
+test_ctrl_triton_live.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from tailpilot.controllers.batching import BatchingReason, apply_batching, verify_config
 
@@ -33,7 +40,7 @@ def config(max_batch: int, delay: int = 0) -> dict[str, Any]:
 @dataclass
 class Pod:
     config: dict[str, Any]
-    mode: str = "ok"  # ok | refuse | ignore (answers 200, keeps the old config) | down
+    mode: str = "ok"  # ok | refuse | ignore (answers 200, keeps the old config) | down | silent
     loads: list[dict[str, Any]] = field(default_factory=list)
 
     def read_back(self) -> dict[str, Any]:
@@ -54,6 +61,8 @@ class Fleet:
         pod = self.pods[f"http://{request.url.host}:{request.url.port}"]
         if pod.mode == "down":
             raise httpx.ConnectError("refused", request=request)
+        if pod.mode == "silent":
+            raise httpx.ReadTimeout("never answers", request=request)
         if request.method == "GET" and request.url.path == f"/v2/models/{MODEL}/config":
             return httpx.Response(200, json=pod.read_back())
         if request.method == "POST" and request.url.path == f"/v2/repository/models/{MODEL}/load":
@@ -69,15 +78,62 @@ class Fleet:
         return httpx.Response(404, json={"error": "not found"})
 
 
+_LISTENING: list[socket.socket] = []  # one per pod URL, for the whole module
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_listening_sockets() -> Iterator[None]:
+    yield
+    while _LISTENING:
+        _LISTENING.pop().close()
+
+
 def urls(n: int) -> list[str]:
-    return [f"http://10.0.0.{i + 1}:8000" for i in range(n)]
+    while len(_LISTENING) < n:
+        sock = socket.create_server(("127.0.0.1", 0))
+        _LISTENING.append(sock)
+    return [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in _LISTENING[:n]]
 
 
-def apply(fleet: Fleet, pod_urls: list[str], new: dict[str, Any] | str) -> Any:
+async def _serve(fleet: Fleet, request: web.Request, done: asyncio.Event) -> web.StreamResponse:
+    """The pod's scripted answer, from the server's side of tritonclient's request."""
+    assert request.transport is not None
+    port = request.transport.get_extra_info("sockname")[1]
+    scripted = httpx.Request(
+        request.method, f"http://127.0.0.1:{port}{request.path_qs}", content=await request.read()
+    )
+    try:
+        answer = fleet(scripted)
+    except httpx.ConnectError:
+        request.transport.abort()  # the pod is down: tritonclient sees the connection drop
+        return web.Response(status=503)
+    except httpx.ReadTimeout:
+        await done.wait()  # a silent pod: no answer until apply_batching has returned
+        return web.Response(status=503)
+    return web.Response(status=answer.status_code, body=answer.content, content_type="application/json")
+
+
+def apply(fleet: Fleet, pod_urls: list[str], new: dict[str, Any] | str, **options: Any) -> Any:
     async def main() -> Any:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(fleet)) as client:
+        done = asyncio.Event()
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await _serve(fleet, request, done)
+
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", handle)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        try:
+            ports = {int(u.rsplit(":", 1)[1]) for u in pod_urls}
+            for sock in _LISTENING:
+                if sock.getsockname()[1] in ports:
+                    await web.SockSite(runner, sock.dup()).start()  # the site closes its copy
             text = new if isinstance(new, str) else json.dumps(new)
-            return await apply_batching(client, pod_urls=pod_urls, model_name=MODEL, config_json=text)
+            return await apply_batching(pod_urls=pod_urls, model_name=MODEL, config_json=text, **options)
+        finally:
+            done.set()
+            await runner.cleanup()
 
     return asyncio.run(main())
 
@@ -146,6 +202,30 @@ def test_a_failed_restore_is_reported():
     result = apply(BreaksAfterChange(pods), urls(2), config(8))
     assert result.reason == BatchingReason.ROLLBACK_FAILED
     assert any(f.reason == BatchingReason.ROLLBACK_FAILED and "disk full" in f.message for f in result.failed)
+
+
+def test_the_servers_error_text_reaches_the_message_even_when_it_is_not_json():
+    pods = {u: Pod(config(4)) for u in urls(1)}
+
+    class PlainText(Fleet):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "POST":
+                return httpx.Response(500, text="model repository is read-only")
+            return super().__call__(request)
+
+    result = apply(PlainText(pods), urls(1), config(8))
+    assert result.reason == BatchingReason.REFUSED
+    assert result.failed[0].message == "HTTP 500: model repository is read-only"
+
+
+def test_a_pod_that_does_not_answer_in_time_is_unreachable():
+    pods = {u: Pod(config(4)) for u in urls(2)}
+    pods[urls(2)[1]].mode = "silent"
+    result = apply(Fleet(pods), urls(2), config(8), timeout_s=0.5)
+    assert result.reason == BatchingReason.UNREACHABLE and "nothing changed" in result.message
+    assert [f.pod_url for f in result.failed] == [urls(2)[1]]
+    assert "Timeout" in result.failed[0].message
+    assert all(not p.loads for p in pods.values())
 
 
 @pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])

@@ -23,8 +23,7 @@ NEW = BatchingConfig(max_batch_size=16, preferred_batch_sizes=(8,), max_queue_de
 
 def apply(urls: list[str], config_json: str):
     async def main():
-        async with httpx.AsyncClient(timeout=30.0) as client:
-            return await apply_batching(client, pod_urls=urls, model_name=MODEL, config_json=config_json)
+        return await apply_batching(pod_urls=urls, model_name=MODEL, config_json=config_json, timeout_s=30.0)
 
     return asyncio.run(main())
 
