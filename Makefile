@@ -67,7 +67,7 @@ test: tools lint ## every test tier; starts and stops what it needs
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not benchmark"
 
 .PHONY: test-slo-loop
-test-slo-loop: tools ## issue 6's acceptance test alone, with its timeline: a load step answered on real pods (~5 min)
+test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step answered on real pods (~5 min)
 	$(VENV)/bin/pytest -q -s -p no:cacheprovider -m slo_loop tests/real_pods/test_slo_loop.py
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.

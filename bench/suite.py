@@ -182,8 +182,8 @@ def scale_profile(profile: EngineProfile, factor: float) -> EngineProfile:
     points = [
         p.model_copy(
             update={
-                "p50_ms": p.p50_ms * factor,
-                "p95_ms": p.p95_ms * factor,
+                "p50_ms": None if p.p50_ms is None else p.p50_ms * factor,
+                "p95_ms": None if p.p95_ms is None else p.p95_ms * factor,
                 "p99_ms": p.p99_ms * factor,
                 "throughput_per_s": p.throughput_per_s / factor,
             }

@@ -17,26 +17,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from tailpilot.api import constants as c
-from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
-from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ReloadCost, ServiceTimeModel
-from tailpilot.api.v1alpha1 import InferenceService, LearnedStatus
-from tailpilot.builders import triton_config
+from tailpilot.api.autoscaling import BatchingConfig, Observation, ScalingAction
+from tailpilot.api.engine import EngineProfile
+from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus, ObservedStatus
 from tailpilot.controllers.batching import apply_batching
+from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
-from tailpilot.controllers.kubeapi import PODS, Kube, ready_pod_ip
+from tailpilot.controllers.events import EventRecord, post_events
+from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import ObservationError, observe_service
-from tailpilot.controllers.reconciler import ISVC, batching_in_force, batching_status, iso_time, served_result
+from tailpilot.controllers.status import (
+    MAX_MESSAGE,
+    batching_in_force,
+    batching_status,
+    decision_status,
+    decode_status,
+    encode_status,
+    engine_profile,
+    learned_status,
+    observed_status,
+    restore_learned,
+    served_result,
+    service_without_status,
+)
+from tailpilot.manifests import placement, triton_model_config
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyConfig, PolicyState, decide
 from tailpilot.policy.surge import SurgeReading
@@ -94,42 +106,6 @@ def with_surge(observation: Observation, surge: SurgeReading | None) -> Observat
     )
 
 
-def engine_profile(status: dict[str, Any], *, max_batch_size: int) -> EngineProfile | None:
-    """The policy's view of the engine, from the profile summary on the status (pure)."""
-    profile, engine = status.get("profile"), status.get("engine") or {}
-    if not profile or not profile.get("points"):
-        return None
-    fit = profile["serviceTime"]
-    return EngineProfile(
-        engine_key=engine.get("key", ""),
-        backend=engine.get("tritonBackend", ""),
-        precision="",
-        hardware=profile.get("hardware", ""),
-        cpu_limit_millis=profile.get("cpuLimitMillis"),
-        reload=ReloadCost.model_validate(reload) if (reload := profile.get("reload")) else None,
-        max_batch_size=max_batch_size,
-        points=[
-            BatchProfilePoint(
-                batch_size=p["batchSize"],
-                p50_ms=p["p99Ms"],
-                p95_ms=p["p99Ms"],
-                p99_ms=p["p99Ms"],
-                throughput_per_s=p["throughputPerS"],
-            )
-            for p in profile["points"]
-        ],
-        service_time=_service_time(fit),
-        compute_time=_service_time(compute) if (compute := profile.get("computeTime")) else None,
-        method="profile summary from the InferenceService status",
-    )
-
-
-def _service_time(fit: Mapping[str, Any]) -> ServiceTimeModel:
-    return ServiceTimeModel(
-        intercept_ms=fit["interceptMs"], per_item_ms=fit["perItemMs"], jitter_cv=fit.get("jitterCv", 0.0)
-    )
-
-
 def slo_condition(observation: Observation, *, target_ms: float) -> ConditionUpdate:
     """SLOMet from the observed service-level P99 (pure)."""
     if observation.p99_ms is None:
@@ -153,49 +129,32 @@ def _moved(old: float | None, new: float | None) -> bool:
     return abs(new - old) > 0.1 * max(abs(old), 1e-9)
 
 
-def learned_status(state: PolicyState) -> dict[str, float]:
-    """status.learned: the model corrections, the hardware's speed and, once timed, the start-up time."""
-    learned = {
-        "modelCorrectionLightLoad": round(state.correction, 3),
-        "modelCorrectionHeavyLoad": round(state.correction_heavy, 3),
-        "serviceTimeScale": round(state.service_scale, 3),
-    }
-    if state.replica_startup_s is not None:
-        learned["replicaStartupSeconds"] = round(state.replica_startup_s, 1)
-    return learned
-
-
-def restore_learned(state: PolicyState, learned: Mapping[str, Any] | None) -> PolicyState:
-    """The state with what `learned_status` wrote: a restarted operator keeps what it learned."""
-    if not learned:
-        return state
-    # Only the fields this operator knows (a newer one may have written more), and nothing at all
-    # from a status it cannot read: what is learned once can be learned again.
-    known = {field.alias or name for name, field in LearnedStatus.model_fields.items()}
-    try:
-        kept = LearnedStatus.model_validate({k: v for k, v in learned.items() if k in known})
-    except ValidationError:
-        log.warning("ignoring status.learned that does not validate: %s", learned)
-        return state
-
-    def either(value: float | None, default: float) -> float:
-        return default if value is None else value
-
-    return replace(
-        state,
-        correction=either(kept.model_correction_light_load, state.correction),
-        correction_heavy=either(kept.model_correction_heavy_load, state.correction_heavy),
-        service_scale=either(kept.service_time_scale, state.service_scale),
-        replica_startup_s=(
-            state.replica_startup_s if kept.replica_startup_seconds is None else kept.replica_startup_seconds
-        ),
+def significant_change(old: InferenceServiceStatus, new: InferenceServiceStatus) -> bool:
+    """Whether a user would want to see the new status: conditions, targets, P99/rate or the reason moved."""
+    old_seen, new_seen = old.observed or ObservedStatus(), new.observed or ObservedStatus()
+    return (
+        new.conditions != old.conditions
+        or new.replicas != old.replicas
+        or new.batching != old.batching
+        or _moved(old_seen.p99_ms, new_seen.p99_ms)
+        or _moved(old_seen.request_rate, new_seen.request_rate)
+        or _reason(old) != _reason(new)
     )
 
 
-@dataclass
-class _Memory:
-    state: PolicyState
-    last_run_s: float = 0.0
+def _reason(status: InferenceServiceStatus) -> str | None:
+    return status.last_decision.reason if status.last_decision else None
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What one decision needs from the object."""
+
+    body: dict[str, Any]
+    isvc: InferenceService
+    status: InferenceServiceStatus
+    prometheus_url: str
+    profile: EngineProfile
 
 
 @dataclass
@@ -207,15 +166,12 @@ class Autoscaler:
     metrics: OperatorMetrics
     default_prometheus_url: str | None
     control_period_s: float = 15.0
-    clock: Any = time.time
-    _memory: dict[tuple[str, str], _Memory] = field(default_factory=dict)
-
-    def _now(self) -> datetime:
-        return datetime.fromtimestamp(float(self.clock()), UTC)
+    clock: Clock = SYSTEM_CLOCK
+    _states: dict[tuple[str, str], PolicyState] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
-        self._memory.pop((namespace, name), None)
+        self._states.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
 
     async def step(
@@ -228,24 +184,19 @@ class Autoscaler:
         """
         body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
         inputs = await self._inputs(body)
-        if inputs is None or body is None:
+        if inputs is None:
             return self.control_period_s, False
-        isvc, status, prometheus_url, profile = inputs
-        now = float(self.clock())
-        replicas, batching = int(status.get("replicas") or 1), batching_in_force(isvc, status)
-        memory = self._memory.get((namespace, name))
-        state = (
-            memory.state
-            if memory
-            else restore_learned(
-                PolicyState.initial(replicas=replicas, batching=batching), status.get("learned")
-            )
+        isvc, status = inputs.isvc, inputs.status
+        now = self.clock.time()
+        replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
+        state = self._states.get((namespace, name)) or restore_learned(
+            PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
         state = state.with_actual(replicas=replicas, batching=batching)
         try:
             observation = await observe_service(
                 self.http,
-                prometheus_url=prometheus_url,
+                prometheus_url=inputs.prometheus_url,
                 namespace=namespace,
                 service=name,
                 window_s=float(isvc.spec.slo.evaluation_window_seconds),
@@ -260,7 +211,7 @@ class Autoscaler:
         observation = with_surge(observation, surge)
         decision, state = decide(
             config=policy_config(isvc, control_period_s=self.control_period_s),
-            profile=profile,
+            profile=inputs.profile,
             observation=observation,
             state=state,
             now_s=now,
@@ -269,22 +220,23 @@ class Autoscaler:
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
-        events: list[tuple[str, str, str]] = []
+        events: list[EventRecord] = []
         scale = False
+        target = status
         if not decision.dry_run and decision.batching != batching:
             applied = await self._rebatch(isvc, status, decision.batching, events)
             if applied:
-                status["batching"] = batching_status(decision.batching)
+                target = target.model_copy(update={"batching": batching_status(decision.batching)})
             else:
                 state = state.with_actual(replicas=state.replicas, batching=batching)
         if not decision.dry_run and decision.replicas != replicas:
-            status["replicas"] = decision.replicas
+            target = target.model_copy(update={"replicas": decision.replicas})
             scale = True
-        self._memory[(namespace, name)] = _Memory(state=state, last_run_s=now)
+        self._states[(namespace, name)] = state
         if decision.action not in _QUIET_ACTIONS:
             verb = "would " if decision.dry_run else ""
             events.append(
-                (
+                EventRecord(
                     "Normal",
                     decision.reason,
                     f"{verb}{decision.action.value}: replicas {replicas}->{decision.replicas}, max batch "
@@ -292,43 +244,42 @@ class Autoscaler:
                     + (f" ({surge.describe()})" if surge is not None else ""),
                 )
             )
-        self._record(status, observation, decision, state)
+        update: dict[str, Any] = {
+            "observed": observed_status(observation),
+            "last_decision": decision_status(decision, at=utc_now(self.clock)),
+            "learned": learned_status(state.learned),
+        }
+        if decision.predicted_p99_ms is not None:
+            update["predicted_p99_ms"] = round(decision.predicted_p99_ms, 2)
         updates = [
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
             ConditionUpdate(
                 c.CONDITION_SCALING_ACTIVE,
                 c.STATUS_TRUE,
                 c.REASON_AUTOSCALING_DRY_RUN if decision.dry_run else c.REASON_AUTOSCALING_ACTIVE,
-                f"{decision.reason}: {decision.message}"[:4096],
+                f"{decision.reason}: {decision.message}"[:MAX_MESSAGE],
             ),
         ]
-        wrote = await self._write(body, status, updates, force=decision.action not in _QUIET_ACTIONS)
+        wrote = await self._write(
+            inputs.body,
+            target.model_copy(update=update),
+            updates,
+            force=decision.action not in _QUIET_ACTIONS,
+        )
         if wrote or events:
-            for type_, reason, message in events:
-                await asyncio.to_thread(
-                    self.kube.post_event,
-                    body,
-                    type_=type_,
-                    reason=reason,
-                    message=message,
-                    now=iso_time(self._now()),
-                )
+            await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
 
-    async def _inputs(
-        self, body: dict[str, Any] | None
-    ) -> tuple[InferenceService, dict[str, Any], str, EngineProfile] | None:
+    async def _inputs(self, body: dict[str, Any] | None) -> _Inputs | None:
         """What a decision needs, or None (with ScalingActive=False when the user must act)."""
         if body is None:
             return None
         try:
-            isvc = InferenceService.model_validate(body)
-        except ValueError:
+            isvc = service_without_status(body)
+        except ValidationError:
             return None
-        status = dict(body.get("status") or {})
-        serving = served_result(status) is not None and is_true(
-            status.get("conditions", []), c.CONDITION_ROLLOUT_READY
-        )
+        status = decode_status(body.get("status"))
+        serving = served_result(status) is not None and is_true(status.conditions, c.CONDITION_ROLLOUT_READY)
         if not isvc.spec.autoscaling.enabled or not serving:
             return None
         prometheus_url = isvc.spec.monitoring.prometheus_url or self.default_prometheus_url
@@ -344,14 +295,14 @@ class Autoscaler:
             )
             await self._write(body, status, [condition])
             return None
-        return isvc, status, prometheus_url, profile
+        return _Inputs(body=body, isvc=isvc, status=status, prometheus_url=prometheus_url, profile=profile)
 
     async def _rebatch(
         self,
         isvc: InferenceService,
-        status: dict[str, Any],
+        status: InferenceServiceStatus,
         target: BatchingConfig,
-        events: list[tuple[str, str, str]],
+        events: list[EventRecord],
     ) -> bool:
         result = served_result(status)
         if result is None:
@@ -360,85 +311,49 @@ class Autoscaler:
             self.kube.list, PODS, isvc.namespace, label_selector=selector_string(isvc.name)
         )
         urls = [f"http://{ip}:{c.TRITON_HTTP_PORT}" for p in pods if (ip := ready_pod_ip(p))]
-        gpu = isvc.spec.runtime.gpu
-        config = triton_config.render_model_config(
+        config = triton_model_config.model_config_for(
             name=isvc.spec.model_name(isvc.name),
             triton_backend=result.triton_backend,
             inputs=result.inputs,
             outputs=result.outputs,
             batching=target,
-            device=isvc.spec.runtime.device.value,
-            gpu_product=gpu.product if gpu else None,
+            placement=placement.ServingTarget.from_service(isvc),
         )
         outcome = await apply_batching(
-            self.http,
             pod_urls=urls,
             model_name=isvc.spec.model_name(isvc.name),
-            config_json=triton_config.to_load_override_json(config),
+            config_json=triton_model_config.to_load_override_json(config),
         )
         self.metrics.record_batching_change(outcome.reason)
         if not outcome.ok:
             log.warning("%s/%s: batching change refused: %s", isvc.namespace, isvc.name, outcome.message)
             events.append(
-                ("Warning", "BatchingRefused", f"batching change refused, old config kept: {outcome.message}")
+                EventRecord(
+                    "Warning",
+                    "BatchingRefused",
+                    f"batching change refused, old config kept: {outcome.message}",
+                )
             )
         return outcome.ok
-
-    def _record(
-        self, status: dict[str, Any], observation: Observation, decision: Decision, state: PolicyState
-    ) -> None:
-        status["observed"] = {
-            k: v
-            for k, v in {
-                "p99Ms": None if observation.p99_ms is None else round(observation.p99_ms, 2),
-                "queueDepth": None
-                if observation.queue_depth_per_replica is None
-                else round(observation.queue_depth_per_replica, 2),
-                "requestRate": None
-                if observation.request_rate is None
-                else round(observation.request_rate, 2),
-            }.items()
-            if v is not None
-        }
-        if decision.predicted_p99_ms is not None:
-            status["predictedP99Ms"] = round(decision.predicted_p99_ms, 2)
-        status["lastDecision"] = {
-            "action": decision.action.value,
-            "reason": decision.reason,
-            "message": decision.message[:4096],
-            "time": iso_time(self._now()),
-            "replicas": decision.replicas,
-            "dryRun": decision.dry_run,
-        }
-        status["learned"] = learned_status(state)
 
     async def _write(
         self,
         body: dict[str, Any],
-        status: dict[str, Any],
+        status: InferenceServiceStatus,
         updates: list[ConditionUpdate],
         *,
         force: bool = False,
     ) -> bool:
-        old = body.get("status") or {}
+        old = decode_status(body.get("status"))
         generation = int(body["metadata"].get("generation", 0))
-        status["conditions"] = merge_conditions(
-            old.get("conditions", []), updates, generation=generation, now=iso_time(self._now())
+        new = status.model_copy(
+            update={
+                "conditions": merge_conditions(
+                    old.conditions, updates, generation=generation, now=utc_now(self.clock)
+                )
+            }
         )
-        significant = (
-            force
-            or status["conditions"] != old.get("conditions")
-            or any(status.get(k) != old.get(k) for k in ("replicas", "batching"))
-            or any(
-                _moved((old.get("observed") or {}).get(k), (status.get("observed") or {}).get(k))
-                for k in ("p99Ms", "requestRate")
-            )
-            or (
-                (old.get("lastDecision") or {}).get("reason")
-                != (status.get("lastDecision") or {}).get("reason")
-            )
-        )
-        if not significant:
+        if not (force or significant_change(old, new)):
             return False
         meta = body["metadata"]
         await asyncio.to_thread(
@@ -446,7 +361,7 @@ class Autoscaler:
             ISVC,
             meta["namespace"],
             meta["name"],
-            {"status": status},
+            {"status": encode_status(new)},
             subresource="status",
         )
         return True

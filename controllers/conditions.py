@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Literal, cast
 
 from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import Condition
+
+#: The longest condition message the CRD takes.
+MAX_CONDITION_MESSAGE = 4096
 
 
 @dataclass(frozen=True)
 class ConditionUpdate:
-    """One condition the reconciler wants to set."""
+    """One condition a controller wants to set."""
 
     type: str
     status: str
@@ -26,36 +31,30 @@ class ConditionUpdate:
 
 
 def merge_conditions(
-    existing: Iterable[dict[str, Any]], updates: Iterable[ConditionUpdate], *, generation: int, now: str
-) -> list[dict[str, Any]]:
+    existing: Iterable[Condition], updates: Iterable[ConditionUpdate], *, generation: int, now: datetime
+) -> list[Condition]:
     """Apply updates to the existing condition list, keeping transition times of unchanged statuses."""
-    by_type = {cond["type"]: dict(cond) for cond in existing}
+    by_type = {cond.type: cond for cond in existing}
     for update in updates:
         previous = by_type.get(update.type)
         transition = now
-        if previous is not None and previous.get("status") == update.status:
-            transition = previous.get("lastTransitionTime", now)
-        by_type[update.type] = {
-            "type": update.type,
-            "status": update.status,
-            "reason": update.reason,
-            "message": update.message[:4096],
-            "lastTransitionTime": transition,
-            "observedGeneration": generation,
-        }
+        if previous is not None and previous.status == update.status:
+            transition = previous.last_transition_time
+        by_type[update.type] = Condition(
+            type=update.type,
+            status=cast(Literal["True", "False", "Unknown"], update.status),
+            reason=update.reason,
+            message=update.message[:MAX_CONDITION_MESSAGE],
+            last_transition_time=transition,
+            observed_generation=generation,
+        )
     order = {t: i for i, t in enumerate(c.CONDITION_TYPES)}
-    return sorted(by_type.values(), key=lambda cond: (order.get(cond["type"], len(order)), cond["type"]))
+    return sorted(by_type.values(), key=lambda cond: (order.get(cond.type, len(order)), cond.type))
 
 
-def condition(conditions: Iterable[dict[str, Any]], type_: str) -> dict[str, Any] | None:
-    """The condition of a type, if present."""
-    return next((cond for cond in conditions if cond.get("type") == type_), None)
-
-
-def is_true(conditions: Iterable[dict[str, Any]], type_: str) -> bool:
+def is_true(conditions: Iterable[Condition], type_: str) -> bool:
     """Whether the condition of a type is True."""
-    found = condition(conditions, type_)
-    return bool(found and found.get("status") == c.STATUS_TRUE)
+    return any(cond.type == type_ and cond.status == c.STATUS_TRUE for cond in conditions)
 
 
 def derive_ready(

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
+from tailpilot.api.quantity import quantity_value
+
 #: Metadata fields the API server owns or that we never compare.
 IGNORED_METADATA = frozenset(
     {
@@ -27,18 +29,6 @@ IGNORED_METADATA = frozenset(
         "ownerReferences",
     }
 )
-
-_QUANTITY_SUFFIXES = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "m": 10**-3,
-}
-
 
 #: Maps compared whole, per kind: an extra live key changes what they mean (a Service selecting on
 #: a label the operator dropped would leave pods out of its endpoints).
@@ -68,12 +58,10 @@ def _normalize_scalar(value: Any) -> Any:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        for suffix, factor in _QUANTITY_SUFFIXES.items():
-            head = value[: -len(suffix)]
-            if value.endswith(suffix) and head.replace(".", "", 1).isdigit():
-                return float(head) * factor
-        if value.replace(".", "", 1).isdigit():
-            return float(value)
+        try:
+            return float(quantity_value(value))
+        except ValueError:
+            return value
     return value
 
 

@@ -6,7 +6,7 @@ Two rules use them, each turned on by its own field of spec.autoscaling:
   (`tailpilot.policy.rotation.choose_rotation`, measured in the simulator: docs/autoscaling.md
   section 10);
 - surgeResponse: call a decision early when the arrivals exceed what the replicas asked for serve
-  (`tailpilot.policy.surge.check_surge`); the service's loop then runs the autoscaler at once with
+  (`tailpilot.policy.surge.surge_step`); the service's loop then runs the autoscaler at once with
   the check's reading (`FastCheck.surge`).
 
 This module gathers their inputs and acts on the rotation, every `FAST_CHECK_PERIOD_S` for each
@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -42,17 +40,24 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.controllers.autoscaler import engine_profile, restore_learned
-from tailpilot.controllers.kubeapi import PODS, Kube, ready_pod_ip
+from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.events import EventRecord, post_events
+from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import PENDING_GAUGE
-from tailpilot.controllers.reconciler import ISVC, batching_in_force, iso_time
+from tailpilot.controllers.status import (
+    batching_in_force,
+    decode_status,
+    engine_profile,
+    restore_learned,
+    service_without_status,
+)
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
-from tailpilot.policy.surge import SurgeConfig, SurgeReading, check_surge
+from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step
 
 log = logging.getLogger("tailpilot.rotation")
 
@@ -170,14 +175,13 @@ class FastCheck:
 
 
 @dataclass
-class Rotator:
+class FastChecker:
     """Runs the fast check of one service per call; keeps each service's recent samples."""
 
     kube: Kube
     http: httpx.AsyncClient
     metrics: OperatorMetrics
-    monotonic: Callable[[], float] = time.monotonic
-    wall_clock: Callable[[], float] = time.time
+    clock: Clock = SYSTEM_CLOCK
     surge_config: SurgeConfig = field(default_factory=SurgeConfig)
     _samples: dict[tuple[str, str], deque[Sample]] = field(default_factory=dict)
     #: Pods whose metrics page the last check could not read (logged when that changes, not every 3 s).
@@ -198,10 +202,10 @@ class Rotator:
         if body is None:
             return FastCheck()
         try:
-            isvc = InferenceService.model_validate(body)
+            isvc = service_without_status(body)
         except ValueError:
             return FastCheck()
-        status = dict(body.get("status") or {})
+        status = decode_status(body.get("status"))
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
         autoscaling = isvc.spec.autoscaling
         if not autoscaling.fast_checks() or profile is None:
@@ -222,16 +226,16 @@ class Rotator:
         counters = await self._read(ips, model=isvc.spec.model_name(isvc.name))
         self._note_unreadable(key, frozenset(ips) - set(counters))
         samples = self._samples.setdefault(key, deque())
-        now = self.monotonic()
+        now = self.clock.monotonic()
         samples.append(Sample(at_s=now, pods=counters))
         while samples and samples[0].at_s < now - 3 * max(ARRIVAL_SPAN_S, self.surge_config.span_s):
             samples.popleft()
-        replicas = int(status.get("replicas") or len(ips) or 1)
+        replicas = int(status.replicas or len(ips) or 1)
         capacity = replica_capacity_per_s(
             profile,
             restore_learned(
                 PolicyState.initial(replicas=replicas, batching=batching_in_force(isvc, status)),
-                status.get("learned"),
+                status.learned,
             ),
         )
         held = (
@@ -301,28 +305,19 @@ class Rotator:
     def _surge(
         self, key: tuple[str, str], samples: Iterable[Sample], capacity_per_s: float, replicas: int
     ) -> SurgeReading | None:
-        """The surge check; a reading when it fires."""
+        """The surge check (`tailpilot.policy.surge.surge_step`); a reading when it fires."""
         config = self.surge_config
         kept = list(samples)
-        arrivals = arrival_rate_per_s(kept, span_s=config.span_s)
-        check = check_surge(
+        step = surge_step(
             config,
             over_in_a_row=self._over_in_a_row.get(key, 0),
-            arrival_rate_per_s=arrivals,
+            arrival_rate_per_s=arrival_rate_per_s(kept, span_s=config.span_s),
+            completion_rate_per_s=completion_rate_per_s(kept, span_s=config.span_s),
             capacity_per_s=capacity_per_s,
             replicas=replicas,
         )
-        self._over_in_a_row[key] = check.over_in_a_row
-        completions = completion_rate_per_s(kept, span_s=config.span_s)
-        if not check.decide_now or arrivals is None or completions is None:
-            return None
-        return SurgeReading(
-            arrival_rate_per_s=arrivals,
-            completion_rate_per_s=completions,
-            span_s=config.span_s,
-            capacity_per_s=capacity_per_s * replicas,
-            replicas=replicas,
-        )
+        self._over_in_a_row[key] = step.over_in_a_row
+        return step.reading
 
     async def _read(self, ips: Mapping[str, str], *, model: str) -> dict[str, PodCounters]:
         """Each pod's counters; unreadable pods are left out (and so never held)."""
@@ -359,12 +354,17 @@ class Rotator:
     async def _announce(self, body: dict[str, Any], changes: Mapping[str, str], message: str) -> None:
         held = sorted(p for p, v in changes.items() if v == c.ROTATION_HELD)
         returned = sorted(p for p, v in changes.items() if v == c.ROTATION_IN)
-        now = iso_time(datetime.fromtimestamp(self.wall_clock(), UTC))
-        for pods, reason, text in (
-            (held, c.EVENT_REPLICAS_HELD_OUT, f"{', '.join(held)} out of the Service: {message}"),
-            (returned, c.EVENT_REPLICAS_RETURNED, f"{', '.join(returned)} back in the Service ({message})"),
-        ):
-            if pods:
-                await asyncio.to_thread(
-                    self.kube.post_event, body, type_="Normal", reason=reason, message=text[:1024], now=now
-                )
+        events = [
+            EventRecord("Normal", reason, text[:1024])
+            for pods, reason, text in (
+                (held, c.EVENT_REPLICAS_HELD_OUT, f"{', '.join(held)} out of the Service: {message}"),
+                (
+                    returned,
+                    c.EVENT_REPLICAS_RETURNED,
+                    f"{', '.join(returned)} back in the Service ({message})",
+                ),
+            )
+            if pods
+        ]
+        if events:
+            await asyncio.to_thread(post_events, self.kube, body, events, now=utc_now(self.clock))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Any
@@ -22,8 +21,9 @@ import kopf
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.autoscaler import Autoscaler
+from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.rotation import Rotator
 from tailpilot.policy.fast_checks import FAST_CHECK_PERIOD_S
 from tailpilot.policy.surge import SurgeReading
 
@@ -49,12 +49,14 @@ class ServiceLoops:
         reconciler: Reconciler,
         executor: Executor,
         autoscaler: Autoscaler | None = None,
-        rotator: Rotator | None = None,
+        fast_checker: FastChecker | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self._reconciler = reconciler
         self._executor = executor
         self.autoscaler = autoscaler
-        self.rotator = rotator
+        self.fast_checker = fast_checker
+        self.clock = clock
         #: Fast checks of the services with backlogRotation or surgeResponse (started and stopped by
         #: reconciles).
         self._fast_checks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -111,8 +113,8 @@ class ServiceLoops:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.rotator is not None and checked:
-            releases = [self.rotator.release(*key) for key in checked]
+        if self.fast_checker is not None and checked:
+            releases = [self.fast_checker.release(*key) for key in checked]
             # Bounded: a shutdown must not hang on an API server that does not answer.
             try:
                 results = await asyncio.wait_for(
@@ -147,25 +149,25 @@ class ServiceLoops:
                 pass
 
     def _sync_fast_checks(self, key: tuple[str, str], *, wanted: bool) -> None:
-        """Run the fast checks of a service while it asks for them (and a rotator exists)."""
+        """Run the fast checks of a service while it asks for them (and a fast checker exists)."""
         task = self._fast_checks.get(key)
         running = task is not None and not task.done()
-        if wanted and self.rotator is not None and not running:
+        if wanted and self.fast_checker is not None and not running:
             self._fast_checks[key] = asyncio.create_task(
                 self._run_fast_checks(*key), name=f"fast checks {key[0]}/{key[1]}"
             )
         elif not wanted and task is not None:
             task.cancel()
             del self._fast_checks[key]
-            if self.rotator is not None:
-                self.rotator.forget(*key)
+            if self.fast_checker is not None:
+                self.fast_checker.forget(*key)
 
     async def _run_fast_checks(self, namespace: str, name: str) -> None:
-        assert self.rotator is not None
+        assert self.fast_checker is not None
         key = (namespace, name)
         while True:
             try:
-                self.surge(key, (await self.rotator.check(namespace, name)).surge)
+                self.surge(key, (await self.fast_checker.check(namespace, name)).surge)
             except Exception:  # noqa: BLE001 - one failed check must not end the checks
                 log.exception("fast check of %s/%s failed; retrying", namespace, name)
             await asyncio.sleep(FAST_CHECK_PERIOD_S)
@@ -185,14 +187,14 @@ class ServiceLoops:
         if self.autoscaler is None:
             return float("inf")
         key = (namespace, name)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         due = self._next_control.get(key, 0.0)
         if now < due:
             return due - now
         period, scale = await self.autoscaler.step(
             namespace, name, alert_active=self._alerts.get(key, False), surge=self._surges.pop(key, None)
         )
-        self._next_control[key] = time.monotonic() + period
+        self._next_control[key] = self.clock.monotonic() + period
         if scale:
             wake.set()  # reconcile at once to move the Deployment to the new replica count
         return period

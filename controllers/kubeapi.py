@@ -19,6 +19,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tailpilot.api import constants as c
+
 FIELD_MANAGER = "tailpilot"
 
 
@@ -61,6 +63,7 @@ JOBS = Resource("batch", "v1", "jobs", "Job")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
+ISVC = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 BY_KIND = {
     r.kind: r
@@ -201,30 +204,37 @@ class Kube:
     def post_event(
         self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
     ) -> None:
-        """Post a core/v1 Event about an object (what `kubectl describe` and `get events` show)."""
+        """Post a core/v1 Event about an object (what `kubectl describe` and `get events` show).
+
+        `now` is RFC 3339 text (`iso_time`); the typed model parses it into a datetime, which the
+        serializer writes back as "...+00:00" instead of "...Z": the same instant, and the API
+        server (metav1.Time) decodes both alike and stores UTC "Z".
+        """
         meta = involved["metadata"]
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "tailpilot-operator"},
-            "reportingComponent": "tailpilot.io/operator",
-            "reportingInstance": "tailpilot-operator",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        self._call("POST", EVENTS.path(meta["namespace"]), body=event)
+        event = client.CoreV1Event(
+            api_version="v1",
+            kind="Event",
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=involved["apiVersion"],
+                kind=involved["kind"],
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            source=client.V1EventSource(component="tailpilot-operator"),
+            reporting_component="tailpilot.io/operator",
+            reporting_instance="tailpilot-operator",
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        # camelCase JSON; unset (None) fields are left out.
+        body = self._api.sanitize_for_serialization(event)  # type: ignore[no-untyped-call]
+        self._call("POST", EVENTS.path(meta["namespace"]), body=body)
 
     def has_resource(self, group: str, version: str, plural: str) -> bool:
         """Whether the cluster serves a resource (e.g. the prometheus-operator CRDs)."""

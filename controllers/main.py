@@ -21,11 +21,12 @@ from prometheus_client import start_http_server
 from tailpilot.api import constants as c
 from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_app
 from tailpilot.controllers.autoscaler import Autoscaler
+from tailpilot.controllers.clock import SYSTEM_CLOCK
+from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.kubeapi import SECRETS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.rotation import Rotator
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests.settings import ManifestSettings
 
@@ -154,7 +155,8 @@ def run(
 ) -> None:
     """Run the operator until stopped."""
     kube = Kube(_api_client())
-    reconciler = Reconciler(kube, build_settings(args))
+    clock = SYSTEM_CLOCK  # one clock for every loop
+    reconciler = Reconciler(kube, build_settings(args), clock=clock)
     registry = kopf.OperatorRegistry()
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
     metrics = OperatorMetrics()
@@ -164,9 +166,16 @@ def run(
         metrics=metrics,
         default_prometheus_url=args.prometheus_url,
         control_period_s=args.control_period_seconds,
+        clock=clock,
     )
-    rotator = Rotator(kube=kube, http=autoscaler.http, metrics=metrics)
-    loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler, rotator=rotator)
+    fast_checker = FastChecker(kube=kube, http=autoscaler.http, metrics=metrics, clock=clock)
+    loops = ServiceLoops(
+        reconciler=reconciler,
+        executor=executor,
+        autoscaler=autoscaler,
+        fast_checker=fast_checker,
+        clock=clock,
+    )
     register(registry, loops=loops)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)

@@ -26,7 +26,7 @@ from tailpilot.bench import traces
 from tailpilot.bench.loadgen import binary_infer_body
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
-from tailpilot.controllers.autoscaler import engine_profile
+from tailpilot.controllers.status import decode_status, engine_profile
 from tailpilot.manifests.build_job import serving_cpu_limit_millis
 from tailpilot.manifests.deployment import CONTAINER_NAME
 from tailpilot_e2e.agent_cgroups import CpuCgroups
@@ -98,7 +98,7 @@ def calibration_rate(isvc: InferenceService, status: dict[str, Any], limit: floa
     A profile measured under a CPU limit (the build Job runs under the serving pods') already
     holds for it; one measured without is scaled as if its requests each took a whole core.
     """
-    profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
+    profile = engine_profile(decode_status(status), max_batch_size=isvc.spec.batching.max_batch_size)
     if profile is None:
         raise RuntimeError("the service has no profile yet")
     per_request_s = (profile.service_time.intercept_ms + profile.service_time.per_item_ms) / 1000

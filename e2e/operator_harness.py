@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -244,7 +243,3 @@ def dump(obj: Any) -> str:
     """Readable JSON for assertion messages."""
     return json.dumps(obj, indent=1, default=str)[:3000]
 
-
-def wait_seconds(seconds: float) -> None:
-    """Let time pass where a test asserts that nothing happens (not a synchronization)."""
-    time.sleep(seconds)

@@ -1,10 +1,13 @@
 """TailPilot: serve ONNX models on NVIDIA Triton within a P99 latency SLO at the lowest cost.
 
-Import layers (checked by import-linter, see `.importlinter`), each pointing only down:
+Import layers (checked by import-linter, see `.importlinter` and docs/architecture.md), each
+pointing only down:
 
     tailpilot.cli
-    tailpilot.controllers            (talks to the cluster, Prometheus, Triton)
-    tailpilot.builders | tailpilot.manifests | tailpilot.policy   (pure or job-side code)
+    tailpilot.bench                                       (the simulator and benchmark tools)
+    tailpilot.controllers | tailpilot.builders | tailpilot.crdgen
+                                      (the operator; the build Job's code; CRD generation)
+    tailpilot.manifests | tailpilot.policy               (pure: desired objects, the SLO policy)
     tailpilot.api                    (typed values: the CRD model and shared contracts)
 
 This folder is `operator/` on disk; the stdlib owns the name `operator`, so

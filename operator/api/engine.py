@@ -34,8 +34,9 @@ class BatchProfilePoint(_Frozen):
     batch_size: int = Field(ge=1, alias="batchSize")
     #: Concurrency used for the measurement (requests in flight from the client).
     concurrency: int = Field(default=1, ge=1)
-    p50_ms: float = Field(ge=0, alias="p50Ms")
-    p95_ms: float = Field(ge=0, alias="p95Ms")
+    #: None where only the P99 is known (the profile summary on an InferenceService's status).
+    p50_ms: float | None = Field(default=None, ge=0, alias="p50Ms")
+    p95_ms: float | None = Field(default=None, ge=0, alias="p95Ms")
     p99_ms: float = Field(ge=0, alias="p99Ms")
     #: Inferences (items, not requests) per second.
     throughput_per_s: float = Field(ge=0, alias="throughputPerS")

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import BuildResult, TensorSpec
 from tailpilot.api.quantity import milli_cpu
 from tailpilot.api.v1alpha1 import NAME_PATTERN, Backend, Device, InferenceServiceSpec, ServingVariant
 
@@ -87,55 +86,6 @@ def _check_cpu(resources: Mapping[str, Any], section: str) -> list[Problem]:
         return []
     what = "a CPU quantity above zero" if section == "limits" else "a CPU quantity"
     return [Problem(f"spec.runtime.resources.{section}.cpu", f"{cpu!r} is not {what} (write e.g. 500m or 2)")]
-
-
-def _check_shapes(spec: InferenceServiceSpec, inputs: Mapping[str, TensorSpec]) -> list[Problem]:
-    problems: list[Problem] = []
-    for i, shape in enumerate(spec.engine.shapes):
-        field = f"spec.engine.shapes[{i}]"
-        tensor = inputs.get(shape.input)
-        if tensor is None:
-            problems.append(
-                Problem(
-                    f"{field}.input",
-                    f"model has no input {shape.input!r} (inputs: {', '.join(sorted(inputs))})",
-                )
-            )
-            continue
-        if len(shape.min) != len(tensor.dims):
-            problems.append(
-                Problem(
-                    f"{field}.min",
-                    f"input {shape.input!r} has {len(tensor.dims)} non-batch dimensions, the profile has "
-                    f"{len(shape.min)}",
-                )
-            )
-            continue
-        for d, fixed in enumerate(tensor.dims):
-            if fixed != -1 and not shape.min[d] == shape.opt[d] == shape.max[d] == fixed:
-                problems.append(
-                    Problem(f"{field}.opt", f"dimension {d} of input {shape.input!r} is fixed at {fixed}")
-                )
-    return problems
-
-
-def check_against_build(spec: InferenceServiceSpec, *, result: BuildResult) -> list[Problem]:
-    """Check what needs the engine's declared inputs and outputs (known once the build reported them)."""
-    inputs = {t.name: t for t in result.inputs}
-    outputs = {t.name for t in result.outputs}
-    problems = _check_shapes(spec, inputs) if inputs else []
-    for kind, overrides, names in (
-        ("inputs", spec.model.inputs, set(inputs)),
-        ("outputs", spec.model.outputs, outputs),
-    ):
-        if not names:
-            continue
-        for i, tensor in enumerate(overrides):
-            if tensor.name not in names:
-                problems.append(
-                    Problem(f"spec.model.{kind}[{i}].name", f"model has no {kind[:-1]} {tensor.name!r}")
-                )
-    return problems
 
 
 def check_batching(batching: BatchingConfig, *, engine_max_batch_size: int) -> list[Problem]:

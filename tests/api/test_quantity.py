@@ -1,10 +1,10 @@
-"""CPU quantities in millicores, as the kubelet reads them."""
+"""Kubernetes quantities: CPU in millicores as the kubelet reads them, and exact values."""
 
 from __future__ import annotations
 
 import pytest
 
-from tailpilot.api.quantity import milli_cpu
+from tailpilot.api.quantity import milli_cpu, quantity_value
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,12 @@ def test_cpu_quantities_are_read_in_millicores(quantity: str | int | None, milli
 def test_a_quantity_that_is_not_cpu_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a CPU quantity"):
         milli_cpu(bad)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "value"),
+    [("1Gi", 2**30), ("1073741824", 2**30), ("1.5Ki", 1536), ("500m", 0.5), ("2k", 2000), ("1e3", 1000)],
+)
+def test_any_quantity_reads_as_its_exact_value(quantity: str, value: float) -> None:
+    assert quantity_value(quantity) == value
+

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
-from tailpilot.api.validation import Problem, check_against_build, check_batching, check_spec, format_problems
+from tailpilot.api.validation import check_batching, check_spec
 
 from .invalid_specs import CPU_BASE, GPU_BASE, merge
 
@@ -48,36 +47,6 @@ def test_cpu_quantities_the_engine_is_built_under_must_be_readable() -> None:
 def test_tensorrt_needs_native_variant() -> None:
     problems = check_spec(_spec(GPU_BASE, {"runtime": {"servingVariant": "python"}}), name="x")
     assert [p.field for p in problems] == ["spec.runtime.servingVariant"]
-
-
-def _result(*inputs: TensorSpec) -> BuildResult:
-    return BuildResult(
-        outcome=BuildOutcome.SUCCEEDED,
-        inputs=inputs,
-        outputs=(TensorSpec(name="logits", data_type="TYPE_FP32", dims=(1000,)),),
-    )
-
-
-def test_shapes_checked_against_build_result() -> None:
-    spec = _spec(GPU_BASE)  # shapes for "input" with [3,224,224]
-    ok = _result(TensorSpec(name="input", data_type="TYPE_FP32", dims=(3, -1, -1)))
-    assert check_against_build(spec, result=ok) == []
-    renamed = _result(TensorSpec(name="pixels", data_type="TYPE_FP32", dims=(3, -1, -1)))
-    assert [p.field for p in check_against_build(spec, result=renamed)] == ["spec.engine.shapes[0].input"]
-    fewer_dims = _result(TensorSpec(name="input", data_type="TYPE_FP32", dims=(-1,)))
-    assert [p.field for p in check_against_build(spec, result=fewer_dims)] == ["spec.engine.shapes[0].min"]
-    fixed = _result(TensorSpec(name="input", data_type="TYPE_FP32", dims=(3, 256, -1)))
-    problems = check_against_build(spec, result=fixed)
-    assert [p.field for p in problems] == ["spec.engine.shapes[0].opt"]
-    assert "fixed at 256" in format_problems(problems)
-
-
-def test_output_override_names_checked() -> None:
-    spec = _spec(CPU_BASE, {"model": {"outputs": [{"name": "probs", "dataType": "TYPE_FP32", "dims": [10]}]}})
-    result = _result(TensorSpec(name="x", data_type="TYPE_FP32", dims=(4,)))
-    assert check_against_build(spec, result=result) == [
-        Problem("spec.model.outputs[0].name", "model has no output 'probs'")
-    ]
 
 
 def test_batching_outside_engine_profile() -> None:

@@ -10,18 +10,19 @@ import httpx
 import pytest
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.kubeapi import ready_pod_ip
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.rotation import (
+from tailpilot.controllers.fast_checks import (
+    FastChecker,
     PodCounters,
-    Rotator,
     Sample,
     arrival_rate_per_s,
     completion_rate_per_s,
     label_changes,
     parse_pod_counters,
 )
+from tailpilot.controllers.kubeapi import ready_pod_ip
+from tailpilot.controllers.metrics import OperatorMetrics
 from tests.controllers.triton_fixtures import echo_service
+from tests.fakes import FakeClock
 
 # Triton's exposition format (as served on :8002/metrics), two versions of the model and another model.
 PAGE = """# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -134,7 +135,7 @@ def surge_checks(
         {"metadata": {"name": "echo-a", "labels": {}}, "status": {"podIP": "10.0.0.7", "conditions": [READY]}}
     ]
     kube = FakeKube(body, pods)
-    clock = {"now": 0.0, "reading": (0.0, 0.0), "reads": 0}
+    clock: dict[str, Any] = {"reading": (0.0, 0.0), "reads": 0}
 
     def page(request: httpx.Request) -> httpx.Response:
         assert str(request.url) == "http://10.0.0.7:8002/metrics"
@@ -148,11 +149,12 @@ def surge_checks(
 
     async def run() -> list:
         async with httpx.AsyncClient(transport=httpx.MockTransport(page)) as http:
-            rotator = Rotator(kube=kube, http=http, metrics=OperatorMetrics(), monotonic=lambda: clock["now"])  # type: ignore[arg-type]
+            fake_clock = FakeClock()
+            checker = FastChecker(kube=kube, http=http, metrics=OperatorMetrics(), clock=fake_clock)  # type: ignore[arg-type]
             results = []
             for i, reading in enumerate(counters):
-                clock["now"], clock["reading"] = 3.0 * i, reading
-                results.append(await rotator.check("ns", "echo"))
+                fake_clock.now, clock["reading"] = 3.0 * i, reading
+                results.append(await checker.check("ns", "echo"))
             return results
 
     return asyncio.run(run()), kube, clock["reads"]
@@ -204,7 +206,7 @@ def rotation_service(labels: dict[str, str]) -> FakeKube:
 def release(kube: FakeKube, metrics: OperatorMetrics) -> frozenset[str]:
     async def run() -> frozenset[str]:
         async with httpx.AsyncClient() as http:
-            return await Rotator(kube=kube, http=http, metrics=metrics).release("ns", "echo")  # type: ignore[arg-type]
+            return await FastChecker(kube=kube, http=http, metrics=metrics).release("ns", "echo")  # type: ignore[arg-type]
 
     return asyncio.run(run())
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.handlers import ServiceLoops
-from tailpilot.controllers.rotation import FastCheck
 from tailpilot.policy.surge import SurgeReading
 
 READING = SurgeReading(
@@ -58,7 +58,7 @@ def test_without_an_autoscaler_a_surge_is_ignored():
     assert asyncio.run(loops._control("ns", "svc", asyncio.Event())) == float("inf")
 
 
-class ReleasingRotator:
+class ReleasingFastChecker:
     """Counts the fast checks it ran and the services whose held pods it put back."""
 
     def __init__(self) -> None:
@@ -78,8 +78,8 @@ class ReleasingRotator:
 
 
 def test_shutdown_puts_held_pods_back_for_every_service_with_fast_checks_only():
-    rotator = ReleasingRotator()
-    loops = ServiceLoops(reconciler=Any, executor=Any, rotator=rotator)  # type: ignore[arg-type]
+    checker = ReleasingFastChecker()
+    loops = ServiceLoops(reconciler=Any, executor=Any, fast_checker=checker)  # type: ignore[arg-type]
 
     async def scenario() -> None:
         loops._sync_fast_checks(("ns", "rotating"), wanted=True)
@@ -88,5 +88,5 @@ def test_shutdown_puts_held_pods_back_for_every_service_with_fast_checks_only():
         await loops.stop_all()
 
     asyncio.run(scenario())
-    assert rotator.checks == 1
-    assert rotator.released == [("ns", "rotating")]
+    assert checker.checks == 1
+    assert checker.released == [("ns", "rotating")]

@@ -78,3 +78,9 @@ def test_a_service_selector_with_a_key_the_operator_dropped_is_drift():
     }
     live_deployment = {**deployment, "spec": {"selector": {"matchLabels": {"app": "a", "x": "y"}}}}
     assert plan(deployment, live_deployment) is Outcome.NONE
+
+
+def test_the_drift_check_sees_one_value_in_two_spellings() -> None:
+    assert is_subset({"memory": "1Gi", "cpu": "500m"}, {"memory": "1073741824", "cpu": "0.5"})
+    assert not is_subset({"memory": "1Gi"}, {"memory": "1G"})
+    assert is_subset({"image": "triton:24.08"}, {"image": "triton:24.08"})

@@ -21,9 +21,9 @@ from kubernetes import client
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.builders.triton_server import TritonServer
+from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.kubeapi import Kube
 from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.rotation import Rotator
 from tailpilot.manifests.meta import selector_labels
 from tailpilot_e2e.wait import eventually
 from tests.controllers import triton_fixtures
@@ -83,12 +83,12 @@ def rotation_labels(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
 
 
 async def check_until(
-    rotator: Rotator, namespace: str, done: Callable[[frozenset[str]], bool], *, checks: int
+    checker: FastChecker, namespace: str, done: Callable[[frozenset[str]], bool], *, checks: int
 ) -> frozenset[str]:
     """Run the check once a second until `done` holds of its result, at most `checks` times."""
     held: frozenset[str] = frozenset()
     for _ in range(checks):
-        held = (await rotator.check(namespace, NAME)).held_out
+        held = (await checker.check(namespace, NAME)).held_out
         if done(held):
             return held
         await asyncio.sleep(1.0)  # the check's own period (3 s in the operator), shortened
@@ -139,9 +139,9 @@ def test_a_backlogged_pod_leaves_the_service_while_fresh_ones_carry_the_load_the
 
         async def scenario() -> None:
             async with httpx.AsyncClient(transport=PodRoutes(routes)) as http:
-                rotator = Rotator(kube=Kube(k8s), http=http, metrics=metrics)
+                checker = FastChecker(kube=Kube(k8s), http=http, metrics=metrics)
                 with load:
-                    held = await check_until(rotator, namespace, lambda h: bool(h), checks=20)
+                    held = await check_until(checker, namespace, lambda h: bool(h), checks=20)
                     assert held == {"echo-a"}
                     assert rotation_labels(core, namespace) == {
                         "echo-a": c.ROTATION_HELD,
@@ -154,7 +154,7 @@ def test_a_backlogged_pod_leaves_the_service_while_fresh_ones_carry_the_load_the
                         text,
                     ), text
                 # The load is over: a's queue drains and it goes back, the same checker still running.
-                await check_until(rotator, namespace, lambda h: not h, checks=20)
+                await check_until(checker, namespace, lambda h: not h, checks=20)
 
         asyncio.run(scenario())
         assert set(rotation_labels(core, namespace).values()) == {c.ROTATION_IN}

@@ -1,0 +1,267 @@
+"""The one codec between an InferenceService's status (camelCase JSON) and typed values.
+
+The controllers read the status with `decode_status` and write it with `encode_status`; everything
+in between is `InferenceServiceStatus` and the typed values of `tailpilot.api` and
+`tailpilot.policy`. The conversions between the status sections and what the reconciler, the
+autoscaler and the fast checks work with (the build result in service, the batching and replicas
+in force, the engine profile, what the policy learned) live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
+from tailpilot.api.engine import (
+    BatchProfilePoint,
+    BuildOutcome,
+    BuildResult,
+    EngineProfile,
+    ReloadCost,
+    ServiceTimeModel,
+    TensorSpec,
+)
+from tailpilot.api.v1alpha1 import (
+    BatchingMode,
+    BatchingStatus,
+    DecisionStatus,
+    EngineStatus,
+    InferenceService,
+    InferenceServiceStatus,
+    LearnedStatus,
+    ObservedStatus,
+    ServiceTimeStatus,
+    TensorOverride,
+)
+from tailpilot.api.validation import check_batching
+from tailpilot.policy import Learned, PolicyState
+
+log = logging.getLogger("tailpilot.status")
+
+#: The longest message a status field takes (the CRD's maxLength).
+MAX_MESSAGE = 4096
+
+
+# ---- the codec -----------------------------------------------------------------------------------
+
+
+def decode_status(raw: Mapping[str, Any] | None) -> InferenceServiceStatus:
+    """The typed status of an object, keeping what this operator can read.
+
+    A field a newer operator wrote is skipped, and a section that does not validate (e.g. an
+    older operator's values outside today's bounds) is dropped whole rather than failing the
+    service: everything on the status is either recomputed or learned again.
+    """
+    document: dict[str, Any] = copy.deepcopy(dict(raw or {}))
+    try:
+        return InferenceServiceStatus.model_validate(document)
+    except ValidationError as error:
+        problems = error.errors()
+    for problem in problems:
+        if problem["type"] == "extra_forbidden":
+            _remove(document, problem["loc"])
+    try:
+        return InferenceServiceStatus.model_validate(document)
+    except ValidationError as error:
+        broken = {str(problem["loc"][0]) for problem in error.errors() if problem["loc"]}
+    log.warning("ignoring status sections that do not validate: %s", ", ".join(sorted(broken)))
+    return InferenceServiceStatus.model_validate({k: v for k, v in document.items() if k not in broken})
+
+
+def _remove(document: Any, location: tuple[int | str, ...]) -> None:
+    """Delete the key at `location` (a pydantic error location) from a nested JSON document."""
+    *parents, last = location
+    node = document
+    for step in parents:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            return
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def encode_status(status: InferenceServiceStatus) -> dict[str, Any]:
+    """The status as the CRD stores it (camelCase JSON, unset fields left out)."""
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def service_without_status(body: Mapping[str, Any]) -> InferenceService:
+    """The object's spec and metadata, validated (ValidationError names the spec field).
+
+    The status is decoded on its own (`decode_status`): a status this operator cannot fully read
+    must not make a valid spec look invalid.
+    """
+    return InferenceService.model_validate({**body, "status": None})
+
+
+# ---- the engine in service -----------------------------------------------------------------------
+
+
+def served_result(status: InferenceServiceStatus) -> BuildResult | None:
+    """The BuildResult of the engine in service, rebuilt from status.engine."""
+    engine = status.engine
+    if engine is None or not engine.key:
+        return None
+    return BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key=engine.key,
+        artifact=engine.artifact,
+        triton_backend=engine.triton_backend,
+        inputs=tuple(_tensor(t) for t in engine.inputs),
+        outputs=tuple(_tensor(t) for t in engine.outputs),
+        cache_hit=engine.cache_hit,
+    )
+
+
+def _tensor(override: TensorOverride) -> TensorSpec:
+    return TensorSpec.model_validate(override.model_dump(by_alias=True, exclude_none=True))
+
+
+def engine_status(result: BuildResult, *, request_key: str, built_at: datetime | None) -> EngineStatus:
+    """status.engine for a successful build."""
+    return EngineStatus(
+        key=result.engine_key,
+        request_key=request_key,
+        artifact=result.artifact,
+        built_at=built_at,
+        triton_backend=result.triton_backend,
+        cache_hit=result.cache_hit,
+        inputs=[TensorOverride.model_validate(t.model_dump(by_alias=True)) for t in result.inputs],
+        outputs=[TensorOverride.model_validate(t.model_dump(by_alias=True)) for t in result.outputs],
+    )
+
+
+def engine_profile(status: InferenceServiceStatus, *, max_batch_size: int) -> EngineProfile | None:
+    """The policy's view of the engine, from the profile summary on the status.
+
+    The summary keeps each batch size's P99 and throughput only; the policy reads the fitted
+    service and compute times, so the points carry no P50/P95.
+    """
+    profile, engine = status.profile, status.engine
+    if profile is None or not profile.points:
+        return None
+    return EngineProfile(
+        engine_key=engine.key if engine else "",
+        backend=engine.triton_backend if engine else "",
+        precision="",
+        hardware=profile.hardware,
+        cpu_limit_millis=profile.cpu_limit_millis,
+        reload=ReloadCost.model_validate(profile.reload.model_dump()) if profile.reload else None,
+        max_batch_size=max_batch_size,
+        points=[
+            BatchProfilePoint(batch_size=p.batch_size, p99_ms=p.p99_ms, throughput_per_s=p.throughput_per_s)
+            for p in profile.points
+        ],
+        service_time=_service_time(profile.service_time),
+        compute_time=_service_time(profile.compute_time) if profile.compute_time else None,
+        method="profile summary from the InferenceService status",
+    )
+
+
+def _service_time(fit: ServiceTimeStatus) -> ServiceTimeModel:
+    return ServiceTimeModel(
+        intercept_ms=fit.intercept_ms, per_item_ms=fit.per_item_ms, jitter_cv=fit.jitter_cv
+    )
+
+
+# ---- what is in force ----------------------------------------------------------------------------
+
+
+def batching_in_force(isvc: InferenceService, status: InferenceServiceStatus) -> BatchingConfig:
+    """Spec values in fixed mode; in auto mode the autoscaler's choice, if still within the spec's bounds."""
+    wanted = isvc.spec.batching.to_config()
+    if isvc.spec.batching.mode is BatchingMode.FIXED or status.batching is None:
+        return wanted
+    chosen = status.batching.to_config()
+    if (
+        check_batching(chosen, engine_max_batch_size=wanted.max_batch_size)
+        or chosen.instances_per_replica != wanted.instances_per_replica
+    ):
+        return wanted
+    return chosen
+
+
+def batching_status(batching: BatchingConfig) -> BatchingStatus:
+    """status.batching for a batching config."""
+    return BatchingStatus.from_config(batching)
+
+
+def replicas_in_force(isvc: InferenceService, status: InferenceServiceStatus) -> int:
+    """spec.replicas when autoscaling is off; otherwise the autoscaler's count, within bounds."""
+    bounds = isvc.spec.autoscaling
+    asked = isvc.spec.replicas if isvc.spec.replicas is not None else bounds.min_replicas
+    if not bounds.enabled:
+        return int(asked)
+    current = asked if status.replicas is None else status.replicas
+    return int(max(bounds.min_replicas, min(bounds.max_replicas, current)))
+
+
+# ---- what the autoscaler saw, decided and learned ------------------------------------------------
+
+
+def observed_status(observation: Observation) -> ObservedStatus:
+    """status.observed: the service-level P99, queue depth and rate, to 0.01."""
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 2)
+
+    return ObservedStatus(
+        p99_ms=rounded(observation.p99_ms),
+        queue_depth=rounded(observation.queue_depth_per_replica),
+        request_rate=rounded(observation.request_rate),
+    )
+
+
+def decision_status(decision: Decision, *, at: datetime) -> DecisionStatus:
+    """status.lastDecision."""
+    return DecisionStatus(
+        action=decision.action.value,
+        reason=decision.reason,
+        message=decision.message[:MAX_MESSAGE],
+        time=at,
+        replicas=decision.replicas,
+        dry_run=decision.dry_run,
+    )
+
+
+def learned_status(learned: Learned) -> LearnedStatus:
+    """status.learned: the model corrections, the hardware's speed and, once timed, the start-up time."""
+    startup = learned.replica_startup_s
+    return LearnedStatus(
+        model_correction_light_load=round(learned.correction_light, 3),
+        model_correction_heavy_load=round(learned.correction_heavy, 3),
+        service_time_scale=round(learned.service_scale, 3),
+        replica_startup_seconds=None if startup is None else round(startup, 1),
+    )
+
+
+def restore_learned(state: PolicyState, learned: LearnedStatus | None) -> PolicyState:
+    """The state with what `learned_status` wrote: a restarted operator keeps what it learned."""
+    if learned is None:
+        return state
+    start = state.learned
+
+    def either(value: float | None, default: float) -> float:
+        return default if value is None else value
+
+    return replace(
+        state,
+        learned=Learned(
+            correction_light=either(learned.model_correction_light_load, start.correction_light),
+            correction_heavy=either(learned.model_correction_heavy_load, start.correction_heavy),
+            service_scale=either(learned.service_time_scale, start.service_scale),
+            replica_startup_s=(
+                start.replica_startup_s
+                if learned.replica_startup_seconds is None
+                else learned.replica_startup_seconds
+            ),
+        ),
+    )

@@ -1,0 +1,165 @@
+"""The status codec: typed values in and out of the object's status, and what the controllers read from it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
+from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
+from tailpilot.controllers.status import (
+    batching_in_force,
+    batching_status,
+    decode_status,
+    encode_status,
+    engine_profile,
+    engine_status,
+    learned_status,
+    replicas_in_force,
+    restore_learned,
+    served_result,
+    service_without_status,
+)
+from tailpilot.policy import Learned, PolicyState
+
+
+def service(**spec: Any) -> InferenceService:
+    return InferenceService.model_validate(
+        {
+            "apiVersion": "tailpilot.io/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "resnet", "namespace": "shop"},
+            "spec": {"model": {"uri": "pvc://models/resnet50.onnx"}, "slo": {"p99LatencyMs": 50}, **spec},
+        }
+    )
+
+
+def learned_dict(learned: Learned) -> dict[str, Any]:
+    return learned_status(learned).model_dump(by_alias=True, exclude_none=True)
+
+
+def test_status_learned_shows_the_corrections_and_a_timed_start_up_only_once_timed():
+    learned = Learned(correction_light=0.7234, correction_heavy=1.31, service_scale=1.6666)
+    assert learned_dict(learned) == {
+        "modelCorrectionLightLoad": 0.723,
+        "modelCorrectionHeavyLoad": 1.31,
+        "serviceTimeScale": 1.667,
+    }
+    timed = learned_dict(replace(learned, replica_startup_s=41.26))
+    assert timed["replicaStartupSeconds"] == 41.3
+    # It is what the CRD's status schema (generated from the same model) accepts.
+    assert InferenceServiceStatus.model_validate({"learned": timed}).learned is not None
+
+
+def test_a_restarted_operator_starts_from_what_the_status_kept():
+    fresh = PolicyState.initial(replicas=3, batching=BatchingConfig(max_batch_size=8))
+    learned = replace(
+        fresh,
+        learned=Learned(correction_light=0.8, correction_heavy=1.4, service_scale=1.9, replica_startup_s=0.0),
+    )
+    restored = restore_learned(fresh, learned_status(learned.learned))
+    assert restored == learned
+    # Nothing kept (a new service, or one an older operator wrote): the initial state as is.
+    assert restore_learned(fresh, None) == fresh
+
+    def kept(section: dict[str, Any]) -> PolicyState:
+        return restore_learned(fresh, decode_status({"learned": section}).learned)
+
+    untimed = kept({"modelCorrectionLightLoad": 0.9})
+    assert (untimed.learned.correction_light, untimed.learned.service_scale) == (0.9, 1.0)
+    assert untimed.learned.replica_startup_s is None
+    # A field a newer operator wrote is skipped; a value that does not validate drops it all.
+    newer = kept({"serviceTimeScale": 1.5, "queueingModel": "v2"})
+    assert newer.learned.service_scale == 1.5
+    assert kept({"serviceTimeScale": -1, "modelCorrectionLightLoad": 0.9}) == fresh
+
+
+def test_the_policys_profile_carries_tritons_compute_time_when_the_build_recorded_it():
+    raw: dict[str, Any] = {
+        "engine": {"key": "abc", "tritonBackend": "onnxruntime"},
+        "profile": {
+            "hardware": "cpu",
+            "serviceTime": {"interceptMs": 2.0, "perItemMs": 1.0, "jitterCv": 0.1},
+            "computeTime": {"interceptMs": 1.5, "perItemMs": 0.9},
+            "points": [{"batchSize": 1, "p99Ms": 4.0, "throughputPerS": 300.0}],
+        },
+    }
+    profile = engine_profile(decode_status(raw), max_batch_size=8)
+    assert profile is not None and profile.compute_time is not None
+    assert (profile.compute_time.intercept_ms, profile.compute_time.per_item_ms) == (1.5, 0.9)
+    assert profile.service_time.jitter_cv == 0.1
+    assert profile.points[0].p99_ms == 4.0 and profile.points[0].p50_ms is None
+    raw["profile"]["computeTime"] = None  # an older build's profile
+    older = engine_profile(decode_status(raw), max_batch_size=8)
+    assert older is not None and older.compute_time is None
+    assert engine_profile(decode_status({"engine": raw["engine"]}), max_batch_size=8) is None
+
+
+def test_the_codec_round_trips_what_the_api_server_stores():
+    raw = {
+        "observedGeneration": 3,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "AllReady",
+                "message": "serving",
+                "lastTransitionTime": "2026-12-01T15:20:55Z",
+                "observedGeneration": 3,
+            }
+        ],
+        "replicas": 2,
+        "batching": {"maxBatchSize": 8, "preferredBatchSizes": [8], "maxQueueDelayMicroseconds": 500},
+        "lastDecision": {"action": "None", "reason": "WithinSLO", "time": "2026-12-01T15:21:10Z"},
+    }
+    status = decode_status(raw)
+    assert status.conditions[0].last_transition_time == datetime(2026, 12, 1, 15, 20, 55, tzinfo=UTC)
+    encoded = encode_status(status)
+    assert encoded["conditions"][0]["lastTransitionTime"] == "2026-12-01T15:20:55Z"
+    assert encoded["lastDecision"]["time"] == "2026-12-01T15:21:10Z"
+    assert decode_status(encoded) == status
+    assert decode_status(None) == InferenceServiceStatus()
+
+
+def test_a_status_section_this_operator_cannot_read_is_dropped_not_the_whole_status():
+    status = decode_status({"replicas": 4, "observed": {"p99Ms": -1}, "engine": {"key": "k", "future": 1}})
+    assert status.replicas == 4
+    assert status.observed is None
+    assert status.engine is not None and status.engine.key == "k"
+
+
+def test_a_valid_spec_is_read_whatever_its_status_holds():
+    body = {**service().model_dump(by_alias=True, exclude_none=True), "status": {"replicas": -3}}
+    assert service_without_status(body).spec.slo.p99_latency_ms == 50
+
+
+def test_the_engine_in_service_round_trips_through_status_engine():
+    result = BuildResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        engine_key="e" * 64,
+        artifact="pvc://tailpilot-engines/e",
+        triton_backend="onnxruntime",
+        inputs=(TensorSpec(name="x", data_type="TYPE_FP32", dims=(3, -1)),),
+        outputs=(TensorSpec(name="y", data_type="TYPE_FP32", dims=(10,)),),
+        cache_hit=True,
+    )
+    built = datetime(2026, 12, 1, 15, 0, tzinfo=UTC)
+    status = InferenceServiceStatus(engine=engine_status(result, request_key="r" * 20, built_at=built))
+    assert served_result(decode_status(encode_status(status))) == result
+    assert encode_status(status)["engine"]["builtAt"] == "2026-12-01T15:00:00Z"
+    assert served_result(InferenceServiceStatus()) is None
+
+
+def test_batching_and_replicas_in_force_stay_within_the_spec():
+    isvc = service(batching={"maxBatchSize": 8}, autoscaling={"minReplicas": 2, "maxReplicas": 5})
+    chosen = BatchingConfig(max_batch_size=4, preferred_batch_sizes=(4,), max_queue_delay_us=200)
+    assert batching_in_force(isvc, InferenceServiceStatus(batching=batching_status(chosen))) == chosen
+    too_big = BatchingConfig(max_batch_size=16)
+    assert batching_in_force(isvc, InferenceServiceStatus(batching=batching_status(too_big))) == (
+        isvc.spec.batching.to_config()
+    )
+    assert replicas_in_force(isvc, InferenceServiceStatus()) == 2
+    assert replicas_in_force(isvc, InferenceServiceStatus(replicas=9)) == 5
+    assert replicas_in_force(isvc, InferenceServiceStatus(replicas=3)) == 3
