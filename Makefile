@@ -118,3 +118,22 @@ bench-scale: tools ## 500 InferenceServices on a dedicated local cluster: time t
 .PHONY: demo
 demo: tools ## the main job on the local cluster
 	$(PY) -P -m tailpilot_e2e.demo
+
+# The two images (docker/). No registry hosts them: build them, push them where the cluster pulls
+# from, and set the chart's image.repository and builder.image.repository to match (README.md,
+# "On a real cluster"). The defaults build the names the chart pulls by default, tagged with its
+# appVersion (the chart's default tag). PLATFORM: the GPU nodes' architecture, not the build machine's.
+REGISTRY ?= ghcr.io/tailpilot
+TAG ?= $(shell sed -n 's/^appVersion: *//p' charts/tailpilot/Chart.yaml | tr -d '"')
+PLATFORM ?= linux/amd64
+DOCKER ?= docker
+
+.PHONY: images
+images: ## build the operator and builder images, $(REGISTRY)/tailpilot-{operator,builder}:$(TAG)
+	$(DOCKER) build --platform $(PLATFORM) -f docker/operator.Dockerfile -t $(REGISTRY)/tailpilot-operator:$(TAG) .
+	$(DOCKER) build --platform $(PLATFORM) -f docker/builder.Dockerfile -t $(REGISTRY)/tailpilot-builder:$(TAG) .
+
+.PHONY: images-push
+images-push: images ## build and push both images to $(REGISTRY)
+	$(DOCKER) push $(REGISTRY)/tailpilot-operator:$(TAG)
+	$(DOCKER) push $(REGISTRY)/tailpilot-builder:$(TAG)

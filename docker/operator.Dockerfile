@@ -3,23 +3,26 @@
 #
 #   docker build -f docker/operator.Dockerfile -t ghcr.io/tailpilot/tailpilot-operator:0.1.0 .
 #
-# Two stages: wheels are built with the compiler toolchain, the runtime stage has only the venv.
-# The operator renders Triton's config.pbtxt with tritonclient's protobuf classes, so the grpc
-# extra of tritonclient is installed; the heavy Triton/pytriton extras are not.
+# (`make images` runs this; no registry hosts the image: README.md, "On a real cluster".)
+# Two stages: the venv is built in the first, the runtime stage has only the venv.
+# docker/install-python.sh installs the project with every version from requirements.lock: its own
+# dependencies only (tritonclient's grpc/http clients render Triton's config.pbtxt and change
+# batching live); the heavy Triton/pytriton extras are not installed.
+# tests/images/test_image_installs.py runs the same script and imports what `tailpilot operator` needs.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
+COPY docker/install-python.sh docker/
 COPY operator/ operator/
 COPY controllers/ controllers/
 COPY builders/ builders/
 COPY bench/ bench/
 COPY e2e/__init__.py e2e/
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install . "tritonclient[grpc]==2.51.0"
+RUN sh docker/install-python.sh operator /opt/venv
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="tailpilot-operator" \

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,3 +39,48 @@ def test_operator_uid_matches_the_chart() -> None:
     values = yaml.safe_load((REPO / "charts/tailpilot/values.yaml").read_text())
     uid = values["podSecurityContext"]["runAsUser"]
     assert f"USER {uid}:{uid}" in (REPO / "docker/operator.Dockerfile").read_text()
+
+
+def _dockerfile(image: str) -> str:
+    return (REPO / f"docker/{image}.Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("image", ["operator", "builder"])
+def test_python_is_installed_by_the_script_from_the_lock(image: str) -> None:
+    """One install path per image, tested by tests/images/test_image_installs.py."""
+    text = _dockerfile(image)
+    assert re.search(r"^COPY .*\brequirements\.lock\b.* \./$", text, re.M), "the lock is in the build context"
+    assert re.search(r"^COPY docker/install-python\.sh docker/$", text, re.M)
+    runs = re.findall(r"^RUN ((?:.*\\\n)*.*)$", text, re.M)
+    calls = [r for r in runs if "docker/install-python.sh" in r]
+    assert len(calls) == 1 and re.search(rf"\bsh docker/install-python\.sh {image} /opt/venv\b", calls[0])
+    assert not any(re.search(r"\bpip\b.*\binstall\b", r) for r in runs), (
+        "every install goes through the script"
+    )
+    script = (REPO / "docker/install-python.sh").read_text()
+    installs = [line for line in script.splitlines() if re.search(r"\bpip install\b", line)]
+    assert installs and all('-c "$src/requirements.lock"' in line for line in installs)
+
+
+def _chart_image(values: dict, app_version: str) -> str:
+    return f"{values['repository']}:{values.get('tag') or app_version}"
+
+
+def test_make_images_builds_what_the_chart_pulls() -> None:
+    """`make images` with its defaults, and each Dockerfile's header, tag what the chart pulls by default."""
+    values = yaml.safe_load((REPO / "charts/tailpilot/values.yaml").read_text())
+    app_version = yaml.safe_load((REPO / "charts/tailpilot/Chart.yaml").read_text())["appVersion"]
+    expected = {
+        "operator": _chart_image(values["image"], app_version),
+        "builder": _chart_image(values["builder"]["image"], app_version),
+    }
+    for image, ref in expected.items():
+        assert f"docker build -f docker/{image}.Dockerfile -t {ref} ." in _dockerfile(image)
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    env = {k: v for k, v in os.environ.items() if k not in {"REGISTRY", "TAG", "PLATFORM", "DOCKER"}}
+    dry_run = subprocess.run(
+        ["make", "-n", "-s", "images"], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    built = dict(re.findall(r"-f docker/(\w+)\.Dockerfile -t (\S+) \.", dry_run.stdout))
+    assert built == expected
