@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from aiohttp import web
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from tailpilot.api import constants as c
 from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_app
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.clock import SYSTEM_CLOCK
@@ -28,7 +28,7 @@ from tailpilot.controllers.kubeapi import SECRETS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.settings import OperatorSettings
-from tailpilot.manifests.settings import ManifestSettings
+from tailpilot.manifests.settings import ManifestSettings, settings_from_env
 
 DEFAULT_BUILDER_IMAGE = "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
 
@@ -43,22 +43,42 @@ def _key_values(items: Sequence[str], flag: str) -> dict[str, str]:
     return pairs
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Command-line flags; each has an environment-variable default for the Helm chart."""
-    env = os.environ.get
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """Command-line flags; each defaults to a `TAILPILOT_*` environment variable (what the Helm chart sets).
+
+    This and `build_settings` are the operator's one settings path: the manifest variables go
+    through `tailpilot.manifests.settings.settings_from_env`, the others are flag defaults here.
+    `environ` is the environment read (`os.environ` unless given; the chart test passes the rendered
+    Deployment's). Everything is read once, at start-up.
+    """
+    environ = os.environ if environ is None else environ
+    env = environ.get
     parser = argparse.ArgumentParser(prog="tailpilot operator", description=__doc__)
+    try:
+        # The chart always sets the builder image; a bare `tailpilot operator` uses this release's.
+        from_env = settings_from_env(environ, default_builder_image=DEFAULT_BUILDER_IMAGE)
+    except ValueError as exc:
+        parser.error(str(exc))
+    parser.set_defaults(manifests_from_env=from_env)
     parser.add_argument(
         "--namespace",
         action="append",
         default=[],
         help="watch only this namespace (repeatable); default: all namespaces",
     )
-    parser.add_argument("--builder-image", default=env("TAILPILOT_BUILDER_IMAGE", DEFAULT_BUILDER_IMAGE))
-    parser.add_argument("--triton-image", default=env("TAILPILOT_TRITON_IMAGE", c.DEFAULT_TRITON_IMAGE))
+    parser.add_argument("--builder-image", default=from_env.builder_image)
+    parser.add_argument("--triton-image", default=from_env.triton_image)
     parser.add_argument(
         "--engine-store-claim",
-        default=env("TAILPILOT_ENGINE_STORE_CLAIM", c.DEFAULT_ENGINE_STORE_CLAIM),
+        default=from_env.engine_store_claim,
         help="PVC (in each service's namespace) holding the engine store",
+    )
+    parser.add_argument(
+        "--monitoring-label",
+        action="append",
+        default=[],
+        help="extra KEY=VALUE label on generated ServiceMonitors and PrometheusRules (repeatable; "
+        "added to the JSON object in TAILPILOT_MONITORING_LABELS)",
     )
     parser.add_argument(
         "--build-pod-label",
@@ -118,7 +138,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="address the metrics and webhook servers listen on",
     )
     parser.add_argument("--verbose", action="store_true")
-    return parser.parse_args(list(argv))
+    args = parser.parse_args(list(argv))
+    if args.webhook_port and not (args.webhook_token_secret or args.webhook_token_file):
+        # The webhook never serves without a token: say so instead of silently not serving it.
+        parser.error("--webhook-port needs --webhook-token-secret or --webhook-token-file")
+    if args.webhook_token_secret and (
+        len(parts := args.webhook_token_secret.split("/")) != 3 or not all(parts)
+    ):
+        parser.error(f"--webhook-token-secret takes NAMESPACE/NAME/KEY, got {args.webhook_token_secret!r}")
+    return args
 
 
 def _api_client() -> client.ApiClient:
@@ -133,17 +161,24 @@ def _api_client() -> client.ApiClient:
 
 
 def build_settings(args: argparse.Namespace) -> OperatorSettings:
-    """Operator settings from parsed flags."""
+    """Operator settings from `parse_args`' result: the environment's manifest settings, flags over them."""
+    from_env: ManifestSettings = args.manifests_from_env
     return OperatorSettings(
-        manifests=ManifestSettings(
+        manifests=dataclasses.replace(
+            from_env,
             builder_image=args.builder_image,
             triton_image=args.triton_image,
             engine_store_claim=args.engine_store_claim,
+            monitoring_labels={
+                **from_env.monitoring_labels,
+                **_key_values(args.monitoring_label, "--monitoring-label"),
+            },
         ),
         build_pod_labels=_key_values(args.build_pod_label, "--build-pod-label"),
         resync_seconds=args.resync_seconds,
         build_retry_base_seconds=args.build_retry_base_seconds,
         prometheus_url=args.prometheus_url,
+        control_period_seconds=args.control_period_seconds,
     )
 
 
@@ -179,13 +214,12 @@ def run(
     register(registry, loops=loops)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
-    token = _webhook_token(args, kube)
-    if args.webhook_port and token:
+    if args.webhook_port:
         _register_webhook(
             registry,
             loops=loops,
             metrics=metrics,
-            token=token,
+            token=_webhook_token(args, kube),
             host=args.bind_address,
             port=args.webhook_port,
         )
@@ -211,15 +245,20 @@ def run(
 
 
 def _webhook_token(args: argparse.Namespace, kube: Kube) -> str:
+    """The webhook's bearer token, read once at start-up (a rotated token needs a restart)."""
     if args.webhook_token_file:
-        return Path(args.webhook_token_file).read_text().strip()
-    if args.webhook_token_secret:
+        token = Path(args.webhook_token_file).read_text().strip()
+        where = f"file {args.webhook_token_file}"
+    else:
         namespace, name, key = args.webhook_token_secret.split("/", 2)
         secret = kube.get(SECRETS, namespace, name)
         if secret is None or key not in (secret.get("data") or {}):
             raise SystemExit(f"webhook token: Secret {namespace}/{name} has no key {key!r}")
-        return base64.b64decode(secret["data"][key]).decode().strip()
-    return ""
+        token = base64.b64decode(secret["data"][key]).decode().strip()
+        where = f"Secret {namespace}/{name} key {key!r}"
+    if not token:
+        raise SystemExit(f"webhook token: {where} is empty; the webhook never serves without a token")
+    return token
 
 
 def _register_webhook(

@@ -108,7 +108,8 @@ The ClusterRole grants only the verbs the operator uses (each rule is commented 
 patch InferenceServices and their status; create/read/delete build Jobs; read Pods (build results,
 Triton pod IPs for live batching reloads); manage ConfigMaps, Services, Deployments,
 PodDisruptionBudgets, ServiceMonitors and PrometheusRules. A namespaced Role allows `get` on the
-one Secret holding the webhook token, when `webhook.tokenSecret.name` is set.
+one Secret holding the webhook token (the generated one, or `webhook.tokenSecret.name`), when the
+webhook is enabled. With `rbac.create=false`, grant the same yourself.
 
 ## Engine store
 
@@ -118,8 +119,29 @@ Each namespace with InferenceServices needs a PersistentVolumeClaim named `engin
 ## Alertmanager
 
 The PrometheusRules the operator generates label every alert `tailpilot="operator"` and keep the
-`namespace` and `inferenceservice` labels. Route them to the operator's webhook Service so an SLO
-burn triggers an immediate re-evaluation (the autoscaler also runs on its own timer):
+`namespace` and `inferenceservice` labels. Route them to the operator's webhook so an SLO burn
+triggers an immediate re-evaluation (the autoscaler also runs on its own timer).
+
+The webhook is on by default and always requires a bearer token. Unless you name your own Secret
+(`webhook.tokenSecret.name`, in the release namespace; then none is generated), the chart creates
+the Secret `<fullname>-webhook-token` at install with a random 48-character token under
+`webhook.tokenSecret.key`. Upgrades keep the token (the template looks up the existing Secret).
+`helm uninstall` deletes it with the release, so a token never outlives the webhook it opens; set
+`webhook.tokenSecret.keep=true` to annotate it `helm.sh/resource-policy: keep` instead, so that a
+reinstall of the same release reuses it and the Alertmanager side needs no change. `helm template`
+(as Argo CD and Flux render charts) cannot look the Secret up and renders a new token every time:
+there, name your own Secret. The operator reads the token once, at start-up: after rotating it,
+`kubectl rollout restart` the operator's Deployment. `webhook.enabled=false` renders none of it (no
+Service, container port, Secret, Role or environment).
+
+Alertmanager reads the token from a file, so copy it into a Secret mounted into Alertmanager (with
+prometheus-operator, list that Secret in the Alertmanager's `spec.secrets`; it is mounted at
+`/etc/alertmanager/secrets/<name>/`):
+
+```sh
+kubectl -n tailpilot-system get secret tailpilot-webhook-token -o jsonpath='{.data.token}' | base64 -d \
+  > token && kubectl -n monitoring create secret generic tailpilot-webhook --from-file=token && rm token
+```
 
 ```yaml
 route:
@@ -135,15 +157,17 @@ receivers:
     webhook_configs:
       - url: http://tailpilot-webhook.tailpilot-system.svc:8081/alerts
         send_resolved: true
-        # With webhook.tokenSecret.name set, send the same token:
         http_config:
           authorization:
             type: Bearer
             credentials_file: /etc/alertmanager/secrets/tailpilot-webhook/token
 ```
 
-(The Service is named `<release>-tailpilot-webhook`, or `<release>-webhook` when the release name
-contains "tailpilot".)
+(For `helm install tailpilot ... --namespace tailpilot-system`. In general the Service is
+`<release>-tailpilot-webhook`, or `<release>-webhook` when the release name contains "tailpilot",
+on port `webhook.servicePort`, and the token Secret is that name plus `-token`; the install notes
+print both.) A request without the token is answered 401 and counted in
+`tailpilot_webhook_requests_total`.
 
 ## Values
 

@@ -49,24 +49,30 @@ class ManifestSettings:
 
 
 # Environment variables the chart sets on the operator (templates/operator-deployment.yaml) that
-# feed these settings. The controller passes `os.environ` in; the parsing stays pure.
+# feed these settings. The controller (`controllers.main.parse_args`, the operator's one settings
+# path) passes its environment in; the parsing stays pure.
 ENV_BUILDER_IMAGE = "TAILPILOT_BUILDER_IMAGE"
 ENV_TRITON_IMAGE = "TAILPILOT_TRITON_IMAGE"
 ENV_ENGINE_STORE_CLAIM = "TAILPILOT_ENGINE_STORE_CLAIM"
 ENV_MONITORING_LABELS = "TAILPILOT_MONITORING_LABELS"
 
 
-def settings_from_env(environ: Mapping[str, str]) -> ManifestSettings:
+def settings_from_env(environ: Mapping[str, str], *, default_builder_image: str = "") -> ManifestSettings:
     """Build the settings from the operator's environment (a mapping, e.g. `os.environ`).
 
+    An unset or empty variable takes its default; only the keys below are read.
+
     Raises:
-        ValueError: When the builder image is missing or the monitoring labels are not a JSON object
-            of strings.
+        ValueError: When the builder image is missing (and no default is given) or the monitoring
+            labels are not a JSON object of strings.
     """
-    builder_image = environ.get(ENV_BUILDER_IMAGE, "")
+    builder_image = environ.get(ENV_BUILDER_IMAGE) or default_builder_image
     if not builder_image:
         raise ValueError(f"{ENV_BUILDER_IMAGE} must name the engine builder image")
-    labels = json.loads(environ.get(ENV_MONITORING_LABELS) or "{}")
+    try:
+        labels = json.loads(environ.get(ENV_MONITORING_LABELS) or "{}")
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{ENV_MONITORING_LABELS} must be a JSON object of strings: {exc}") from exc
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise ValueError(f"{ENV_MONITORING_LABELS} must be a JSON object of strings, got {labels!r}")
     return ManifestSettings(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import base64
 import importlib.util
 import re
 import subprocess
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -78,6 +81,9 @@ def test_default_render(helm: str) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "Role",
+        "RoleBinding",
+        "Secret",
         "Service",
         "Service",
         "ServiceAccount",
@@ -122,6 +128,9 @@ def test_crds_opt_in_and_kept(helm: str) -> None:
         ("podSecurityContext.runAsUser=0", "runAsUser"),
         ("webhook.port=70000", "port"),
         ("engineStore.claimName=Not_A_Name", "claimName"),
+        ("webhook.tokenSecret.name=Not_A_Name", "name"),
+        ("webhook.tokenSecret.key=a/b", "key"),
+        ("webhook.tokenSecret.keep=yes", "keep"),
         ("typoValue=1", "typoValue"),
     ],
 )
@@ -131,15 +140,53 @@ def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
     assert complaint in out.stderr, out.stderr
 
 
-def test_secret_role_only_with_a_token_secret(helm: str) -> None:
-    assert not _by_kind(template(helm), "Role")
-    docs = template(helm, "webhook.tokenSecret.name=am-token")
+def _secret_role(docs: list[dict[str, Any]]) -> str:
+    """The one Secret the namespaced Role lets the operator's ServiceAccount `get`."""
     (role,) = _by_kind(docs, "Role")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["am-token"], "verbs": ["get"]}
-    ]
+    (rule,) = role["rules"]
+    assert rule == {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": rule["resourceNames"],
+        "verbs": ["get"],
+    }
     (binding,) = _by_kind(docs, "RoleBinding")
-    assert binding["subjects"][0]["namespace"] == "tp-system"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    (subject,) = binding["subjects"]
+    assert subject == {"kind": "ServiceAccount", "name": "rel-tailpilot", "namespace": "tp-system"}
+    (name,) = rule["resourceNames"]
+    return str(name)
+
+
+def test_webhook_token_secret_is_generated_by_default(helm: str) -> None:
+    docs = template(helm)
+    (secret,) = _by_kind(docs, "Secret")
+    assert secret["metadata"]["name"] == "rel-tailpilot-webhook-token"
+    assert secret["metadata"]["namespace"] == "tp-system"
+    assert "annotations" not in secret["metadata"]  # `helm uninstall` deletes it with the release
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", token), token
+    assert _secret_role(docs) == "rel-tailpilot-webhook-token"
+    (kept,) = _by_kind(template(helm, "webhook.tokenSecret.keep=true"), "Secret")
+    assert kept["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    (other_key,) = _by_kind(template(helm, "webhook.tokenSecret.key=bearer"), "Secret")
+    assert set(other_key["data"]) == {"bearer"}
+
+
+def test_a_users_token_secret_is_used_and_none_generated(helm: str) -> None:
+    docs = template(helm, "webhook.tokenSecret.name=am-token")
+    assert not _by_kind(docs, "Secret")
+    assert _secret_role(docs) == "am-token"
+
+
+def test_webhook_disabled_renders_none_of_it(helm: str) -> None:
+    docs = template(helm, "webhook.enabled=false")
+    assert not _by_kind(docs, "Secret") and not _by_kind(docs, "Role") and not _by_kind(docs, "RoleBinding")
+    assert [s["metadata"]["name"] for s in _by_kind(docs, "Service")] == ["rel-tailpilot-metrics"]
+    (dep,) = _by_kind(docs, "Deployment")
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    assert {p["name"] for p in ctr["ports"]} == {"health", "metrics"}
+    assert not [e for e in ctr["env"] if "WEBHOOK" in e["name"]]
 
 
 EXPECTED_RULES = {
@@ -252,18 +299,120 @@ def test_readme_matches_generator() -> None:
     )
 
 
-def test_chart_env_feeds_the_manifest_settings(helm: str) -> None:
-    from tailpilot.manifests.settings import settings_from_env
+class _ReadRecorder(Mapping[str, str]):
+    """An environment that records which variables were looked up."""
 
-    (dep,) = _by_kind(template(helm, "prometheus.monitoringLabels.release=prom"), "Deployment")
-    env = {
-        e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e
-    }
-    settings = settings_from_env(env)
-    assert settings.builder_image == "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
-    assert settings.triton_image == "nvcr.io/nvidia/tritonserver:24.10-py3"
-    assert settings.engine_store_claim == "tailpilot-engines"
-    assert dict(settings.monitoring_labels) == {"release": "prom"}
+    def __init__(self, env: dict[str, str]):
+        self._env = env
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return self._env[key]
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("the operator looks variables up by name, it never lists the environment")
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+
+def _operator_parse(helm: str, *sets: str) -> tuple[argparse.Namespace, Any, set[str]]:
+    """Render the chart, feed its Deployment's args and env through the operator's own parsing.
+
+    Returns the parsed flags, the `OperatorSettings`, and the variables the chart sets that the
+    operator never read.
+    """
+    from tailpilot.controllers.main import build_settings, parse_args
+
+    (dep,) = _by_kind(template(helm, *sets), "Deployment")
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    # Every variable is a literal (no valueFrom), so this test sees exactly what the operator sees.
+    assert all(set(e) == {"name", "value"} for e in ctr["env"]), ctr["env"]
+    env = {e["name"]: e["value"] for e in ctr["env"]}
+    assert len(env) == len(ctr["env"]), "a variable is set twice"
+    assert ctr["args"][0] == "operator"
+    recorder = _ReadRecorder(env)
+    args = parse_args(ctr["args"][1:], environ=recorder)
+    return args, build_settings(args), set(env) - recorder.read
+
+
+def test_defaults_reach_the_operator_settings(helm: str) -> None:
+    args, settings, unread = _operator_parse(helm)
+    assert unread == set()
+    m = settings.manifests
+    assert m.builder_image == "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
+    assert m.triton_image == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert m.engine_store_claim == "tailpilot-engines"
+    assert dict(m.monitoring_labels) == {}
+    assert settings.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert args.liveness == "http://0.0.0.0:8080/healthz"
+    assert args.metrics_port == 9090
+    # The webhook is served, authenticated by the generated Secret (rendered above).
+    assert args.webhook_port == 8081
+    assert args.webhook_token_secret == "tp-system/rel-tailpilot-webhook-token/token"
+    assert args.webhook_token_file == ""
+    assert args.namespace == [] and args.verbose is False
+
+
+def test_a_users_token_secret_reaches_the_operator(helm: str) -> None:
+    args, _, unread = _operator_parse(
+        helm, "webhook.tokenSecret.name=am-token", "webhook.tokenSecret.key=bearer"
+    )
+    assert unread == set()
+    assert args.webhook_port == 8081
+    assert args.webhook_token_secret == "tp-system/am-token/bearer"
+
+
+def test_webhook_disabled_reaches_the_operator(helm: str) -> None:
+    args, _, unread = _operator_parse(helm, "webhook.enabled=false")
+    assert unread == set()
+    assert args.webhook_port == 0 and args.webhook_token_secret == ""
+
+
+def test_monitoring_labels_reach_the_generated_monitoring_objects(helm: str) -> None:
+    from tailpilot.api.v1alpha1 import InferenceService
+    from tailpilot.manifests import prometheus_rule, service_monitor
+
+    _, settings, unread = _operator_parse(
+        helm, "prometheus.monitoringLabels.release=prom", "prometheus.monitoringLabels.team=ml"
+    )
+    assert unread == set()
+    assert dict(settings.manifests.monitoring_labels) == {"release": "prom", "team": "ml"}
+    obj = yaml.safe_load((REPO / "examples" / "gpu-tensorrt-h100.yaml").read_text())
+    obj["metadata"]["uid"] = "u1"
+    isvc = InferenceService.model_validate(obj)
+    for made in (
+        service_monitor.service_monitor(isvc=isvc, settings=settings.manifests),
+        prometheus_rule.prometheus_rule(isvc=isvc, settings=settings.manifests),
+    ):
+        assert {"release": "prom", "team": "ml"}.items() <= made["metadata"]["labels"].items(), made["kind"]
+
+
+def test_watch_namespaces_and_images_reach_the_operator(helm: str) -> None:
+    args, settings, unread = _operator_parse(
+        helm,
+        "watchNamespaces={ml,prod}",
+        "logLevel=debug",
+        "builder.image.tag=9.9",
+        "triton.image=registry.local/triton:1",
+        "engineStore.claimName=engines",
+        "prometheus.url=http://prom.local:9090",
+        "metrics.port=9191",
+    )
+    assert unread == set()
+    assert args.namespace == ["ml", "prod"] and args.verbose is True
+    assert settings.manifests.builder_image == "ghcr.io/tailpilot/tailpilot-builder:9.9"
+    assert settings.manifests.triton_image == "registry.local/triton:1"
+    assert settings.manifests.engine_store_claim == "engines"
+    assert settings.prometheus_url == "http://prom.local:9090"
+    assert args.metrics_port == 9191
+
+
+def test_an_unread_variable_is_noticed(helm: str) -> None:
+    # The check above has teeth: a variable the operator does not read (here via extraEnv) shows up.
+    _, _, unread = _operator_parse(helm, "extraEnv[0].name=TAILPILOT_NAMESPACE", "extraEnv[0].value=x")
+    assert unread == {"TAILPILOT_NAMESPACE"}
 
 
 def test_namespaces_and_verbosity_become_operator_flags(helm: str) -> None:

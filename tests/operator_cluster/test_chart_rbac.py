@@ -2,17 +2,26 @@
 
 The operator runs here as a process authenticated with a token of the chart's
 ServiceAccount, so every API call it makes is authorized by the chart's
-ClusterRole and Role alone (the admin kubeconfig is not used).
+ClusterRole and Role alone (the admin kubeconfig is not used): among them the
+start-up read of the webhook token Secret the chart generates, after which the
+webhook answers only that token. The generated token is kept across
+`helm upgrade`, and removed by `helm uninstall` unless `webhook.tokenSecret.keep`.
 """
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+import httpx
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
+from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.config import tool
 from tailpilot_e2e.kube import service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
@@ -29,40 +38,106 @@ from .conftest import gpu_build_result
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
+@dataclass(frozen=True)
+class Release:
+    """One installed release of the chart, and `helm` bound to its cluster and namespace."""
+
+    name: str
+    namespace: str
+    helm: Callable[..., subprocess.CompletedProcess[str]]
+
+    @property
+    def account(self) -> str:
+        return f"{self.name}-tailpilot"
+
+    @property
+    def token_secret(self) -> str:
+        return f"{self.name}-tailpilot-webhook-token"
+
+
 @pytest.fixture
-def helm_release(crds, k8s, tmp_path):
+def helm_release(crds, k8s, tmp_path) -> Iterator[Callable[..., Release]]:
+    """Install the chart (`--set` pairs as arguments) in a fresh namespace; uninstall afterwards."""
     helm = tool("helm")
     assert helm, "helm is installed by `make helm` (e2e/install-helm.sh)"
-    release = f"tp-{uuid.uuid4().hex[:6]}"
-    namespace = f"{release}-system"
     env = {"KUBECONFIG": str(crds.paths.kubeconfig), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    # CRDs are already installed by the session fixture (server-side apply), so the chart skips them.
-    cmd = [
-        helm,
-        "install",
-        release,
-        "charts/tailpilot",
-        "-n",
-        namespace,
-        "--create-namespace",
-        "--set",
-        "crds.enabled=false",
-        "--wait=false",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    yield release, namespace
-    subprocess.run(
-        [helm, "uninstall", release, "-n", namespace], capture_output=True, env=env, timeout=120, check=False
+    installed: list[Release] = []
+
+    def install(*sets: str) -> Release:
+        name = f"tp-{uuid.uuid4().hex[:6]}"
+        namespace = f"{name}-system"
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            result = subprocess.run(
+                [helm, *args, "-n", namespace],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 0, result.stderr
+            return result
+
+        release = Release(name, namespace, run)
+        installed.append(release)
+        # CRDs are already installed by the session fixture (server-side apply), so the chart skips them.
+        set_args = [arg for s in ("crds.enabled=false", *sets) for arg in ("--set", s)]
+        run("install", name, "charts/tailpilot", "--create-namespace", *set_args, "--wait=false")
+        return release
+
+    yield install
+    core = client.CoreV1Api(k8s)
+    for release in installed:
+        subprocess.run(
+            [helm, "uninstall", release.name, "-n", release.namespace],
+            capture_output=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        core.delete_namespace(release.namespace)
+
+
+def _token(k8s, release: Release) -> str:
+    secret = client.CoreV1Api(k8s).read_namespaced_secret(release.token_secret, release.namespace)
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+def _secret_gone(k8s, release: Release) -> bool:
+    try:
+        client.CoreV1Api(k8s).read_namespaced_secret(release.token_secret, release.namespace)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def _account_may(k8s, release: Release, verb: str, *, namespace: str, name: str | None = None) -> bool:
+    """Whether the chart's ServiceAccount may `verb` Secrets (a SubjectAccessReview)."""
+    sa = f"system:serviceaccount:{release.namespace}:{release.account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{release.namespace}", "system:authenticated"]
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=sa,
+            groups=groups,
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, resource="secrets", name=name
+            ),
+        )
     )
-    client.CoreV1Api(k8s).delete_namespace(namespace)
+    return bool(client.AuthorizationV1Api(k8s).create_subject_access_review(review).status.allowed)
 
 
 def test_operator_runs_with_only_the_charts_rbac(
     helm_release, local_cluster, k8s, namespace, engine_store, example, tmp_path
 ):
-    release, release_ns = helm_release
-    account = f"{release}-tailpilot"
+    release = helm_release()  # default values: the webhook on, its token generated
+    release_ns, account = release.namespace, release.account
+    # The chart's Role lets the operator read its token Secret, and no other Secret.
+    assert _account_may(k8s, release, "get", namespace=release_ns, name=release.token_secret)
+    assert not _account_may(k8s, release, "get", namespace=release_ns, name="another-secret")
+    assert not _account_may(k8s, release, "list", namespace=release_ns)
+    assert not _account_may(k8s, release, "get", namespace=namespace, name=release.token_secret)
     rbac = client.RbacAuthorizationV1Api(k8s)
     role = rbac.read_cluster_role(account)
     assert all("*" not in rule.verbs and "*" not in (rule.resources or []) for rule in role.rules), role.rules
@@ -76,9 +151,30 @@ def test_operator_runs_with_only_the_charts_rbac(
     )
 
     core = client.CoreV1Api(k8s)
+    webhook_port = free_port()
+    # As the chart's Deployment runs it: the token read at start-up from the generated Secret.
+    webhook_args = [
+        "--webhook-port",
+        str(webhook_port),
+        "--webhook-token-secret",
+        f"{release_ns}/{release.token_secret}/token",
+        "--bind-address",
+        "127.0.0.1",
+    ]
     with OperatorProcess(
-        local_cluster, namespace=namespace, log_dir=tmp_path, kubeconfig=kubeconfig
+        local_cluster, namespace=namespace, log_dir=tmp_path, kubeconfig=kubeconfig, extra_args=webhook_args
     ) as operator:
+        url = f"http://127.0.0.1:{webhook_port}/alerts"
+        empty_group = {"version": "4", "status": "firing", "alerts": []}
+        unauthenticated = eventually(
+            lambda: httpx.post(url, json=empty_group, timeout=2), timeout=30, description="webhook serving"
+        )
+        assert unauthenticated.status_code == 401
+        wrong = httpx.post(url, json=empty_group, headers={"Authorization": "Bearer wrong"}, timeout=2)
+        assert wrong.status_code == 401
+        bearer = {"Authorization": f"Bearer {_token(k8s, release)}"}
+        assert httpx.post(url, json=empty_group, headers=bearer, timeout=2).status_code == 200
+
         isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
         client.CustomObjectsApi(k8s).create_namespaced_custom_object(
             "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
@@ -92,3 +188,35 @@ def test_operator_runs_with_only_the_charts_rbac(
         eventually(ready, timeout=90, description="Ready with the chart's RBAC")
         log = operator.log_file.read_text()
     assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+
+
+def test_generated_token_is_kept_on_upgrade_and_removed_on_uninstall(helm_release, k8s):
+    release = helm_release()
+    token = _token(k8s, release)
+    assert len(token) == 48
+    secret = client.CoreV1Api(k8s).read_namespaced_secret(release.token_secret, release.namespace)
+    assert "helm.sh/resource-policy" not in (secret.metadata.annotations or {})
+    # An upgrade that changes the Deployment keeps the token Alertmanager was given.
+    release.helm("upgrade", release.name, "charts/tailpilot", "--reuse-values", "--set", "logLevel=debug")
+    assert _token(k8s, release) == token
+    release.helm("uninstall", release.name)
+    eventually(lambda: _secret_gone(k8s, release), timeout=30, description="token Secret deleted")
+
+
+def test_kept_token_survives_uninstall_and_is_reused(helm_release, k8s):
+    release = helm_release("webhook.tokenSecret.keep=true")
+    token = _token(k8s, release)
+    release.helm("uninstall", release.name)
+    assert _token(k8s, release) == token  # `helm.sh/resource-policy: keep`
+    release.helm(
+        "install", release.name, "charts/tailpilot", "--set", "crds.enabled=false", "--set",
+        "webhook.tokenSecret.keep=true", "--wait=false",
+    )  # fmt: skip
+    assert _token(k8s, release) == token
+
+
+def test_a_users_secret_is_used_and_none_generated(helm_release, k8s):
+    release = helm_release("webhook.tokenSecret.name=am-token")
+    assert _secret_gone(k8s, release)
+    assert _account_may(k8s, release, "get", namespace=release.namespace, name="am-token")
+    assert not _account_may(k8s, release, "get", namespace=release.namespace, name=release.token_secret)

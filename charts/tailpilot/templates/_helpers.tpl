@@ -51,3 +51,8 @@ app.kubernetes.io/component: operator
 {{ .image.repository }}:{{ $tag }}
 {{- end -}}
 {{- end }}
+
+{{/* Secret holding the webhook's bearer token: the user's (webhook.tokenSecret.name), else the generated one. */}}
+{{- define "tailpilot.webhookTokenSecretName" -}}
+{{- default (printf "%s-webhook-token" (include "tailpilot.fullname" . | trunc 50 | trimSuffix "-")) .Values.webhook.tokenSecret.name }}
+{{- end }}
