@@ -32,18 +32,23 @@ class ServingTarget:
     device: Literal["cpu", "gpu"]
     #: The GPU product the engine is bound to (TensorRT plans run only there); None on the CPU.
     gpu_product: str | None = None
+    #: Whole GPUs each replica gets (`spec.runtime.gpu.count`); the device plugin exposes them to the
+    #: container as devices 0..count-1, which the model config's instance group lists.
+    gpu_count: int = 1
 
     @classmethod
     def from_service(cls, isvc: InferenceService) -> ServingTarget:
-        """The spec's placement: `spec.runtime.device`, and `spec.runtime.gpu.product` on a GPU."""
+        """The spec's placement: `spec.runtime.device`, and `spec.runtime.gpu` product and count on a GPU."""
         runtime = isvc.spec.runtime
         if runtime.device is not Device.GPU:
             return cls(device="cpu")
-        return cls(device="gpu", gpu_product=runtime.gpu.product if runtime.gpu is not None else None)
+        if runtime.gpu is None:
+            return cls(device="gpu")
+        return cls(device="gpu", gpu_product=runtime.gpu.product, gpu_count=runtime.gpu.count)
 
     @classmethod
     def from_build_target(cls, target: str) -> ServingTarget:
-        """The placement a `BuildRequest.target` names: "cpu", or the GPU product to build for."""
+        """The placement a `BuildRequest.target` names: "cpu", or the GPU product to build for (one GPU)."""
         if target == "cpu":
             return cls(device="cpu")
         return cls(device="gpu", gpu_product=target)

@@ -23,6 +23,23 @@ The same message renders three ways:
 TensorRT plans only run on the GPU product they were built for, so a TensorRT
 config records it as the model parameter `GPU_PRODUCT_PARAMETER`; the
 deployment pins its pods to that product with a node selector.
+
+What Triton itself would refuse when it loads the model is refused here, with a
+`ValueError` that names the field (tests/manifests/test_triton_native_config.py
+checks the rendered text against the protobuf and these rules):
+
+- `backend`/`platform`/`default_model_filename` are Triton's own pairs
+  (`src/constants.h`: onnxruntime/onnxruntime_onnx/model.onnx,
+  tensorrt/tensorrt_plan/model.plan); the python variant differs from the
+  native one in those three fields only;
+- `max_batch_size` >= 1 (dynamic batching needs a batching model) and within
+  the engine's batch profile when the caller knows it (a TensorRT plan refuses
+  a larger one); `preferred_batch_size` within 1..max_batch_size;
+- every input and output: a name (unique per direction), a data type other
+  than TYPE_INVALID (TYPE_STRING not on TensorRT), at least one dimension, each
+  >= 1 or -1, without the batch dimension (Triton adds it);
+- one instance group: KIND_CPU without GPUs, or KIND_GPU listing the
+  replica's devices 0..count-1 (a TensorRT config only on a GPU product).
 """
 
 from __future__ import annotations
@@ -60,6 +77,7 @@ def model_config_for(
     outputs: Sequence[TensorSpec],
     batching: BatchingConfig,
     placement: ServingTarget,
+    engine_max_batch_size: int | None = None,
 ) -> ModelConfig:
     """Build the Triton model configuration of one model.
 
@@ -69,15 +87,20 @@ def model_config_for(
         inputs: Model inputs; dims exclude the batch dimension, -1 is dynamic.
         outputs: Model outputs, same convention.
         batching: Max batch size, preferred batch sizes, max queue delay and instances.
-        placement: Where the instances run ("cpu" -> KIND_CPU, "gpu" -> KIND_GPU) and the GPU
-            product the engine is bound to (required for "tensorrt").
+        placement: Where the instances run ("cpu" -> KIND_CPU, "gpu" -> KIND_GPU on the replica's
+            `gpu_count` devices) and the GPU product the engine is bound to (required for "tensorrt").
+        engine_max_batch_size: The largest batch the engine was built for (a TensorRT plan's batch
+            profile maximum); None when the caller does not know it.
 
     Returns:
         A `model_config_pb2.ModelConfig` message.
 
     Raises:
-        ValueError: On an unknown backend, a TensorRT config without GPU product or on the CPU,
-            no inputs or outputs, an unknown data type, or preferred batch sizes above the maximum.
+        ValueError: On an unknown backend, a TensorRT config without GPU product or on the CPU, a
+            GPU placement without GPUs, an empty name, no inputs or outputs, a tensor Triton would
+            refuse (no or a repeated name, an unknown or unsupported data type, no dims, a dim that is
+            neither >= 1 nor -1), a max batch size above the engine's, or preferred batch sizes
+            outside 1..max_batch_size. The message names the config field.
     """
     device, gpu_product = placement.device, placement.gpu_product
     if triton_backend not in BACKEND_FILES:
@@ -88,12 +111,26 @@ def model_config_for(
         raise ValueError(
             "a TensorRT plan runs only on the GPU product it was built for: need device='gpu' and gpu_product"
         )
+    if device == "gpu" and placement.gpu_count < 1:
+        raise ValueError(
+            f"instance_group.gpus: a GPU placement needs at least one GPU, got {placement.gpu_count}"
+        )
+    if not name:
+        raise ValueError("name: the model needs a name")
     if not inputs or not outputs:
         raise ValueError(f"model {name!r} needs at least one input and one output")
+    _check_tensors("input", inputs, triton_backend=triton_backend)
+    _check_tensors("output", outputs, triton_backend=triton_backend)
+    if engine_max_batch_size is not None and batching.max_batch_size > engine_max_batch_size:
+        raise ValueError(
+            f"max_batch_size: {batching.max_batch_size} exceeds the engine's maximum batch size "
+            f"{engine_max_batch_size} (its batch profile)"
+        )
     too_big = [b for b in batching.preferred_batch_sizes if b > batching.max_batch_size or b < 1]
     if too_big:
         raise ValueError(
-            f"preferred batch sizes {too_big} are outside 1..max_batch_size={batching.max_batch_size}"
+            f"dynamic_batching.preferred_batch_size: preferred batch sizes {too_big} are outside "
+            f"1..max_batch_size={batching.max_batch_size}"
         )
     platform, filename = BACKEND_FILES[triton_backend]
     config = model_config_pb2.ModelConfig(
@@ -112,10 +149,13 @@ def model_config_for(
     config.dynamic_batching.preferred_batch_size.extend(sorted(set(batching.preferred_batch_sizes)))
     config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
     group = model_config_pb2.ModelInstanceGroup
-    kind = group.KIND_GPU if device == "gpu" else group.KIND_CPU
-    config.instance_group.append(
-        model_config_pb2.ModelInstanceGroup(kind=kind, count=batching.instances_per_replica)
-    )
+    if device == "gpu":
+        # Listed, not left to Triton's default (every GPU it sees): the config says where instances go.
+        instances = group(kind=group.KIND_GPU, count=batching.instances_per_replica)
+        instances.gpus.extend(range(placement.gpu_count))
+    else:
+        instances = group(kind=group.KIND_CPU, count=batching.instances_per_replica)
+    config.instance_group.append(instances)
     if gpu_product:
         config.parameters[GPU_PRODUCT_PARAMETER].string_value = gpu_product
     config.model_warmup.extend(_warmups(inputs, max_batch_size=batching.max_batch_size))
@@ -142,6 +182,36 @@ def _warmups(inputs: Sequence[TensorSpec], *, max_batch_size: int) -> list[Any]:
             )
         warmups.append(warmup)
     return warmups
+
+
+def _check_tensors(direction: str, tensors: Sequence[TensorSpec], *, triton_backend: str) -> None:
+    """Refuse what Triton refuses in a model input or output (`direction`: "input" or "output")."""
+    seen: set[str] = set()
+    for t in tensors:
+        if not t.name:
+            raise ValueError(f"{direction}.name: every {direction} needs a name")
+        if t.name in seen:
+            raise ValueError(f"{direction}.name: {t.name!r} is declared twice")
+        seen.add(t.name)
+        try:
+            data_type = _data_type(t)
+        except ValueError as error:
+            raise ValueError(f"{direction}.data_type: {error}") from error
+        if data_type == model_config_pb2.TYPE_INVALID:
+            raise ValueError(f"{direction}.data_type: tensor {t.name!r} has TYPE_INVALID")
+        if triton_backend == "tensorrt" and t.data_type == "TYPE_STRING":
+            raise ValueError(f"{direction}.data_type: tensor {t.name!r}: TensorRT has no TYPE_STRING")
+        if not t.dims:
+            raise ValueError(
+                f"{direction}.dims: tensor {t.name!r} has no dimensions (dims exclude the batch dimension; "
+                "Triton needs at least one)"
+            )
+        bad = [d for d in t.dims if d < 1 and d != -1]
+        if bad:
+            raise ValueError(
+                f"{direction}.dims: tensor {t.name!r} has dims {list(t.dims)}; "
+                "each must be >= 1 or -1 (dynamic)"
+            )
 
 
 def _data_type(spec: TensorSpec) -> int:
