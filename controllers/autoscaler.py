@@ -40,17 +40,28 @@ from tailpilot.controllers.status import (
     batching_status,
     decision_status,
     decode_status,
-    encode_status,
     engine_profile,
+    learned_profile,
     learned_status,
     observed_status,
     restore_learned,
+    restored_fit,
     served_result,
     service_without_status,
+    status_patch,
 )
 from tailpilot.manifests import placement, triton_model_config
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyConfig, PolicyState, decide
+from tailpilot.policy.service_fit import (
+    FitQuality,
+    ServiceFit,
+    ServiceSample,
+    add_sample,
+    disagreement,
+    fit_service_time,
+    sample_of,
+)
 from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.autoscaler")
@@ -71,6 +82,7 @@ def policy_config(isvc: InferenceService, *, control_period_s: float) -> PolicyC
         fixed_batching=spec.batching.to_config() if fixed else None,
         max_queue_depth=float(spec.slo.max_queue_depth) if spec.slo.max_queue_depth else None,
         scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds),
+        scale_up_stabilization_s=float(spec.autoscaling.scale_up_stabilization_seconds),
         max_scale_up_step=spec.autoscaling.max_scale_up_step,
         control_period_s=control_period_s,
         dry_run=spec.autoscaling.dry_run,
@@ -123,6 +135,66 @@ def slo_condition(observation: Observation, *, target_ms: float) -> ConditionUpd
     return ConditionUpdate(c.CONDITION_SLO_MET, c.STATUS_FALSE, c.REASON_SLO_VIOLATED, text)
 
 
+#: How far the serving pods' fitted service time may be from the profile's before the profile is
+#: called wrong: compute times vary 10-20% from one window to the next on a busy CPU.
+PROFILE_TOLERANCE = 1.25
+
+
+def profile_accuracy(
+    profile: EngineProfile | None, fit: ServiceFit | None, *, status: InferenceServiceStatus
+) -> tuple[ConditionUpdate, list[EventRecord]]:
+    """ProfileAccurate, and a Warning Event when the profile is first found wrong (pure).
+
+    The figures in the message are those of the pass that set the condition's status and reason:
+    a message that moved with every window would rewrite the status every period.
+    """
+    if profile is None:
+        learned = "once requests flow" if fit is None else f"({fit.quality.value})"
+        update = ConditionUpdate(
+            c.CONDITION_PROFILE_ACCURATE,
+            c.STATUS_FALSE,
+            c.REASON_NO_PROFILE,
+            f"the engine in service has no profile; the autoscaler sizes replicas with the service time "
+            f"learned from the serving pods' Triton counters {learned}",
+        )
+    elif fit is None or fit.quality is not FitQuality.FITTED:
+        update = ConditionUpdate(
+            c.CONDITION_PROFILE_ACCURATE,
+            c.STATUS_UNKNOWN,
+            c.REASON_LEARNING_SERVICE_TIME,
+            "not enough traffic at enough batch sizes yet to compare the profile with the serving pods",
+        )
+    else:
+        # The fit is the server's time per request outside its queue; the profile's service time
+        # is its client's (a few transport ms more), well inside the tolerance on one machine.
+        profiled = profile.service_time
+        batch = max(1.0, sum(fit.batch_range) / 2)
+        ratio = disagreement(fit, profiled, batch=batch)
+        figures = (
+            f"the serving pods compute a batch of {batch:.1f} in "
+            f"{fit.model.intercept_ms + fit.model.per_item_ms * batch:.1f} ms, the profile "
+            f"{profiled.intercept_ms + profiled.per_item_ms * batch:.1f} ms (x{ratio:.2f})"
+        )
+        if 1 / PROFILE_TOLERANCE <= ratio <= PROFILE_TOLERANCE:
+            update = ConditionUpdate(
+                c.CONDITION_PROFILE_ACCURATE, c.STATUS_TRUE, c.REASON_PROFILE_MATCHES_SERVING, figures
+            )
+        else:
+            update = ConditionUpdate(
+                c.CONDITION_PROFILE_ACCURATE,
+                c.STATUS_FALSE,
+                c.REASON_PROFILE_DISAGREES,
+                f"{figures}; the autoscaler scales the profile by the service-time scale it learns "
+                "(status.learned.serviceTimeScale)",
+            )
+    previous = next((x for x in status.conditions if x.type == c.CONDITION_PROFILE_ACCURATE), None)
+    if previous is not None and (previous.status, previous.reason) == (update.status, update.reason):
+        return ConditionUpdate(update.type, update.status, update.reason, previous.message), []
+    if update.reason == c.REASON_PROFILE_DISAGREES:
+        return update, [EventRecord("Warning", c.REASON_PROFILE_DISAGREES, update.message)]
+    return update, []
+
+
 def _moved(old: float | None, new: float | None) -> bool:
     if old is None or new is None:
         return old != new
@@ -154,7 +226,8 @@ class _Inputs:
     isvc: InferenceService
     status: InferenceServiceStatus
     prometheus_url: str
-    profile: EngineProfile
+    #: The engine's profile from the status; None: the service time is learned online.
+    profile: EngineProfile | None
 
 
 @dataclass
@@ -168,10 +241,13 @@ class Autoscaler:
     control_period_s: float = 15.0
     clock: Clock = SYSTEM_CLOCK
     _states: dict[tuple[str, str], PolicyState] = field(default_factory=dict)
+    #: Each service's evaluation windows for the online service-time fit.
+    _service_samples: dict[tuple[str, str], tuple[ServiceSample, ...]] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
         self._states.pop((namespace, name), None)
+        self._service_samples.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
 
     async def step(
@@ -209,9 +285,29 @@ class Autoscaler:
             log.warning("observing %s/%s: %s", namespace, name, error)
             observation = Observation(at_s=now, request_rate=None, p99_ms=None)
         observation = with_surge(observation, surge)
+        fit = self._learn_service_time((namespace, name), status, observation, state)
+        profile = inputs.profile or learned_profile(fit, isvc=isvc, status=status)
+        profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
+        if profile is None:
+            # No profile and nothing served yet to learn from: nothing to size replicas with.
+            await self._write(
+                inputs.body,
+                status,
+                [
+                    profile_condition,
+                    ConditionUpdate(
+                        c.CONDITION_SCALING_ACTIVE,
+                        c.STATUS_UNKNOWN,
+                        c.REASON_LEARNING_SERVICE_TIME,
+                        "the engine has no profile; the service time is learned from the serving pods' "
+                        "metrics once requests flow",
+                    ),
+                ],
+            )
+            return self.control_period_s, False
         decision, state = decide(
             config=policy_config(isvc, control_period_s=self.control_period_s),
-            profile=inputs.profile,
+            profile=profile,
             observation=observation,
             state=state,
             now_s=now,
@@ -220,7 +316,7 @@ class Autoscaler:
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
-        events: list[EventRecord] = []
+        events: list[EventRecord] = list(profile_events)
         scale = False
         target = status
         if not decision.dry_run and decision.batching != batching:
@@ -247,11 +343,12 @@ class Autoscaler:
         update: dict[str, Any] = {
             "observed": observed_status(observation),
             "last_decision": decision_status(decision, at=utc_now(self.clock)),
-            "learned": learned_status(state.learned),
+            "learned": learned_status(state.learned, fit),
         }
         if decision.predicted_p99_ms is not None:
             update["predicted_p99_ms"] = round(decision.predicted_p99_ms, 2)
         updates = [
+            profile_condition,
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
             ConditionUpdate(
                 c.CONDITION_SCALING_ACTIVE,
@@ -270,6 +367,29 @@ class Autoscaler:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
 
+    def _learn_service_time(
+        self,
+        key: tuple[str, str],
+        status: InferenceServiceStatus,
+        observation: Observation,
+        state: PolicyState,
+    ) -> ServiceFit | None:
+        """Add the window to the service's fit and fit it; else what the status kept."""
+        batching = state.batching
+        sample = sample_of(
+            observation,
+            max_batch_size=batching.max_batch_size,
+            instances=batching.instances_per_replica,
+            replicas=state.replicas,
+        )
+        samples = add_sample(self._service_samples.get(key, ()), sample)
+        self._service_samples[key] = samples
+        fitted = fit_service_time(samples, max_batch_size=batching.max_batch_size)
+        kept = restored_fit(status.learned)
+        if fitted is None or (fitted.quality is FitQuality.PROVISIONAL and kept is not None):
+            return kept or fitted
+        return fitted
+
     async def _inputs(self, body: dict[str, Any] | None) -> _Inputs | None:
         """What a decision needs, or None (with ScalingActive=False when the user must act)."""
         if body is None:
@@ -284,14 +404,12 @@ class Autoscaler:
             return None
         prometheus_url = isvc.spec.monitoring.prometheus_url or self.default_prometheus_url
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
-        if prometheus_url is None or profile is None:
-            missing = (
-                "no Prometheus URL (spec.monitoring.prometheusUrl or the operator's --prometheus-url)"
-                if prometheus_url is None
-                else "the engine has no profile"
-            )
+        if prometheus_url is None:
             condition = ConditionUpdate(
-                c.CONDITION_SCALING_ACTIVE, c.STATUS_FALSE, c.REASON_METRICS_UNAVAILABLE, missing
+                c.CONDITION_SCALING_ACTIVE,
+                c.STATUS_FALSE,
+                c.REASON_METRICS_UNAVAILABLE,
+                "no Prometheus URL (spec.monitoring.prometheusUrl or the operator's --prometheus-url)",
             )
             await self._write(body, status, [condition])
             return None
@@ -361,7 +479,7 @@ class Autoscaler:
             ISVC,
             meta["namespace"],
             meta["name"],
-            {"status": encode_status(new)},
+            {"status": status_patch(body.get("status"), new)},
             subresource="status",
         )
         return True

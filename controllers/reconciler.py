@@ -31,14 +31,15 @@ from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.kubeapi import DEPLOYMENTS, ISVC, JOBS, PODS, Kube, resource_of
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.controllers.status import (
+    applied_spec_replicas,
     batching_in_force,
     batching_status,
     decode_status,
-    encode_status,
     engine_status,
     replicas_in_force,
     served_result,
     service_without_status,
+    status_patch,
 )
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
@@ -318,9 +319,10 @@ class Reconciler:
         update: dict[str, Any] = {
             "engine": engine_status(result, request_key=request_key, built_at=_parse_time(state.finished_at)),
             "build": build.model_copy(update={"phase": "Succeeded", "reason": "", "message": ""}),
+            # The profile is the new engine's or none: another engine's would seed the autoscaler
+            # with the wrong service time (without one, it learns the service time online).
+            "profile": ProfileStatus.from_summary(result.profile) if result.profile is not None else None,
         }
-        if result.profile is not None:
-            update["profile"] = ProfileStatus.from_summary(result.profile)
         reason = c.REASON_ENGINE_CACHED if result.cache_hit else c.REASON_ENGINE_BUILT
         note, warning = profile_notes(
             result.profile, serving_cpu_limit_millis=job_manifests.serving_cpu_limit_millis(isvc)
@@ -445,6 +447,9 @@ class Reconciler:
         rolled = status.model_copy(
             update={
                 "replicas": replicas,
+                # spec.replicas is now applied: from here on only a new value (a manual scale) moves
+                # the count past the autoscaler's (status.replicas).
+                "applied_spec_replicas": applied_spec_replicas(isvc),
                 "selector": selector_string(isvc.name),
                 "ready_replicas": ready,
                 "batching": batching_status(batching),
@@ -513,6 +518,10 @@ class Reconciler:
             return False
         meta = body["metadata"]
         self.kube.merge_patch(
-            ISVC, meta["namespace"], meta["name"], {"status": encode_status(new_status)}, subresource="status"
+            ISVC,
+            meta["namespace"],
+            meta["name"],
+            {"status": status_patch(body.get("status"), new_status)},
+            subresource="status",
         )
         return True

@@ -42,6 +42,7 @@ from tailpilot.api.v1alpha1 import (
 )
 from tailpilot.api.validation import check_batching
 from tailpilot.policy import Learned, PolicyState
+from tailpilot.policy.service_fit import FitQuality, ServiceFit
 
 log = logging.getLogger("tailpilot.status")
 
@@ -91,6 +92,20 @@ def _remove(document: Any, location: tuple[int | str, ...]) -> None:
 def encode_status(status: InferenceServiceStatus) -> dict[str, Any]:
     """The status as the CRD stores it (camelCase JSON, unset fields left out)."""
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def status_patch(live: Mapping[str, Any] | None, status: InferenceServiceStatus) -> dict[str, Any]:
+    """The JSON merge patch that makes the live status `status`.
+
+    A merge patch leaves alone what it does not name, so a section `status` no longer has (e.g.
+    the profile of the engine served before) is named with null; sections this operator does not
+    know (a newer one's) are left as they are.
+    """
+    patch = encode_status(status)
+    known = {field.alias or name for name, field in InferenceServiceStatus.model_fields.items()}
+    for key in (live or {}).keys() & known - patch.keys():
+        patch[key] = None
+    return patch
 
 
 def service_without_status(body: Mapping[str, Any]) -> InferenceService:
@@ -195,13 +210,35 @@ def batching_status(batching: BatchingConfig) -> BatchingStatus:
 
 
 def replicas_in_force(isvc: InferenceService, status: InferenceServiceStatus) -> int:
-    """spec.replicas when autoscaling is off; otherwise the autoscaler's count, within bounds."""
+    """The replica count to run, within [minReplicas, maxReplicas].
+
+    - Autoscaling off: spec.replicas (minReplicas when unset).
+    - Autoscaling on: a manual scale not applied yet (`manual_scale_pending`) at once; otherwise the
+      autoscaler's count (status.replicas); before there is one, spec.replicas (or minReplicas).
+
+    A pass that rolls out this count records `applied_spec_replicas(isvc)` with it, so the same
+    spec.replicas never overrides the autoscaler's later decisions, across restarts too.
+    """
     bounds = isvc.spec.autoscaling
     asked = isvc.spec.replicas if isvc.spec.replicas is not None else bounds.min_replicas
-    if not bounds.enabled:
-        return int(asked)
-    current = asked if status.replicas is None else status.replicas
-    return int(max(bounds.min_replicas, min(bounds.max_replicas, current)))
+    if bounds.enabled and status.replicas is not None and not manual_scale_pending(isvc, status):
+        asked = status.replicas
+    return int(max(bounds.min_replicas, min(bounds.max_replicas, asked)))
+
+
+def manual_scale_pending(isvc: InferenceService, status: InferenceServiceStatus) -> bool:
+    """Whether spec.replicas is a value the operator has not applied yet (e.g. a new `kubectl scale`).
+
+    Compared with status.appliedSpecReplicas. Without that field (a status written before it existed,
+    or before the first rollout) nothing is pending: the spec.replicas of that time counts as applied.
+    """
+    asked, applied = isvc.spec.replicas, status.applied_spec_replicas
+    return asked is not None and applied is not None and asked != applied
+
+
+def applied_spec_replicas(isvc: InferenceService) -> int:
+    """status.appliedSpecReplicas once this spec's replica count is rolled out (0: spec.replicas unset)."""
+    return 0 if isvc.spec.replicas is None else int(isvc.spec.replicas)
 
 
 # ---- what the autoscaler saw, decided and learned ------------------------------------------------
@@ -232,14 +269,57 @@ def decision_status(decision: Decision, *, at: datetime) -> DecisionStatus:
     )
 
 
-def learned_status(learned: Learned) -> LearnedStatus:
-    """status.learned: the model corrections, the hardware's speed and, once timed, the start-up time."""
+def learned_status(learned: Learned, fit: ServiceFit | None = None) -> LearnedStatus:
+    """status.learned: corrections, hardware speed, start-up time once timed, the online service time."""
     startup = learned.replica_startup_s
     return LearnedStatus(
         model_correction_light_load=round(learned.correction_light, 3),
         model_correction_heavy_load=round(learned.correction_heavy, 3),
         service_time_scale=round(learned.service_scale, 3),
         replica_startup_seconds=None if startup is None else round(startup, 1),
+        service_time=None
+        if fit is None
+        else ServiceTimeStatus(
+            intercept_ms=round(fit.model.intercept_ms, 3),
+            per_item_ms=round(fit.model.per_item_ms, 3),
+            jitter_cv=round(fit.model.jitter_cv, 3),
+        ),
+        service_time_fit=None if fit is None else fit.quality.value,
+        service_time_windows=None if fit is None else fit.samples,
+    )
+
+
+def restored_fit(learned: LearnedStatus | None) -> ServiceFit | None:
+    """The fitted service time the status kept (a restarted operator starts from it), if Fitted."""
+    if learned is None or learned.service_time is None or learned.service_time_fit != FitQuality.FITTED.value:
+        return None
+    return ServiceFit(
+        model=_service_time(learned.service_time),
+        quality=FitQuality.FITTED,
+        samples=learned.service_time_windows or 0,
+        batch_range=(0.0, 0.0),
+    )
+
+
+def learned_profile(
+    fit: ServiceFit | None, *, isvc: InferenceService, status: InferenceServiceStatus
+) -> EngineProfile | None:
+    """The policy's view of an engine without a profile: the service time fitted online (None: no fit)."""
+    if fit is None:
+        return None
+    engine = status.engine
+    return EngineProfile(
+        engine_key=engine.key if engine else "",
+        backend=engine.triton_backend if engine else "",
+        precision="",
+        hardware="serving pods",
+        max_batch_size=isvc.spec.batching.max_batch_size,
+        points=[],
+        service_time=fit.model,
+        # Compared with the pods' compute times by the policy's hardware-speed learning: the fit of
+        # those same times keeps that learning at 1, where the fit already is the serving speed.
+        compute_time=fit.compute_model,
+        method=f"learned online from the serving pods' counters ({fit.quality.value}, {fit.samples} windows)",
     )
 
 

@@ -107,16 +107,23 @@ def calibration_rate(isvc: InferenceService, status: dict[str, Any], limit: floa
 
 
 def calibrate(
-    core: client.CoreV1Api, cgroups: CpuCgroups, obj: dict[str, Any], work_dir: Path
+    core: client.CoreV1Api,
+    cgroups: CpuCgroups,
+    obj: dict[str, Any],
+    work_dir: Path,
+    *,
+    rate_per_s: float | None = None,
 ) -> Calibration:
     """The one replica's CPU time per request, under a light load of single requests.
 
-    `obj` is the InferenceService as read back (its profile sizes the light load).
+    `obj` is the InferenceService as read back: its profile sizes the light load, unless
+    `rate_per_s` does (a service built without a profile).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     isvc = InferenceService.model_validate(obj)
     limit = limit_cores(isvc)
-    rate_per_s = calibration_rate(isvc, obj["status"], limit)
+    if rate_per_s is None:
+        rate_per_s = calibration_rate(isvc, obj["status"], limit)
     (pod,) = [p for p in server_pods(core, namespace, name) if is_ready(p)]
     uid = pod.metadata.uid
 

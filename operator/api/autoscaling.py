@@ -41,6 +41,10 @@ class Observation(_Frozen):
     queue_depth_per_replica: float | None = None
     queue_time_ms: float | None = None
     compute_time_ms: float | None = None
+    #: Time per request inside the server outside its queue (request duration less queue time):
+    #: the batch's compute plus the backend's input/output handling, which a replica spends
+    #: per request whether or not it computes. None when not measured.
+    service_time_ms: float | None = None
     mean_batch_size: float | None = None
     failure_rate: float | None = None
     ready_replicas: int = 0

@@ -71,6 +71,8 @@ CONDITION_ROLLOUT_READY: Final = "RolloutReady"
 CONDITION_SLO_MET: Final = "SLOMet"
 CONDITION_SCALING_ACTIVE: Final = "ScalingActive"
 CONDITION_DEGRADED: Final = "Degraded"
+#: Whether the engine's profile agrees with what the serving pods compute (their own counters).
+CONDITION_PROFILE_ACCURATE: Final = "ProfileAccurate"
 CONDITION_TYPES: Final = (
     CONDITION_READY,
     CONDITION_ENGINE_READY,
@@ -78,6 +80,7 @@ CONDITION_TYPES: Final = (
     CONDITION_SLO_MET,
     CONDITION_SCALING_ACTIVE,
     CONDITION_DEGRADED,
+    CONDITION_PROFILE_ACCURATE,
 )
 
 STATUS_TRUE: Final = "True"
@@ -111,6 +114,14 @@ REASON_AUTOSCALING_DRY_RUN: Final = "DryRun"
 REASON_AUTOSCALING_DISABLED: Final = "AutoscalingDisabled"
 REASON_ALL_READY: Final = "AllConditionsMet"
 REASON_NOT_READY: Final = "NotReady"
+#: ProfileAccurate: the profile's service time is within the tolerance of the serving pods'.
+REASON_PROFILE_MATCHES_SERVING: Final = "ProfileMatchesServing"
+#: ProfileAccurate False: the serving pods compute at another speed than the profile says.
+REASON_PROFILE_DISAGREES: Final = "ProfileDisagrees"
+#: ProfileAccurate False: the engine in service has no profile; the service time is learned online.
+REASON_NO_PROFILE: Final = "NoProfile"
+#: ScalingActive Unknown: no profile and no traffic yet to learn the service time from.
+REASON_LEARNING_SERVICE_TIME: Final = "LearningServiceTime"
 
 # --- GPUs ----------------------------------------------------------------------------
 

@@ -23,6 +23,9 @@ to `spec.replicas` / `status.replicas`):
   and only records it in `status.replicas`; a change of `spec.replicas` (e.g.
   `kubectl scale`) is a one-off manual nudge: the operator applies it at once
   and the autoscaler continues from there, subject to its stabilization windows.
+  `status.appliedSpecReplicas` records the `spec.replicas` value last applied, so
+  a value already applied never overrides the autoscaler's later decisions
+  (after an operator restart either).
 - In both cases `spec.replicas` must lie within [minReplicas, maxReplicas].
 """
 
@@ -256,6 +259,16 @@ class EngineSpec(_Model):
     precision: Precision = Field(default=Precision.FP32, description="Numeric precision of the engine.")
     calibration: CalibrationSpec | None = Field(
         default=None, description="INT8 calibration data; required for tensorrt with precision int8."
+    )
+    profile: bool = Field(
+        default=True,
+        description=(
+            "Profile each new engine in a real Triton after the build (latency and throughput per batch "
+            "size), which seeds the autoscaler. Without a profile the autoscaler learns the service time "
+            "online from the serving pods' own Triton counters (status.learned.serviceTime), cautiously "
+            "until the batch sizes seen are enough to fit it. Not part of the engine key: a change "
+            "applies to the next build."
+        ),
     )
     shapes: list[ShapeSpec] = Field(
         default_factory=list,
@@ -527,7 +540,15 @@ class AutoscalingSpec(_Model):
         default=300, ge=0, le=3600, description="A scale-down happens only if wanted for this long."
     )
     scale_up_stabilization_seconds: int = Field(
-        default=0, ge=0, le=3600, description="A scale-up happens only if wanted for this long."
+        default=0,
+        ge=0,
+        le=3600,
+        description=(
+            "A scale-up happens only if wanted for this long: it goes to the lowest replica count "
+            "recommended over this window (like the HPA's scale-up stabilization), even while an SLO "
+            "alert fires. 0 scales up as soon as the load asks. The window is kept in the operator's "
+            "memory: after an operator restart it starts empty."
+        ),
     )
     max_scale_up_step: int = Field(
         default=4, ge=1, le=100, description="Most replicas added by one decision."
@@ -674,8 +695,12 @@ class InferenceServiceSpec(_Model):
         le=1000,
         description=(
             "Replica count for the scale subresource (kubectl scale). With autoscaling disabled it is the "
-            "replica count; with autoscaling enabled a change is a one-off manual nudge the autoscaler "
-            "continues from. Must be within [minReplicas, maxReplicas]."
+            "replica count (minReplicas when unset). With autoscaling enabled a value the operator has not "
+            "applied yet (status.appliedSpecReplicas differs) is a one-off manual nudge: applied at once "
+            "and the autoscaler's starting point, which it then changes as the load asks, subject to its "
+            "stabilization windows; a value already applied is not applied again, so it never overrides "
+            "a later decision, and scaling to the value spec.replicas already holds changes nothing. "
+            "Turning autoscaling off sizes the service to it. Must be within [minReplicas, maxReplicas]."
         ),
     )
 
@@ -881,6 +906,26 @@ class LearnedStatus(_Model):
             "sizes the backlog new replicas will find. Unset until one is timed."
         ),
     )
+    service_time: ServiceTimeStatus | None = Field(
+        default=None,
+        description=(
+            "Service time per batch fitted online from the serving pods' Triton counters (compute time "
+            "per request against the batch sizes executed, one point per evaluation window). The "
+            "autoscaler uses it when the engine has no profile; with one, a disagreement beyond 25% is "
+            "reported on the ProfileAccurate condition."
+        ),
+    )
+    service_time_fit: Literal["Provisional", "Fitted"] | None = Field(
+        default=None,
+        description=(
+            "Fitted once enough windows span enough batch sizes to separate the per-batch and per-item "
+            "costs (an engine of batch 1 needs no spread); Provisional before: every item is charged the "
+            "same, which credits batching with no gain."
+        ),
+    )
+    service_time_windows: int | None = Field(
+        default=None, ge=0, description="Evaluation windows behind serviceTime."
+    )
     service_time_scale: float | None = Field(
         default=None,
         gt=0,
@@ -901,13 +946,24 @@ class InferenceServiceStatus(_Model):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=MAX_CONDITIONS,
-        description="Ready, EngineReady, RolloutReady, SLOMet, ScalingActive, Degraded.",
+        description="Ready, EngineReady, RolloutReady, SLOMet, ScalingActive, Degraded, ProfileAccurate.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     engine: EngineStatus | None = Field(default=None, description="The engine being served.")
     build: BuildStatus | None = Field(default=None, description="The latest engine build for this spec.")
     profile: ProfileStatus | None = Field(default=None, description="The engine's profile summary.")
     replicas: int | None = Field(default=None, ge=0, description="Current replica count (scale subresource).")
+    applied_spec_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "The spec.replicas value the operator last applied (0: spec.replicas was unset). A "
+            "spec.replicas that differs from it is a manual scale not yet applied; with autoscaling "
+            "enabled, one equal to it leaves status.replicas to the autoscaler. Absent until the first "
+            "rollout, or when written by an operator older than the field: then the spec.replicas of "
+            "that time counts as applied."
+        ),
+    )
     ready_replicas: int | None = Field(default=None, ge=0, description="Ready replicas.")
     selector: str | None = Field(
         default=None, max_length=1024, description="Label selector of the replicas (scale subresource)."

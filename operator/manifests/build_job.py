@@ -54,6 +54,7 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         serving_variant=spec.runtime.serving_variant.value,
         cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
+        profile=spec.engine.profile,
     )
 
 

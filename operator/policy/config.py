@@ -34,7 +34,8 @@ class Reason:
     BOUNDS_ENFORCED = "BoundsEnforced"
     #: Even `max_replicas` is predicted to miss the SLO; the policy holds at the maximum.
     AT_MAX_REPLICAS = "AtMaxReplicas"
-    #: A scale-down is wanted but a higher recommendation inside the stabilization window holds it.
+    #: A scale-down is wanted but a higher recommendation inside the stabilization window holds it, or
+    #: a scale-up is wanted but a recommendation inside the scale-up stabilization window is lower.
     STABILIZING = "Stabilizing"
     #: A change is wanted but the cooldown since the last action has not elapsed.
     COOLDOWN = "CooldownActive"
@@ -119,6 +120,10 @@ class PolicyConfig:
         fixed_batching: The batching used in fixed mode (None: keep the state's batching).
         max_queue_depth: Optional queue-depth target per replica (pending requests).
         scale_down_stabilization_s: Scale-down uses the max recommendation over this window.
+        scale_up_stabilization_s: Scale-up goes to the lowest recommendation over this window (like the
+            HPA's scale-up stabilization), so only a rise wanted for the whole window adds replicas;
+            0 scales up to the current recommendation at once. The window holds what this state has
+            seen: a fresh state (an operator restart) starts it empty.
         scale_up_cooldown_s: Minimum time after any replica change before a scale-up (skipped on alert).
         cooldown_s: Minimum time after a scale-up before a scale-down (successive scale-downs need only
             a control period each; the stabilization window already guards them).
@@ -141,6 +146,7 @@ class PolicyConfig:
     fixed_batching: BatchingConfig | None = None
     max_queue_depth: float | None = None
     scale_down_stabilization_s: float = 300.0
+    scale_up_stabilization_s: float = 0.0
     scale_up_cooldown_s: float = 15.0
     cooldown_s: float = 60.0
     max_scale_up_step: int = 10
@@ -164,6 +170,8 @@ class PolicyConfig:
             raise ValueError("step limits must be >= 1")
         if self.backlog_drain_s < 0 or self.replica_startup_s < 0:
             raise ValueError("backlog_drain_s and replica_startup_s must be >= 0")
+        if self.scale_up_stabilization_s < 0:
+            raise ValueError("scale_up_stabilization_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -203,11 +211,15 @@ class WindowMemory:
 
     Attributes:
         recommendations: (time, replicas) recommendations inside the stabilization window.
+        up_recommendations: (time, replicas) recommendations inside the scale-up stabilization window
+            (empty while `scale_up_stabilization_s` is 0). Unlike `recommendations`, these include the
+            replicas a backlog's drain asks for: a scale-up is sized for the whole demand.
         last_queue_total: Pending requests summed over replicas at the previous observation.
         last_queue_at_s: Time of that observation.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
+    up_recommendations: tuple[tuple[float, int], ...] = ()
     last_queue_total: float | None = None
     last_queue_at_s: float | None = None
 

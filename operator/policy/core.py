@@ -26,11 +26,13 @@ form):
    every batching candidate, the fewest replicas whose corrected P99 is within the SLO minus the
    margin (`n_up`), and minus margin and hysteresis (`n_down`), and never fewer than absorb the
    bursts with that batching (`tailpilot.policy.bursts`). Scale up to `n_up` when above the
-   current size; scale down to the maximum recommendation of the stabilization window when
-   `n_down` is below it; otherwise keep the size. Guardrails: step limits, cooldowns (skipped for
-   scale-up while an alert fires), no scale-down during an alert. Batching is then the candidate
-   that meets the target at the chosen size, keeping the current one whenever it qualifies, so
-   batching (a live reload) moves before replicas do; a batching cooldown holds reloads.
+   current size (with a scale-up stabilization window: to the lowest recommendation of that
+   window, when that is above the current size); scale down to the maximum recommendation of the
+   stabilization window when `n_down` is below it; otherwise keep the size. Guardrails: step
+   limits, cooldowns (skipped for scale-up while an alert fires), no scale-down during an alert.
+   Batching is then the candidate that meets the target at the chosen size, keeping the current
+   one whenever it qualifies, so batching (a live reload) moves before replicas do; a batching
+   cooldown holds reloads.
 5. Message (`_message`): the numbers behind the decision, for the Event and the status.
 
 `_conclude` turns the outcome into the `Decision` and the next state, in one place (dry run
@@ -166,6 +168,8 @@ class _Choice:
     blocked: str
     #: The stabilization window's recommendations, this call's included.
     recommendations: tuple[tuple[float, int], ...]
+    #: The scale-up stabilization window's recommendations, this call's included (empty without one).
+    up_recommendations: tuple[tuple[float, int], ...]
     #: How long a reload now would delay requests when that holds reloads (ms), else 0.
     reload_delay_ms: float
 
@@ -342,7 +346,8 @@ def _choose(call: _Call, demand: _Demand) -> tuple[_Call, _Demand, _Choice]:
     call, demand, reload_delay = _hold_reloads(call, demand)
     recommendation = _recommend_with_alert(call, demand)
     recs, stabilized = _stabilize(call, demand, recommendation.replicas)
-    n, reason, blocked = _guard_replicas(call, recommendation, stabilized)
+    up_recs, up_floor = _stabilize_up(call, recommendation.replicas)
+    n, reason, blocked = _guard_replicas(call, recommendation, stabilized, up_floor)
     batching, predicted = _choose_batching(call, demand, n)
     batching, predicted, blocked = _batching_cooldown(call, demand, n, batching, predicted, blocked)
     if batching != call.state.batching and n == call.state.replicas:
@@ -362,6 +367,7 @@ def _choose(call: _Call, demand: _Demand) -> tuple[_Call, _Demand, _Choice]:
             reason=reason,
             blocked=blocked,
             recommendations=recs,
+            up_recommendations=up_recs,
             reload_delay_ms=reload_delay,
         ),
     )
@@ -422,7 +428,27 @@ def _stabilize(
     return recs, _stabilized(recs, outliers=STABILIZATION_OUTLIERS if settled else 0)
 
 
-def _guard_replicas(call: _Call, rec: _Recommendation, stabilized: int) -> tuple[int, str, str]:
+def _stabilize_up(call: _Call, recommendation: int) -> tuple[tuple[tuple[float, int], ...], int]:
+    """(the scale-up stabilization window with this call's recommendation, the window's minimum).
+
+    Why: like the HPA's scale-up stabilization, a scale-up goes only as far as every recommendation
+    of the window asks, so a rise must be wanted for the whole window (a user trading a slower
+    reaction for fewer short-lived replicas). The window holds what the state has seen; a fresh
+    state starts it empty. Without a window (0, the default) the minimum is this call's
+    recommendation and nothing is remembered.
+    """
+    window = call.config.scale_up_stabilization_s
+    if window <= 0:
+        return (), recommendation
+    now_s = call.now_s
+    recs = tuple(r for r in call.state.window.up_recommendations if now_s - r[0] <= window)
+    recs += ((now_s, recommendation),)
+    return recs, min(n for _, n in recs)
+
+
+def _guard_replicas(
+    call: _Call, rec: _Recommendation, stabilized: int, up_floor: int
+) -> tuple[int, str, str]:
     """(replicas, reason, the guardrail that held a wanted change or "").
 
     Why: replicas outside the spec's bounds go back at once (below the minimum straight to what
@@ -433,27 +459,34 @@ def _guard_replicas(call: _Call, rec: _Recommendation, stabilized: int) -> tuple
     if current < lo or current > hi:
         return (max(lo, min(hi, rec.replicas)) if current < lo else hi), Reason.BOUNDS_ENFORCED, ""
     if rec.replicas > current:
-        return _scale_up(call, rec)
+        return _scale_up(call, rec, up_floor)
     if rec.replicas < current:
         return _scale_down(call, stabilized)
     return current, (Reason.AT_MAX_REPLICAS if rec.infeasible else Reason.WITHIN_SLO), ""
 
 
-def _scale_up(call: _Call, rec: _Recommendation) -> tuple[int, str, str]:
+def _scale_up(call: _Call, rec: _Recommendation, up_floor: int) -> tuple[int, str, str]:
     """Up to the recommendation, by at most a step, once the scale-up cooldown is over.
 
+    With a scale-up stabilization window, only up to the window's lowest recommendation (`up_floor`),
+    and not at all while that is not above the current size.
+
     Why: the cooldown lets the last change show in the metrics before the next; an alert skips it,
-    since the SLO's budget is already burning.
+    since the SLO's budget is already burning. The stabilization window is the user's own choice of
+    how long a rise must last, so an alert does not skip it.
     """
     current = call.state.replicas
     if rec.queue_forced:
         reason = Reason.QUEUE_DEPTH_HIGH
     else:
         reason = Reason.AT_MAX_REPLICAS if rec.infeasible else Reason.SLO_AT_RISK
+    wanted = min(rec.replicas, up_floor)
+    if wanted <= current:
+        return current, reason, Reason.STABILIZING
     cooling = _since(call.state.timers.last_replica_change_s, call.now_s) < call.config.scale_up_cooldown_s
     if cooling and not call.alert_active:
         return current, reason, Reason.COOLDOWN
-    return min(rec.replicas, current + call.config.max_scale_up_step), reason, ""
+    return min(wanted, current + call.config.max_scale_up_step), reason, ""
 
 
 def _scale_down(call: _Call, stabilized: int) -> tuple[int, str, str]:
@@ -591,6 +624,7 @@ def _outcome(call: _Call, demand: _Demand, choice: _Choice) -> _Outcome:
         ),
         window=WindowMemory(
             recommendations=choice.recommendations,
+            up_recommendations=choice.up_recommendations,
             last_queue_total=demand.queue_total,
             last_queue_at_s=call.obs.at_s,
         ),

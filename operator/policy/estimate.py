@@ -168,6 +168,8 @@ def observation_from_pod_metrics(
     p99_us = merge_p99_us(live)
     pending = [p.pending_requests for p in live if p.pending_requests is not None]
     batch = _ratio(live, "inference_count_rate", "exec_count_rate")
+    request_ms = _per_request_ms(live, "request_duration_us_rate")
+    queue_ms = _per_request_ms(live, "queue_duration_us_rate")
     failures = [p.failure_rate for p in live if p.failure_rate is not None]
     recent = [p.recent_request_rate for p in live if p.recent_request_rate is not None]
     measured_recent = recent_window_s is not None and bool(recent)
@@ -176,8 +178,11 @@ def observation_from_pod_metrics(
         request_rate=request_rate,
         p99_ms=p99_us / 1000.0 if p99_us is not None else None,
         queue_depth_per_replica=sum(pending) / len(pending) if pending else None,
-        queue_time_ms=_per_request_ms(live, "queue_duration_us_rate"),
+        queue_time_ms=queue_ms,
         compute_time_ms=_per_request_ms(live, "compute_duration_us_rate"),
+        service_time_ms=max(0.0, request_ms - queue_ms)
+        if request_ms is not None and queue_ms is not None
+        else None,
         mean_batch_size=batch[0] / batch[1] if batch is not None and batch[1] > 0 else None,
         failure_rate=sum(failures) if failures else None,
         ready_replicas=len(live),

@@ -89,7 +89,12 @@ def test_spec_lists_and_cel_strings_are_bounded() -> None:
 def test_defaults_enums_and_bounds_are_carried() -> None:
     spec = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert spec["engine"]["properties"]["backend"]["enum"] == ["tensorrt", "onnxruntime"]
-    assert spec["engine"]["default"] == {"backend": "onnxruntime", "precision": "fp32", "shapes": []}
+    assert spec["engine"]["default"] == {
+        "backend": "onnxruntime",
+        "precision": "fp32",
+        "profile": True,
+        "shapes": [],
+    }
     assert spec["batching"]["properties"]["maxBatchSize"]["default"] == 32
     assert spec["batching"]["properties"]["maxBatchSize"]["minimum"] == 1
     assert spec["batching"]["properties"]["preferredBatchSizes"]["x-kubernetes-list-type"] == "set"

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tailpilot.api.autoscaling import Observation
-from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.controllers.autoscaler import (
     arrival_lookback_s,
     policy_config,
@@ -13,17 +10,7 @@ from tailpilot.controllers.autoscaler import (
     with_surge,
 )
 from tailpilot.policy.surge import SurgeReading
-
-
-def service(**spec: Any) -> InferenceService:
-    return InferenceService.model_validate(
-        {
-            "apiVersion": "tailpilot.io/v1alpha1",
-            "kind": "InferenceService",
-            "metadata": {"name": "resnet", "namespace": "shop"},
-            "spec": {"model": {"uri": "pvc://models/resnet50.onnx"}, "slo": {"p99LatencyMs": 50}, **spec},
-        }
-    )
+from tests.controllers.specs import service
 
 
 def test_the_recent_window_is_a_control_period_but_at_least_two_scrapes():

@@ -8,8 +8,10 @@ from typing import Any
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
-from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
+from tailpilot.api.v1alpha1 import InferenceServiceStatus
+from tailpilot.controllers.autoscaler import policy_config
 from tailpilot.controllers.status import (
+    applied_spec_replicas,
     batching_in_force,
     batching_status,
     decode_status,
@@ -17,23 +19,14 @@ from tailpilot.controllers.status import (
     engine_profile,
     engine_status,
     learned_status,
+    manual_scale_pending,
     replicas_in_force,
     restore_learned,
     served_result,
     service_without_status,
 )
 from tailpilot.policy import Learned, PolicyState
-
-
-def service(**spec: Any) -> InferenceService:
-    return InferenceService.model_validate(
-        {
-            "apiVersion": "tailpilot.io/v1alpha1",
-            "kind": "InferenceService",
-            "metadata": {"name": "resnet", "namespace": "shop"},
-            "spec": {"model": {"uri": "pvc://models/resnet50.onnx"}, "slo": {"p99LatencyMs": 50}, **spec},
-        }
-    )
+from tests.controllers.specs import service
 
 
 def learned_dict(learned: Learned) -> dict[str, Any]:
@@ -163,3 +156,53 @@ def test_batching_and_replicas_in_force_stay_within_the_spec():
     assert replicas_in_force(isvc, InferenceServiceStatus()) == 2
     assert replicas_in_force(isvc, InferenceServiceStatus(replicas=9)) == 5
     assert replicas_in_force(isvc, InferenceServiceStatus(replicas=3)) == 3
+
+
+def test_kubectl_scale_is_applied_once_and_then_leaves_the_count_to_the_autoscaler():
+    bounds = {"minReplicas": 1, "maxReplicas": 8}
+    unset, scaled_3, scaled_2 = (
+        service(autoscaling=bounds),
+        service(autoscaling=bounds, replicas=3),
+        service(autoscaling=bounds, replicas=2),
+    )
+    # A new service starts at spec.replicas (minReplicas when unset); the rollout records it as applied.
+    assert replicas_in_force(unset, InferenceServiceStatus()) == 1
+    assert replicas_in_force(scaled_3, InferenceServiceStatus()) == 3
+    assert (applied_spec_replicas(unset), applied_spec_replicas(scaled_3)) == (0, 3)
+    # The autoscaler went to 5: its count is in force.
+    assert replicas_in_force(unset, InferenceServiceStatus(replicas=5, applied_spec_replicas=0)) == 5
+    # `kubectl scale --replicas=3`: a value not applied yet, in force at once.
+    autoscaled = InferenceServiceStatus(replicas=5, applied_spec_replicas=0)
+    assert manual_scale_pending(scaled_3, autoscaled)
+    assert replicas_in_force(scaled_3, autoscaled) == 3
+    # Once applied, the autoscaler continues from it: its later 6 is not overridden by the stale 3,
+    # by this operator or by a restarted one (both read the same status).
+    nudged = InferenceServiceStatus(replicas=3, applied_spec_replicas=3)
+    assert replicas_in_force(scaled_3, nudged) == 3
+    later = InferenceServiceStatus(replicas=6, applied_spec_replicas=3)
+    assert not manual_scale_pending(scaled_3, later)
+    assert replicas_in_force(scaled_3, decode_status(encode_status(later))) == 6
+    assert encode_status(later)["appliedSpecReplicas"] == 3
+    # A second nudge, to another value, is applied again.
+    assert replicas_in_force(scaled_2, later) == 2
+    # A status from an operator older than appliedSpecReplicas: the spec.replicas of then was applied.
+    assert not manual_scale_pending(scaled_3, InferenceServiceStatus(replicas=6))
+    assert replicas_in_force(scaled_3, InferenceServiceStatus(replicas=6)) == 6
+    # The autoscaler's count stays within the bounds, whatever the status says.
+    assert replicas_in_force(scaled_3, InferenceServiceStatus(replicas=12, applied_spec_replicas=3)) == 8
+
+
+def test_with_autoscaling_off_spec_replicas_is_the_count_and_toggling_keeps_it():
+    off = {"enabled": False, "minReplicas": 2, "maxReplicas": 8}
+    later = InferenceServiceStatus(replicas=6, applied_spec_replicas=3)
+    assert replicas_in_force(service(autoscaling=off, replicas=3), later) == 3
+    assert replicas_in_force(service(autoscaling=off), later) == 2  # unset: minReplicas
+    # Turned back on: the rollout while off applied spec.replicas, so the autoscaler starts from it.
+    was_off = InferenceServiceStatus(replicas=3, applied_spec_replicas=3)
+    assert replicas_in_force(service(autoscaling={**off, "enabled": True}, replicas=3), was_off) == 3
+
+
+def test_policy_config_carries_the_scale_up_stabilization():
+    assert policy_config(service(), control_period_s=15).scale_up_stabilization_s == 0
+    windowed = service(autoscaling={"scaleUpStabilizationSeconds": 120})
+    assert policy_config(windowed, control_period_s=15).scale_up_stabilization_s == 120

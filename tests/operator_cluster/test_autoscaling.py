@@ -10,6 +10,7 @@ Load comes from a bounded closed-loop generator.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -42,7 +43,7 @@ NAME = triton_fixtures.MODEL  # the InferenceService is named after the model
 BASE_MS = 20.0  # the echo model's time per batch: one replica serves about 45 requests/s unbatched
 
 
-def echo_result() -> BuildResult:
+def echo_result(*, profiled: bool = True) -> BuildResult:
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key="e" * 32,
@@ -54,7 +55,9 @@ def echo_result() -> BuildResult:
             hardware="cpu",
             service_time=ServiceTimeModel(intercept_ms=BASE_MS + 2, per_item_ms=0.3, jitter_cv=0.1),
             points=[ProfileSummaryPoint(batch_size=1, p99_ms=26.0, throughput_per_s=44.0)],
-        ),
+        )
+        if profiled
+        else None,
     )
 
 
@@ -64,6 +67,23 @@ def service(namespace: str) -> dict:
         slo={"p99LatencyMs": 100, "evaluationWindowSeconds": 10},
         autoscaling={"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 600},
     )
+
+
+def overload_until_scaled_out(
+    apps: client.AppsV1Api, namespace: str, http_url: str
+) -> tuple[triton_fixtures.BoundedLoad, Any]:
+    """Overload the single replica (~80 requests/s offered for at most 40 s) until it is scaled out."""
+    load = triton_fixtures.BoundedLoad(
+        [http_url], workers=8, rate_per_worker=10, max_requests=3200, max_seconds=40
+    )
+    with load:
+
+        def scaled_out() -> Any:
+            d = apps.read_namespaced_deployment(NAME, namespace)
+            return d if d.spec.replicas > 1 else None
+
+        deployment = eventually(scaled_out, timeout=40, interval=0.5, description="ScaleUp")
+    return load, deployment
 
 
 def decisions_total(metrics_url: str) -> float:
@@ -127,17 +147,7 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
 
                 eventually(scaling_active, timeout=90, description="ScalingActive=True")
 
-                # Overload the single replica: ~80 requests/s offered for at most 40 s.
-                load = triton_fixtures.BoundedLoad(
-                    [triton.http_url], workers=8, rate_per_worker=10, max_requests=3200, max_seconds=40
-                )
-                with load:
-
-                    def scaled_out():
-                        d = apps.read_namespaced_deployment(NAME, namespace)
-                        return d if d.spec.replicas > 1 else None
-
-                    deployment = eventually(scaled_out, timeout=40, interval=0.5, description="ScaleUp")
+                load, deployment = overload_until_scaled_out(apps, namespace, triton.http_url)
                 obj = custom_object(k8s, namespace, NAME)
                 decision = obj["status"]["lastDecision"]
                 assert decision["action"].startswith("ScaleUp"), decision
@@ -178,5 +188,59 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                 assert re.search(r'tailpilot_webhook_requests_total\{result="accepted"\} [1-9]', text), text
         finally:
             alertmanager.stop()
+            prometheus.stop()
+    assert not load.result.failures[:1], load.result.failures[:3]
+
+
+def test_an_engine_without_a_profile_still_scales_on_the_service_time_learned_from_its_pods(
+    k8s, crds, namespace, engine_store, tmp_path
+):
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    repo = triton_fixtures.write_repository(
+        tmp_path / "repo", batching=BatchingConfig(max_batch_size=1), base_ms=BASE_MS
+    )
+    with TritonServer(repo, work_dir=tmp_path / "triton") as triton:
+        prometheus = LocalPrometheus(tmp_path / "prometheus").start()
+        try:
+            prometheus.set_targets(
+                [
+                    (
+                        triton.metrics_url.split("//")[1].split("/")[0],
+                        {"namespace": namespace, "inferenceservice": NAME, "pod": f"{NAME}-local-0"},
+                    )
+                ]
+            )
+            args = ["--prometheus-url", prometheus.url, "--control-period-seconds", "3"]
+            with OperatorProcess(crds, namespace=namespace, log_dir=tmp_path, extra_args=args):
+                client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+                    "tailpilot.io", "v1alpha1", namespace, "inferenceservices", service(namespace)
+                )
+                play_build(core, running_build_pod(core, namespace), result=echo_result(profiled=False))
+
+                def waiting_for_traffic():
+                    cond = condition(custom_object(k8s, namespace, NAME), "ScalingActive")
+                    return cond if cond and cond["reason"] == "LearningServiceTime" else None
+
+                # No profile and no requests yet: nothing to size with, and the status says so.
+                eventually(waiting_for_traffic, timeout=90, description="ScalingActive LearningServiceTime")
+                assert "profile" not in custom_object(k8s, namespace, NAME)["status"]
+
+                # The same overload: the service time comes from the replica's own counters.
+                load, _ = overload_until_scaled_out(apps, namespace, triton.http_url)
+            status = custom_object(k8s, namespace, NAME)["status"]
+            learned = status["learned"]
+            # From the windows in which the one real replica ran with a queue, before the simulated
+            # replicas it asked for (which serve nothing) joined: at least the echo model's 20 ms a
+            # request (the first such window also holds the seconds before the load began, so it
+            # reads long; on real pods later windows set it, tests/real_pods/test_no_profile.py).
+            assert learned["serviceTimeFit"] in ("Provisional", "Fitted"), learned
+            assert learned["serviceTimeWindows"] >= 1, learned
+            fitted_ms = learned["serviceTime"]["interceptMs"] + learned["serviceTime"]["perItemMs"]
+            assert fitted_ms >= BASE_MS, learned
+            accurate = condition(custom_object(k8s, namespace, NAME), "ProfileAccurate")
+            assert accurate is not None and (accurate["status"], accurate["reason"]) == ("False", "NoProfile")
+            active = condition(custom_object(k8s, namespace, NAME), "ScalingActive")
+            assert active is not None and active["status"] == "True", active
+        finally:
             prometheus.stop()
     assert not load.result.failures[:1], load.result.failures[:3]

@@ -157,6 +157,7 @@ def test_observation_aggregates_the_breakdown():
     assert obs.queue_depth_per_replica == pytest.approx(4.0)
     assert obs.queue_time_ms == pytest.approx((100 * 1.5 + 300 * 0.5) / 400)  # per request, rate weighted
     assert obs.compute_time_ms == pytest.approx(4.0)
+    assert obs.service_time_ms is None  # no request durations in these pods
     assert obs.mean_batch_size == pytest.approx(400.0 / 75.0)
     assert obs.failure_rate == pytest.approx(0.5)
     assert obs.ready_replicas == 2
@@ -178,3 +179,19 @@ def test_gone_pods_and_missing_data():
     )
     assert no_rate.request_rate is None and no_rate.ready_replicas == 1
     assert not math.isnan(no_rate.data_age_s)
+
+
+def test_service_time_is_the_request_duration_outside_the_queue():
+    pods = [
+        PodMetrics(
+            pod=name,
+            request_rate=rate,
+            p99_us=10000.0,
+            queue_duration_us_rate=rate * queue_us,
+            request_duration_us_rate=rate * (queue_us + 6000.0),
+            last_sample_s=99.0,
+        )
+        for name, rate, queue_us in (("a", 100.0, 3000.0), ("b", 300.0, 1000.0))
+    ]
+    obs = observation_from_pod_metrics(pods=pods, window_s=WINDOW_S, now_s=100.0)
+    assert obs.service_time_ms == pytest.approx(6.0)
