@@ -241,8 +241,11 @@ class Autoscaler:
     control_period_s: float = 15.0
     clock: Clock = SYSTEM_CLOCK
     _states: dict[tuple[str, str], PolicyState] = field(default_factory=dict)
-    #: Each service's evaluation windows for the online service-time fit.
-    _service_samples: dict[tuple[str, str], tuple[ServiceSample, ...]] = field(default_factory=dict)
+    #: Each service's evaluation windows for the online service-time fit, and the engine they
+    #: measured (a new engine starts a new fit).
+    _service_samples: dict[tuple[str, str], tuple[str, tuple[ServiceSample, ...]]] = field(
+        default_factory=dict
+    )
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
@@ -382,10 +385,14 @@ class Autoscaler:
             instances=batching.instances_per_replica,
             replicas=state.replicas,
         )
-        samples = add_sample(self._service_samples.get(key, ()), sample)
-        self._service_samples[key] = samples
+        engine = status.engine.key if status.engine else ""
+        measured_engine, earlier = self._service_samples.get(key, (engine, ()))
+        same_engine = measured_engine == engine
+        samples = add_sample(earlier if same_engine else (), sample)
+        self._service_samples[key] = (engine, samples)
         fitted = fit_service_time(samples, max_batch_size=batching.max_batch_size)
-        kept = restored_fit(status.learned)
+        # What the status kept is this engine's unless the engine changed while this process ran.
+        kept = restored_fit(status.learned) if same_engine else None
         if fitted is None or (fitted.quality is FitQuality.PROVISIONAL and kept is not None):
             return kept or fitted
         return fitted

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
 from tailpilot.api.engine import (
@@ -97,15 +97,36 @@ def encode_status(status: InferenceServiceStatus) -> dict[str, Any]:
 def status_patch(live: Mapping[str, Any] | None, status: InferenceServiceStatus) -> dict[str, Any]:
     """The JSON merge patch that makes the live status `status`.
 
-    A merge patch leaves alone what it does not name, so a section `status` no longer has (e.g.
-    the profile of the engine served before) is named with null; sections this operator does not
-    know (a newer one's) are left as they are.
+    A merge patch leaves alone what it does not name, at every level, so a field `status` no
+    longer has (the profile of the engine served before, a learned value reset) is named with
+    null, in the status and in its sections; fields this operator does not know (a newer one's)
+    are left as they are.
     """
     patch = encode_status(status)
-    known = {field.alias or name for name, field in InferenceServiceStatus.model_fields.items()}
-    for key in (live or {}).keys() & known - patch.keys():
-        patch[key] = None
+    _null_gone(patch, live or {}, InferenceServiceStatus)
     return patch
+
+
+def _null_gone(patch: dict[str, Any], live: Mapping[str, Any], model: type[BaseModel]) -> None:
+    """Set to null in `patch` the fields of `model` that `live` has and `patch` does not; recurse."""
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key not in live:
+            continue
+        if key not in patch:
+            patch[key] = None
+            continue
+        section = _model_of(field.annotation)
+        if section is not None and isinstance(patch[key], dict) and isinstance(live[key], Mapping):
+            _null_gone(patch[key], live[key], section)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (`Model` or `Model | None`), else None (lists, scalars)."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def service_without_status(body: Mapping[str, Any]) -> InferenceService:

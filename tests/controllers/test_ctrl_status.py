@@ -24,6 +24,7 @@ from tailpilot.controllers.status import (
     restore_learned,
     served_result,
     service_without_status,
+    status_patch,
 )
 from tailpilot.policy import Learned, PolicyState
 from tests.controllers.specs import service
@@ -206,3 +207,20 @@ def test_policy_config_carries_the_scale_up_stabilization():
     assert policy_config(service(), control_period_s=15).scale_up_stabilization_s == 0
     windowed = service(autoscaling={"scaleUpStabilizationSeconds": 120})
     assert policy_config(windowed, control_period_s=15).scale_up_stabilization_s == 120
+
+
+def test_the_patch_removes_what_the_status_no_longer_has_at_every_level():
+    live = {
+        "replicas": 2,
+        "profile": {"hardware": "cpu", "serviceTime": {"interceptMs": 1, "perItemMs": 2}, "points": []},
+        "learned": {"serviceTimeScale": 1.0, "serviceTime": {"interceptMs": 0, "perItemMs": 20}},
+        "futureField": {"kept": True},
+    }
+    now = InferenceServiceStatus(replicas=3, learned=learned_status(Learned()))
+    patch = status_patch(live, now)
+    assert patch["replicas"] == 3
+    assert patch["profile"] is None  # another engine's profile goes
+    assert patch["learned"]["serviceTime"] is None  # a learned value reset goes
+    assert patch["learned"]["serviceTimeScale"] == 1.0
+    assert "futureField" not in patch  # what this operator does not know is left alone
+
