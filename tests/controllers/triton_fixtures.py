@@ -19,7 +19,12 @@ import httpx
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import TensorSpec
 from tailpilot.manifests.placement import ServingTarget
-from tailpilot.manifests.triton_model_config import model_config_for, to_load_override_json, to_pbtxt
+from tailpilot.manifests.triton_model_config import (
+    ModelConfig,
+    model_config_for,
+    to_load_override_json,
+    to_pbtxt,
+)
 
 MODEL = "echo"
 
@@ -52,9 +57,9 @@ INPUTS = (TensorSpec(name="INPUT0", data_type="TYPE_FP32", dims=(4,)),)
 OUTPUTS = (TensorSpec(name="OUTPUT0", data_type="TYPE_FP32", dims=(4,)),)
 
 
-def model_config_json(batching: BatchingConfig) -> str:
-    """The load-override JSON of the echo model with this batching."""
-    config = model_config_for(
+def echo_model_config(batching: BatchingConfig) -> ModelConfig:
+    """The echo model's config with this batching, as the operator renders it."""
+    return model_config_for(
         name=MODEL,
         triton_backend="python",
         inputs=INPUTS,
@@ -62,20 +67,16 @@ def model_config_json(batching: BatchingConfig) -> str:
         batching=batching,
         placement=ServingTarget(device="cpu"),
     )
-    return to_load_override_json(config)
+
+
+def model_config_json(batching: BatchingConfig) -> str:
+    """The load-override JSON of the echo model with this batching."""
+    return to_load_override_json(echo_model_config(batching))
 
 
 def model_warmup_requests(batching: BatchingConfig) -> int:
     """Requests Triton counts for the echo model's own warm-up on load (one per warm-up sample: measured)."""
-    config = model_config_for(
-        name=MODEL,
-        triton_backend="python",
-        inputs=INPUTS,
-        outputs=OUTPUTS,
-        batching=batching,
-        placement=ServingTarget(device="cpu"),
-    )
-    return sum(w.batch_size * w.count for w in config.model_warmup)
+    return sum(w.batch_size * w.count for w in echo_model_config(batching).model_warmup)
 
 
 def echo_service(namespace: str, *, slo: dict, autoscaling: dict) -> dict:
