@@ -172,8 +172,7 @@ def profile_accuracy(
         ratio = disagreement(fit, profiled, batch=batch)
         figures = (
             f"the serving pods compute a batch of {batch:.1f} in "
-            f"{fit.model.intercept_ms + fit.model.per_item_ms * batch:.1f} ms, the profile "
-            f"{profiled.intercept_ms + profiled.per_item_ms * batch:.1f} ms (x{ratio:.2f})"
+            f"{fit.model.mean_ms(batch):.1f} ms, the profile {profiled.mean_ms(batch):.1f} ms (x{ratio:.2f})"
         )
         if 1 / PROFILE_TOLERANCE <= ratio <= PROFILE_TOLERANCE:
             update = ConditionUpdate(

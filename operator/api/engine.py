@@ -51,8 +51,8 @@ class ServiceTimeModel(_Frozen):
     #: Coefficient of variation of the execution time around the fit.
     jitter_cv: float = Field(default=0.0, ge=0, alias="jitterCv")
 
-    def mean_ms(self, batch_size: int) -> float:
-        """Mean execution time of one batch of `batch_size` items."""
+    def mean_ms(self, batch_size: float) -> float:
+        """Mean execution time of one batch of `batch_size` items (a mean batch may be fractional)."""
         return self.intercept_ms + self.per_item_ms * batch_size
 
 

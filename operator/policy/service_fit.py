@@ -227,5 +227,5 @@ def _weighted_line(points: Sequence[tuple[float, float, float]], total: float) -
 
 def disagreement(fit: ServiceFit, profiled: ServiceTimeModel, *, batch: float) -> float:
     """Fitted over profiled time of a batch of `batch` items (1.0: they agree)."""
-    expected = profiled.intercept_ms + profiled.per_item_ms * batch
-    return (fit.model.intercept_ms + fit.model.per_item_ms * batch) / expected if expected > 0 else math.inf
+    expected = profiled.mean_ms(batch)
+    return fit.model.mean_ms(batch) / expected if expected > 0 else math.inf
