@@ -7,7 +7,15 @@ executables on this machine:
 - `nvcr.io/nvidia/tritonserver`: command `tritonserver` runs the `tritonserver`
   bundled with nvidia-pytriton, with a Python backend directory, bound to the pod IP;
 - `ghcr.io/tailpilot/tailpilot-builder`: command `tailpilot` runs the project's own
-  `tailpilot` console script (the build Job's `tailpilot build`).
+  `tailpilot` console script (the build Job's `tailpilot build`);
+- `ghcr.io/tailpilot/tailpilot-operator`: the same console script, also as the image's
+  entry point (the chart's Deployment gives only `args: [operator, ...]`), run in a
+  private mount namespace with the pod's volumes at their mountPaths, because the
+  operator reads its ServiceAccount token at the absolute in-cluster path.
+
+A pod spec without `command` runs the image's entry point (`ImageEntry.entrypoint`)
+with its `args`, or with the image's default arguments (`ImageEntry.default_args`, the
+Dockerfile's CMD) when it has no `args` either, as a container runtime does.
 
 Any other command of a mapped image (`sh`, `cp`, ...) is looked up on this
 machine's PATH, as the image's own shell tools would be. An image whose
@@ -39,12 +47,22 @@ class ImageEntry:
         executables: Command name (argv[0] as the pod spec gives it) -> local executable.
         extra_args: Per command, a function of the pod IP returning arguments appended to argv.
         env: Environment added under the container's own env (e.g. PATH for the Python backend).
+        entrypoint: The image's ENTRYPOINT (its argv[0] mapped like a command), used when the pod
+            spec has no `command`; empty: the agent needs an explicit command.
+        default_args: The image's CMD, used when the pod spec has neither `command` nor `args`.
+        mount_namespace: Run the image's containers in a private mount namespace in which each
+            volume is bind-mounted at its mountPath (`agent_mounts`), for programs that open
+            absolute paths of their own (the in-cluster ServiceAccount token) that the agent's
+            rewriting of command, args and env cannot reach.
     """
 
     repository: str
     executables: Mapping[str, str]
     extra_args: Mapping[str, Callable[[str], Sequence[str]]] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    entrypoint: Sequence[str] = ()
+    default_args: Sequence[str] = ()
+    mount_namespace: bool = False
 
 
 def image_repository(image: str) -> str:
@@ -70,8 +88,8 @@ def resolve_argv(
     Args:
         table: Image repository -> entry.
         image: The container's image.
-        command: The container's `command` (the agent needs one: it has no image entry point).
-        args: The container's `args`.
+        command: The container's `command`; empty: the image's entry point (`ImageEntry.entrypoint`).
+        args: The container's `args`; with neither, the image's `default_args`.
         pod_ip: The pod's loopback address.
         host_path: PATH used to find host commands (`shutil.which`'s default when None).
     """
@@ -82,9 +100,12 @@ def resolve_argv(
             f"(known: {', '.join(sorted(table)) or 'none'})"
         )
     if not command:
-        raise UnmappedImageError(
-            f"image {image!r}: the node agent needs an explicit command (no entry point)"
-        )
+        if not entry.entrypoint:
+            raise UnmappedImageError(
+                f"image {image!r}: the node agent needs an explicit command (no entry point)"
+            )
+        command = list(entry.entrypoint)
+        args = list(args) or list(entry.default_args)
     name = command[0]
     executable = entry.executables.get(name) or shutil.which(name, path=host_path)
     if executable is None:
@@ -95,10 +116,11 @@ def resolve_argv(
 
 TRITON_REPOSITORY = "nvcr.io/nvidia/tritonserver"
 BUILDER_REPOSITORY = "ghcr.io/tailpilot/tailpilot-builder"
+OPERATOR_REPOSITORY = "ghcr.io/tailpilot/tailpilot-operator"
 
 
 def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> dict[str, ImageEntry]:
-    """The table the agent runs with: Triton and the builder (see the module docstring)."""
+    """The table the agent runs with: Triton, the builder and the operator (see the module docstring)."""
 
     def triton_extra(pod_ip: str) -> list[str]:
         return [
@@ -117,9 +139,21 @@ def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> 
             extra_args={"tritonserver": triton_extra},
             env=path_env,
         ),
+        # docker/builder.Dockerfile: ENTRYPOINT ["tailpilot"], CMD ["build", "--help"].
         BUILDER_REPOSITORY: ImageEntry(
             repository=BUILDER_REPOSITORY,
             executables={"tailpilot": str(venv_bin / "tailpilot")},
             env=path_env,
+            entrypoint=("tailpilot",),
+            default_args=("build", "--help"),
+        ),
+        # docker/operator.Dockerfile: ENTRYPOINT ["tailpilot"], CMD ["operator"], and its ENV.
+        OPERATOR_REPOSITORY: ImageEntry(
+            repository=OPERATOR_REPOSITORY,
+            executables={"tailpilot": str(venv_bin / "tailpilot")},
+            env={**path_env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
+            entrypoint=("tailpilot",),
+            default_args=("operator",),
+            mount_namespace=True,
         ),
     }

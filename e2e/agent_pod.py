@@ -10,6 +10,10 @@ values and workingDir are rewritten so that an absolute path under a mount
 
 Status: the agent keeps one `ContainerRecord` per container and derives the
 pod's phase and conditions the way the kubelet does (see `pod_phase`).
+
+Native sidecars: an init container with `restartPolicy: Always` (`is_sidecar`) keeps
+running beside the containers; its readiness counts toward the pod's, its exit code
+never counts toward the phase, and it is stopped after the containers (`stop_waves`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import base64
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -69,6 +74,20 @@ def rewrite_paths(text: str, *, root: Path, mount_paths: Sequence[str], files: S
     return _PATH_TOKEN.sub(replace, text)
 
 
+_WILDCARD = re.compile(r"(?<![\w.])0\.0\.0\.0(?![\w.]|/\d)")
+
+
+def bind_pod_ip(text: str, pod_ip: str) -> str:
+    """A pod's wildcard address is its own pod IP: `0.0.0.0` as a host becomes `pod_ip`.
+
+    In a real pod, binding 0.0.0.0 binds the pod's own network namespace; here pods share the
+    machine's, so a server told to bind 0.0.0.0 would take the port on every address of the
+    machine. Example: "http://0.0.0.0:8080/healthz" -> "http://127.65.0.9:8080/healthz";
+    a network such as "0.0.0.0/0" stays.
+    """
+    return _WILDCARD.sub(pod_ip, text)
+
+
 def mount_link(root: Path, mount_path: str) -> Path:
     """Where a mountPath lives inside the pod root."""
     return root / PurePosixPath(mount_path).relative_to("/")
@@ -84,15 +103,16 @@ def local_argv(
 ) -> tuple[list[str], dict[str, str]]:
     """The container's argv and image env on this machine, or UnmappedImageError.
 
-    `$(VAR)` references are expanded and the pod's own paths are pointed into `root`; the
-    image table's additions (backend directory, PATH) are host paths and are left as they are,
-    even when they happen to lie under a mountPath such as /tmp.
+    `$(VAR)` references are expanded, the pod's own paths are pointed into `root` and a wildcard
+    address becomes the pod IP (`bind_pod_ip`); the image table's additions (backend directory,
+    PATH) are host paths and are left as they are, even when they happen to lie under a mountPath
+    such as /tmp.
     """
     mounts = [m["mountPath"] for m in spec.get("volumeMounts") or []]
     files = [spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH]
 
     def rewrite(text: str) -> str:
-        return rewrite_paths(text, root=root, mount_paths=mounts, files=files)
+        return bind_pod_ip(rewrite_paths(text, root=root, mount_paths=mounts, files=files), pod_ip)
 
     command = expand_args(spec.get("command") or [], env)
     return resolve_argv(
@@ -102,6 +122,41 @@ def local_argv(
         args=[rewrite(a) for a in expand_args(spec.get("args") or [], env)],
         pod_ip=pod_ip,
     )
+
+
+def mount_plan(root: Path, spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The container's volumeMounts as bind mounts (`agent_mounts`): its link in `root` onto its mountPath.
+
+    Parents come first (a mount inside another one is made after it). Only for images that run in
+    a mount namespace of their own (`ImageEntry.mount_namespace`).
+    """
+    mounts = sorted(spec.get("volumeMounts") or [], key=lambda m: len(PurePosixPath(m["mountPath"]).parts))
+    return [
+        {
+            "source": str(mount_link(root, m["mountPath"])),
+            "target": str(PurePosixPath(m["mountPath"])),
+            "readOnly": bool(m.get("readOnly")),
+        }
+        for m in mounts
+    ]
+
+
+def kubernetes_service_env(server: str) -> dict[str, str]:
+    """KUBERNETES_SERVICE_HOST/PORT, which the kubelet gives every container, for the API server at `server`.
+
+    On a real node they name the `kubernetes` Service's ClusterIP, which kube-proxy forwards to the
+    API server; here there is no kube-proxy, so they name the API server's own address
+    (`https://127.0.0.1:6743` -> host 127.0.0.1, port 6743), which its serving certificate covers.
+    """
+    url = urllib.parse.urlsplit(server)
+    if not url.hostname:
+        raise ValueError(f"not an API server URL: {server!r}")
+    port = str(url.port or (443 if url.scheme == "https" else 80))
+    return {
+        "KUBERNETES_SERVICE_HOST": url.hostname,
+        "KUBERNETES_SERVICE_PORT": port,
+        "KUBERNETES_SERVICE_PORT_HTTPS": port,
+    }
 
 
 # ---- volumes ----------------------------------------------------------------------------------------
@@ -396,19 +451,42 @@ def container_status(record: ContainerRecord, *, pod_uid: str) -> dict[str, Any]
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 
+def is_sidecar(spec: Mapping[str, Any]) -> bool:
+    """A native sidecar: an init container with `restartPolicy: Always` (Kubernetes 1.29+)."""
+    return spec.get("restartPolicy") == "Always"
+
+
 def will_restart(restart_policy: str, termination: Termination) -> bool:
     """Whether a container that ended this way is started again."""
     return restart_policy == "Always" or (restart_policy == "OnFailure" and termination.exit_code != 0)
 
 
+def containers_finished(*, init_failed: bool, records: Sequence[ContainerRecord]) -> bool:
+    """Whether the pod's regular containers are done for good: the moment the kubelet stops the sidecars.
+
+    True when an init container failed for good, or every container ended and none will be
+    started again (`records` carry `terminated` only for an end that is final).
+    """
+    if init_failed:
+        return True
+    return bool(records) and all(r.running_since is None and r.terminated is not None for r in records)
+
+
 def pod_phase(
-    *, restart_policy: str, init_failed: bool, init_done: bool, records: Sequence[ContainerRecord]
+    *,
+    restart_policy: str,
+    init_failed: bool,
+    init_done: bool,
+    records: Sequence[ContainerRecord],
+    sidecars: Sequence[ContainerRecord] = (),
 ) -> PodPhase:
     """The kubelet's phase rules for the containers' states.
 
     Failed: an init container failed for good, or every container ended, one non-zero, none restarts.
     Succeeded: every container ended with 0 and none restarts. Running: initialized and some container
-    runs (or is restarting). Pending otherwise.
+    runs (or is restarting). Pending otherwise. Sidecars (`sidecars`, native sidecar init containers)
+    keep a pod whose containers all ended Running until they have stopped; their own exit codes never
+    count.
     """
     if init_failed:
         return "Failed"
@@ -420,6 +498,8 @@ def pod_phase(
         and len(ended) == len(records)
         and not any(will_restart(restart_policy, t) for t in ended if t)
     ):
+        if any(s.running_since is not None for s in sidecars):
+            return "Running"
         return "Succeeded" if all(t and t.exit_code == 0 for t in ended) else "Failed"
     if any(
         r.running_since is not None or r.last_terminated is not None or r.terminated is not None
@@ -430,10 +510,19 @@ def pod_phase(
 
 
 def pod_conditions(
-    *, existing: Sequence[Mapping[str, Any]], init_done: bool, records: Sequence[ContainerRecord], now: float
+    *,
+    existing: Sequence[Mapping[str, Any]],
+    init_done: bool,
+    records: Sequence[ContainerRecord],
+    now: float,
+    sidecars: Sequence[ContainerRecord] = (),
 ) -> list[dict[str, Any]]:
-    """Initialized, ContainersReady and Ready (transition times kept), beside the scheduler's PodScheduled."""
-    all_ready = bool(records) and all(r.ready for r in records)
+    """Initialized, ContainersReady and Ready (transition times kept), beside the scheduler's PodScheduled.
+
+    Ready needs every container ready and every sidecar ready (by its readiness probe, or started
+    when it has none), as the kubelet's ContainersReady does.
+    """
+    all_ready = bool(records) and all(r.ready for r in [*records, *sidecars])
     wanted = {
         "Initialized": init_done,
         "ContainersReady": all_ready,
@@ -452,3 +541,16 @@ def pod_conditions(
             )
         out.append(condition)
     return out
+
+
+def stop_waves(init: Sequence[Mapping[str, Any]], containers: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """Container names in the order the kubelet stops a pod: one wave after the other.
+
+    First every regular container (and any regular init container still running), then each
+    sidecar alone, in reverse order of declaration: a sidecar gets SIGTERM once everything
+    declared after it has ended, so a sidecar still serves the containers that use it while
+    they stop. Example: init [setup, proxy(sidecar), triton(sidecar)], containers [profile]
+    -> [[setup, profile], [triton], [proxy]].
+    """
+    regular = [c["name"] for c in init if not is_sidecar(c)] + [c["name"] for c in containers]
+    return [regular, *[[c["name"]] for c in reversed(init) if is_sidecar(c)]]

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 SHIM = Path(__file__).resolve().parent / "agent_shim.py"
+#: Run first, inside a container's own mount namespace, by images that need one (`agent_mounts`).
+MOUNT_HELPER = Path(__file__).resolve().parent / "agent_mounts.py"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -3,12 +3,20 @@
 It registers one Node (`local-0`, a CPU inference node), keeps its Lease and
 Ready condition fresh, and for every pod bound to it:
 
-- gives the pod its own loopback address (127.65.x.y) as pod IP, so ports never collide;
+- gives the pod its own loopback address (127.65.x.y) as pod IP, so ports never collide
+  (a wildcard 0.0.0.0 in a container's args and env becomes it), and every container
+  KUBERNETES_SERVICE_HOST/PORT naming the API server's own address (no kube-proxy here);
 - materializes volumes (emptyDir, ConfigMap, Secret, PVCs bound to local/hostPath PVs)
-  under the pod's directory and maps each mountPath onto them (see `agent_pod`);
+  under the pod's directory and maps each mountPath onto them (see `agent_pod`); images
+  whose programs open absolute paths of their own (the operator's in-cluster token) run in
+  a private mount namespace with the volumes bind-mounted there (`agent_mounts`);
 - runs init containers in order, then the containers, mapping images to local
   executables through the image table (`agent_images`); an unmapped image waits
   with ErrImagePull/ImagePullBackOff;
+- runs native sidecars (init containers with `restartPolicy: Always`): started in
+  their place among the init containers (the next one waits until the sidecar is
+  started), restarted whenever they exit, stopped in reverse order once the
+  containers are done for good (Job pods complete; their phase ignores sidecars);
 - runs startup, readiness and liveness probes for real (HTTP, TCP, exec);
 - restarts ended containers per restartPolicy with exponential back-off
   (CrashLoopBackOff), reads termination messages from `terminationMessagePath`;
@@ -33,7 +41,8 @@ Not a kubelet: no memory limits, no user switching, no image pulls, no
 This module is the loop and the container lifecycle; its parts: `agent_node` (the Node
 object), `agent_pod` (pure translation of a pod spec: paths, env, probes, status),
 `agent_images` (the image table), `agent_volumes` (volumes on this machine),
-`agent_process` and `agent_shim` (container processes that outlive the agent).
+`agent_process` and `agent_shim` (container processes that outlive the agent), `agent_mounts`
+(volumes at their mountPaths in a container's own mount namespace).
 """
 
 from __future__ import annotations
@@ -69,19 +78,26 @@ from tailpilot_e2e.agent_pod import (
     PodConfigError,
     Probe,
     Termination,
+    bind_pod_ip,
     container_env,
     container_status,
+    containers_finished,
+    is_sidecar,
+    kubernetes_service_env,
     local_argv,
     mount_link,
+    mount_plan,
     parse_probe,
     pod_conditions,
     pod_phase,
     rewrite_paths,
     rfc3339,
+    stop_waves,
     will_restart,
 )
-from tailpilot_e2e.agent_process import SHIM, Run, container_dir, kill_all, pod_runs, runs_of
+from tailpilot_e2e.agent_process import MOUNT_HELPER, SHIM, Run, container_dir, kill_all, pod_runs, runs_of
 from tailpilot_e2e.agent_volumes import PodVolumes, link_mounts
+from tailpilot_e2e.config import REPO_ROOT
 
 log = logging.getLogger("node-agent")
 
@@ -122,6 +138,15 @@ class ContainerRuntime:
     def name(self) -> str:
         return str(self.spec["name"])
 
+    @property
+    def sidecar(self) -> bool:
+        """A native sidecar: an init container that keeps running beside the containers."""
+        return self.init and is_sidecar(self.spec)
+
+    def alive(self) -> bool:
+        """Whether its current run's process still runs."""
+        return self.run is not None and self.run.ended() is None
+
 
 @dataclass
 class PodRuntime:
@@ -138,7 +163,12 @@ class PodRuntime:
     config_error: PodConfigError | None = None
     volumes_ready: bool = False
     init_failed: bool = False
+    #: Set once every regular init container succeeded and every sidecar started; it stays set
+    #: (a sidecar restarting later does not make the pod uninitialized), as in the kubelet.
+    initialized: bool = False
     deleting_deadline: float | None = None
+    #: When the sidecars' stop, once the containers are done for good, must be over (SIGKILL then).
+    finishing_deadline: float | None = None
     last_status: dict[str, Any] | None = None
 
     @property
@@ -149,7 +179,10 @@ class PodRuntime:
         return [*self.init, *self.main]
 
     def init_done(self) -> bool:
-        return all(c.record.terminated is not None and c.record.terminated.exit_code == 0 for c in self.init)
+        return self.initialized or not self.init
+
+    def sidecars(self) -> list[ContainerRuntime]:
+        return [c for c in self.init if c.sidecar]
 
 
 class NodeAgent:
@@ -182,6 +215,9 @@ class NodeAgent:
         self._next_heartbeat = 0.0
         self._refresh_volumes = False
         self._no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # What the kubelet gives every container to find the API server (no kube-proxy here).
+        self.service_env = kubernetes_service_env(api.configuration.host)
+        self._mount_namespaces: bool | None = None  # whether `unshare -m` works here (checked once)
         self.cgroups: CpuCgroups | None = CpuCgroups.of(state_dir)
         if not self.cgroups.available():
             log.warning("cgroups (v1 cpu, cpuacct) are not writable here: CPU limits are not enforced")
@@ -311,9 +347,15 @@ class NodeAgent:
 
     def _adopt(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
         """Rebuild records from the pod's directory: restart counts, last exits, running processes."""
-        previous = {s["name"]: s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        status = pod.get("status") or {}
+        previous = {
+            s["name"]: s
+            for s in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        }
         restart_policy = pod["spec"].get("restartPolicy", "Always")
         now = time.monotonic()
+        # The containers ran, so the init containers (sidecars included) had done their part.
+        runtime.initialized = any(runs_of(c.dir) for c in runtime.main)
         for c in runtime.containers():
             runs = runs_of(c.dir)
             if not runs:
@@ -326,9 +368,7 @@ class NodeAgent:
             c.run = Run(runs[-1])
             last = c.run.exit()
             if last is not None:
-                policy = (
-                    restart_policy if not c.init else ("Never" if restart_policy == "Never" else "OnFailure")
-                )
+                policy = self._policy(c, restart_policy)
                 self._ended(runtime, c, self._termination(c, last, runtime), policy, now)
             elif c.run.alive_pid() is not None:
                 child = c.run.child() or {}
@@ -345,6 +385,15 @@ class NodeAgent:
                 self._arm_probes(c, now)
 
     # ---- container lifecycle -------------------------------------------------------------------------
+    @staticmethod
+    def _policy(c: ContainerRuntime, restart_policy: str) -> str:
+        """The restart policy a container follows: a sidecar's own Always; init containers never Always."""
+        if c.sidecar:
+            return "Always"
+        if c.init:
+            return "Never" if restart_policy == "Never" else "OnFailure"
+        return restart_policy
+
     def _backoff(self, restart_count: int) -> float:
         return min(self.backoff_max_s, self.backoff_base_s * 2 ** max(0, restart_count - 1))
 
@@ -387,7 +436,9 @@ class NodeAgent:
         files = [spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH]
 
         def rewrite(text: str) -> str:
-            return rewrite_paths(text, root=runtime.root, mount_paths=mounts, files=files)
+            return bind_pod_ip(
+                rewrite_paths(text, root=runtime.root, mount_paths=mounts, files=files), runtime.ip
+            )
 
         try:
             env = container_env(
@@ -404,11 +455,21 @@ class NodeAgent:
             c.record.waiting_reason, c.record.waiting_message = error.reason, str(error)
             c.backoff_until = time.monotonic() + self._backoff(1)
             return
+        entry = self.table.get(agent_images.image_repository(spec.get("image", "")))
+        if entry is not None and entry.mount_namespace and not self._can_unshare():
+            c.record.waiting_reason = "CreateContainerError"
+            c.record.waiting_message = (
+                f"image {spec.get('image')!r} runs in a mount namespace of its own, and "
+                "`unshare -m --propagation private` does not work here (it needs root)"
+            )
+            c.backoff_until = time.monotonic() + self._backoff(2)
+            return
         message_file = mount_link(runtime.root, files[0])
         message_file.write_bytes(b"")
         full_env = {
             "HOSTNAME": runtime.name,
             "LANG": "C.UTF-8",
+            **self.service_env,
             **image_env,
             **{k: rewrite(v) for k, v in env.items()},
         }
@@ -419,6 +480,8 @@ class NodeAgent:
         run_dir = c.dir / f"run-{index}"
         run_dir.mkdir()
         log_file = c.dir / f"{index}.log"
+        if entry is not None and entry.mount_namespace:
+            argv = self._in_mount_namespace(runtime, spec, argv, run_dir)
         cgroup_procs = self._cgroups_of(runtime, c)
         shim = subprocess.Popen(  # noqa: S603 - the pod's command, under our shim
             [
@@ -452,6 +515,35 @@ class NodeAgent:
         log.info("started %s/%s %s: %s", runtime.namespace, runtime.name, c.name, " ".join(argv)[:300])
         self._event(runtime, "Started", f"Started container {c.name}")
 
+    def _can_unshare(self) -> bool:
+        if self._mount_namespaces is None:
+            unshare = shutil.which("unshare")
+            self._mount_namespaces = bool(unshare) and (
+                subprocess.run(  # noqa: S603
+                    [str(unshare), "-m", "--propagation", "private", "true"], capture_output=True, check=False
+                ).returncode
+                == 0
+            )
+            if not self._mount_namespaces:
+                log.warning("private mount namespaces (unshare -m) are not available here")
+        return self._mount_namespaces
+
+    def _in_mount_namespace(
+        self, runtime: PodRuntime, spec: Mapping[str, Any], argv: list[str], run_dir: Path
+    ) -> list[str]:
+        """`argv` run in a private mount namespace with the pod's volumes at their mountPaths."""
+        plan = {
+            "scratch": str(run_dir / "mounts"),
+            # What the container needs from this machine: never hidden by a mount (a /tmp emptyDir).
+            "keep": [str(runtime.dir), argv[0], sys.executable, sys.prefix, str(REPO_ROOT)],
+            "mounts": mount_plan(runtime.root, spec),
+        }
+        plan_file = run_dir / "mounts.json"
+        plan_file.write_text(json.dumps(plan))
+        unshare = shutil.which("unshare") or "unshare"
+        helper = [sys.executable, "-I", "-S", str(MOUNT_HELPER), str(plan_file), "--"]
+        return [unshare, "-m", "--propagation", "private", *helper, *argv]
+
     def _cgroups_of(self, runtime: PodRuntime, c: ContainerRuntime) -> list[str]:
         """The container's cgroups, its CPU limit as their quota; none where cgroups are not writable."""
         if self.cgroups is None:
@@ -483,7 +575,7 @@ class NodeAgent:
     def _arm_probes(self, c: ContainerRuntime, now: float) -> None:
         ports = c.spec.get("ports") or []
         c.probes = {}
-        if c.init:
+        if c.init and not c.sidecar:
             return
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             try:
@@ -610,7 +702,8 @@ class NodeAgent:
         c.record.running_since = None
         c.record.ready = False
         c.killing_since = None
-        if will_restart(restart_policy, termination) and not (c.init and termination.exit_code == 0):
+        regular_init_done = c.init and not c.sidecar and termination.exit_code == 0
+        if will_restart(restart_policy, termination) and not regular_init_done:
             c.record.last_terminated = termination
             c.record.terminated = None
             c.restart_pending = True
@@ -665,32 +758,87 @@ class NodeAgent:
                     c.record.waiting_reason, c.record.waiting_message = error.reason, str(error)
 
     def _sync_containers(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
-        """Init containers one at a time, in order; then every container."""
+        """Init containers in order (a sidecar only has to start); then every container; then the end.
+
+        A sidecar is kept running (restarted whenever it exits) from its start until the
+        containers are done for good; the init container after it, or the containers, start
+        once it is started (its startupProbe succeeded, or its process runs when it has none).
+        """
         restart_policy = pod["spec"].get("restartPolicy", "Always")
+        if self._finished(runtime):
+            self._finish(runtime, pod)
+            return
         for c in runtime.init:
-            if c.record.terminated is not None and c.record.terminated.exit_code == 0:
+            if c.sidecar:
+                self._sync_container(runtime, pod, c, "Always")
+                if not runtime.initialized and not (c.record.started and c.record.running_since is not None):
+                    return
+                continue
+            done = c.record.terminated is not None and c.record.terminated.exit_code == 0
+            if runtime.initialized or done:
                 continue
             if c.record.terminated is not None and restart_policy == "Never":
                 runtime.init_failed = True
+                self._finish(runtime, pod)
                 return
-            self._sync_container(runtime, pod, c, "Never" if restart_policy == "Never" else "OnFailure")
+            self._sync_container(runtime, pod, c, self._policy(c, restart_policy))
             return
+        runtime.initialized = True
         for c in runtime.main:
             self._sync_container(runtime, pod, c, restart_policy)
+        if self._finished(runtime):
+            self._finish(runtime, pod)
+
+    @staticmethod
+    def _finished(runtime: PodRuntime) -> bool:
+        return containers_finished(init_failed=runtime.init_failed, records=[c.record for c in runtime.main])
+
+    def _finish(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
+        """The containers are done for good: stop the sidecars, last declared first, within the grace."""
+        if runtime.finishing_deadline is None:
+            grace = float(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            runtime.finishing_deadline = time.monotonic() + grace
+        for c in runtime.sidecars():
+            if c.run is None:
+                continue
+            if c.restart_pending:  # waiting for its restart: it will not run again
+                c.restart_pending = False
+                c.record.terminated = c.record.last_terminated
+                c.record.waiting_reason, c.record.waiting_message = "", ""
+            elif c.record.running_since is not None:
+                self._sync_container(runtime, pod, c, "Never")  # records its exit, never restarts it
+        self._stop_in_order(runtime, runtime.finishing_deadline, reason="the pod's containers completed")
+
+    def _stop_in_order(self, runtime: PodRuntime, deadline: float, *, reason: str | None) -> bool:
+        """Stop what runs, wave after wave (`stop_waves`), SIGKILL at `deadline`; True once nothing runs.
+
+        Each wave gets SIGTERM once the waves before it have ended: the regular containers
+        first, then each sidecar in reverse order. With `reason`, each SIGTERM is a Killing event.
+        """
+        containers = {c.name: c for c in runtime.containers()}
+        alive = {name for name, c in containers.items() if c.alive()}
+        for wave in stop_waves([c.spec for c in runtime.init], [c.spec for c in runtime.main]):
+            running = [containers[name] for name in wave if name in alive]
+            for c in running:
+                if reason is not None:
+                    self._kill(runtime, c, reason)
+                elif c.killing_since is None and c.run is not None:
+                    c.killing_since = time.monotonic()
+                    c.run.signal(signal.SIGTERM)
+            if running:
+                break
+        if alive and time.monotonic() > deadline:
+            for name in alive:
+                run = containers[name].run
+                if run is not None:
+                    run.signal(signal.SIGKILL)
+        return not alive
 
     def _terminate(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
-        now = time.monotonic()
+        """The pod is being deleted: stop its containers (sidecars last), then remove it from the API."""
         if runtime.deleting_deadline is None:
-            runtime.deleting_deadline = now + self._grace_s(pod)
-            for c in runtime.containers():
-                if c.run is not None and c.run.ended() is None:
-                    c.killing_since = now
-                    c.run.signal(signal.SIGTERM)
-        running = [c for c in runtime.containers() if c.run is not None and c.run.ended() is None]
-        if running and now > runtime.deleting_deadline:
-            for c in running:
-                c.run.signal(signal.SIGKILL)  # type: ignore[union-attr]
-        if running:
+            runtime.deleting_deadline = time.monotonic() + self._grace_s(pod)
+        if not self._stop_in_order(runtime, runtime.deleting_deadline, reason=None):
             return
         self._delete_from_api(pod)
         self.deleted.add(runtime.uid)
@@ -728,11 +876,13 @@ class NodeAgent:
     def _write_status(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
         restart_policy = pod["spec"].get("restartPolicy", "Always")
         init_done = runtime.init_done()
+        sidecars = [c.record for c in runtime.sidecars()]
         phase = pod_phase(
             restart_policy=restart_policy,
             init_failed=runtime.init_failed,
             init_done=init_done,
             records=[c.record for c in runtime.main],
+            sidecars=sidecars,
         )
         existing = (pod.get("status") or {}).get("conditions") or []
         status: dict[str, Any] = {
@@ -747,6 +897,7 @@ class NodeAgent:
                 init_done=init_done,
                 records=[c.record for c in runtime.main],
                 now=time.time(),
+                sidecars=sidecars,
             ),
             "containerStatuses": [container_status(c.record, pod_uid=runtime.uid) for c in runtime.main],
         }

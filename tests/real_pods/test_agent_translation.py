@@ -8,8 +8,12 @@ from pathlib import Path
 import pytest
 
 from tailpilot_e2e.agent_images import (
+    BUILDER_REPOSITORY,
+    OPERATOR_REPOSITORY,
+    TRITON_REPOSITORY,
     ImageEntry,
     UnmappedImageError,
+    default_table,
     image_repository,
     resolve_argv,
 )
@@ -17,12 +21,19 @@ from tailpilot_e2e.agent_pod import (
     ContainerRecord,
     PodConfigError,
     Termination,
+    bind_pod_ip,
     container_env,
+    containers_finished,
+    is_sidecar,
     key_files,
+    kubernetes_service_env,
     local_argv,
+    mount_plan,
     parse_probe,
+    pod_conditions,
     pod_phase,
     rewrite_paths,
+    stop_waves,
     volume_plans,
 )
 
@@ -192,3 +203,170 @@ def test_host_paths_the_image_table_adds_are_not_taken_for_container_paths() -> 
         "--http-port=8000",
         "--backend-directory=/tmp/ci/backends",
     ]
+
+
+# ---- native sidecars ---------------------------------------------------------------------------------
+def _sidecar_phase(policy: str, main: list[ContainerRecord], sidecars: list[ContainerRecord]) -> str:
+    return pod_phase(
+        restart_policy=policy, init_failed=False, init_done=True, records=main, sidecars=sidecars
+    )
+
+
+def test_a_pod_whose_containers_succeeded_runs_until_its_sidecars_stopped_then_succeeds() -> None:
+    main = [ContainerRecord("profile", "i", terminated=_ended(0))]
+    running = ContainerRecord("triton", "i", running_since=1.0, started=True, ready=True)
+    assert _sidecar_phase("Never", main, [running]) == "Running"
+    # Stopped by the agent's SIGTERM: its exit code (143) does not count.
+    stopped = ContainerRecord("triton", "i", terminated=_ended(143))
+    assert _sidecar_phase("Never", main, [stopped]) == "Succeeded"
+    assert _sidecar_phase("OnFailure", main, [stopped]) == "Succeeded"
+
+
+def test_a_failed_container_fails_the_pod_whatever_its_sidecars_did() -> None:
+    main = [ContainerRecord("profile", "i", terminated=_ended(2))]
+    assert _sidecar_phase("Never", main, [ContainerRecord("triton", "i", terminated=_ended(0))]) == "Failed"
+    assert _sidecar_phase("Never", main, [ContainerRecord("triton", "i", running_since=1.0)]) == "Running"
+    # OnFailure restarts the failed container: not finished, the pod runs on.
+    restarting = [
+        ContainerRecord("profile", "i", last_terminated=_ended(2), waiting_reason="CrashLoopBackOff")
+    ]
+    assert not containers_finished(init_failed=False, records=restarting)
+    assert (
+        _sidecar_phase("OnFailure", restarting, [ContainerRecord("t", "i", running_since=1.0)]) == "Running"
+    )
+
+
+def test_a_crash_looping_sidecar_keeps_the_pod_running() -> None:
+    main = [ContainerRecord("profile", "i", running_since=1.0, started=True, ready=True)]
+    looping = ContainerRecord("triton", "i", last_terminated=_ended(1), waiting_reason="CrashLoopBackOff")
+    assert _sidecar_phase("Never", main, [looping]) == "Running"
+
+
+def test_containers_are_finished_when_every_one_ended_for_good_or_an_init_container_failed() -> None:
+    done, running = (
+        ContainerRecord("a", "i", terminated=_ended(0)),
+        ContainerRecord("b", "i", running_since=1.0),
+    )
+    assert containers_finished(init_failed=False, records=[done])
+    assert not containers_finished(init_failed=False, records=[done, running])
+    assert not containers_finished(init_failed=False, records=[ContainerRecord("c", "i")])  # not started yet
+    assert containers_finished(init_failed=True, records=[ContainerRecord("c", "i")])
+
+
+def _ready_condition(main: list[ContainerRecord], sidecars: list[ContainerRecord]) -> dict[str, str]:
+    conditions = pod_conditions(existing=[], init_done=True, records=main, now=0.0, sidecars=sidecars)
+    return {c["type"]: c["status"] for c in conditions}
+
+
+def test_a_sidecars_readiness_gates_the_pods() -> None:
+    main = [ContainerRecord("profile", "i", running_since=1.0, started=True, ready=True)]
+    unready = ContainerRecord("triton", "i", running_since=1.0, started=True, ready=False)
+    ready = ContainerRecord("triton", "i", running_since=1.0, started=True, ready=True)
+    assert _ready_condition(main, [unready]) == {
+        "Initialized": "True",
+        "ContainersReady": "False",
+        "Ready": "False",
+    }
+    assert _ready_condition(main, [ready]) == {
+        "Initialized": "True",
+        "ContainersReady": "True",
+        "Ready": "True",
+    }
+    assert _ready_condition([], [ready])["Ready"] == "False"
+
+
+def test_sidecars_stop_after_the_containers_in_reverse_order_of_declaration() -> None:
+    init = [
+        {"name": "setup"},
+        {"name": "proxy", "restartPolicy": "Always"},
+        {"name": "triton", "restartPolicy": "Always"},
+    ]
+    assert [is_sidecar(c) for c in init] == [False, True, True]
+    assert stop_waves(init, [{"name": "profile"}, {"name": "log"}]) == [
+        ["setup", "profile", "log"],
+        ["triton"],
+        ["proxy"],
+    ]
+    assert stop_waves([], [{"name": "main"}]) == [["main"]]
+
+
+# ---- image entry points, the API server's address, mount plans ---------------------------------------
+def test_a_spec_without_command_runs_the_images_entry_point_with_its_args_or_default_args() -> None:
+    table = {
+        "repo/op": ImageEntry(
+            "repo/op",
+            executables={"tailpilot": "/venv/bin/tailpilot"},
+            entrypoint=("tailpilot",),
+            default_args=("operator",),
+        )
+    }
+
+    def argv(command: list[str], args: list[str]) -> list[str]:
+        return resolve_argv(table, image="repo/op:0.1.0", command=command, args=args, pod_ip="i")[0]
+
+    assert argv([], ["operator", "--namespace=a"]) == ["/venv/bin/tailpilot", "operator", "--namespace=a"]
+    assert argv([], []) == ["/venv/bin/tailpilot", "operator"]  # the image's CMD
+    assert argv(["tailpilot"], []) == ["/venv/bin/tailpilot"]  # a command replaces the CMD too
+    assert argv(["tailpilot", "crds"], ["--check"]) == ["/venv/bin/tailpilot", "crds", "--check"]
+
+
+def test_the_default_table_runs_the_operator_image_from_the_projects_console_script() -> None:
+    table = default_table(venv_bin=Path("/v/bin"), triton_binary=Path("/t"), backend_dir=Path("/b"))
+    image = "ghcr.io/tailpilot/tailpilot-operator:0.1.0"
+    argv, env = resolve_argv(table, image=image, command=[], args=["operator"], pod_ip="i")
+    assert argv == ["/v/bin/tailpilot", "operator"]
+    assert env["PATH"].startswith("/v/bin:") and env["PYTHONUNBUFFERED"] == "1"
+    assert table[OPERATOR_REPOSITORY].mount_namespace
+    assert not table[BUILDER_REPOSITORY].mount_namespace and not table[TRITON_REPOSITORY].mount_namespace
+
+
+def test_containers_find_the_api_server_at_its_own_address() -> None:
+    assert kubernetes_service_env("https://127.0.0.1:6743") == {
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "6743",
+        "KUBERNETES_SERVICE_PORT_HTTPS": "6743",
+    }
+    assert kubernetes_service_env("https://api.example")["KUBERNETES_SERVICE_PORT"] == "443"
+
+
+def test_mount_plans_bind_each_volume_link_onto_its_mount_path_parents_first() -> None:
+    spec = {
+        "volumeMounts": [
+            {"name": "models", "mountPath": "/mnt/pvc/models"},
+            {"name": "sa", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True},
+            {"name": "pvc", "mountPath": "/mnt/pvc/"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ]
+    }
+    assert mount_plan(ROOT, spec) == [
+        {"source": f"{ROOT}/tmp", "target": "/tmp", "readOnly": False},
+        {"source": f"{ROOT}/mnt/pvc", "target": "/mnt/pvc", "readOnly": False},
+        {"source": f"{ROOT}/mnt/pvc/models", "target": "/mnt/pvc/models", "readOnly": False},
+        {
+            "source": f"{ROOT}/var/run/secrets/kubernetes.io/serviceaccount",
+            "target": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True,
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("http://0.0.0.0:8080/healthz", "http://127.65.0.9:8080/healthz"),
+        ("--bind-address=0.0.0.0", "--bind-address=127.65.0.9"),
+        ("0.0.0.0", "127.65.0.9"),
+        ("0.0.0.0/0", "0.0.0.0/0"),  # a network, not an address to bind
+        ("10.0.0.0.0", "10.0.0.0.0"),
+        ("v0.0.0.0", "v0.0.0.0"),
+    ],
+)
+def test_a_pods_wildcard_address_is_its_pod_ip(text: str, expected: str) -> None:
+    assert bind_pod_ip(text, "127.65.0.9") == expected
+
+
+def test_container_args_bind_the_pod_ip_instead_of_the_machines_addresses() -> None:
+    table = {"repo/op": ImageEntry("repo/op", executables={}, entrypoint=("sh",))}
+    spec = {"image": "repo/op:1", "args": ["-c", "serve --liveness=http://0.0.0.0:8080/healthz"]}
+    argv, _ = local_argv(table, spec, {}, pod_ip="127.65.0.9", root=ROOT)
+    assert argv[1:] == ["-c", "serve --liveness=http://127.65.0.9:8080/healthz"]
