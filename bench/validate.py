@@ -57,9 +57,8 @@ def _build(work: Path) -> Path:
         max_batch_size=MAX_BATCH,
         serving_variant="python",
         store=str(work / "store"),
-        profile=False,
     )
-    result = run_build(request, BuildSettings(), progress=lambda _: None, profiler=None)
+    result = run_build(request, BuildSettings(), progress=lambda _: None)
     if result.outcome != BuildOutcome.SUCCEEDED:
         raise SystemExit(f"build failed: {result.reason}: {result.message}")
     repo = work / "repository"

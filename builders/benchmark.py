@@ -63,10 +63,9 @@ def _build_engines(work: Path, repo: Path) -> dict[str, float]:
             max_batch_size=MAX_BATCH,
             serving_variant="python",
             store=str(store),
-            profile=False,
             **extra,
         )
-        result = run_build(request, BuildSettings(), progress=lambda _: None, profiler=None)
+        result = run_build(request, BuildSettings(), progress=lambda _: None)
         if result.outcome != BuildOutcome.SUCCEEDED:
             raise SystemExit(f"build of {name} failed: {result.reason}: {result.message}")
         seconds[name] = EngineStore(store).read_manifest(result.engine_key).build_seconds

@@ -3,8 +3,9 @@
 Steps: check the request (fail fast, before any download) -> answer from the
 index when the model bytes are pinned -> fetch + hash -> verify the ONNX model
 and the request's shapes -> engine key -> answer from the store when present
--> build into a staging directory -> config.pbtxt -> manifest -> profile in a
-real Triton (optional) -> publish atomically -> record the index.
+-> build into a staging directory -> config.pbtxt -> manifest -> publish
+atomically -> record the index. Measuring the engine is not the build's job:
+the profile Job does it in the service's own Triton (`profile_job.py`).
 
 Failures raise `BuildError` (reason + message) inside; `run_build` turns them
 into a failed `BuildResult`. Nothing is published on failure: the staging
@@ -22,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tailpilot.api.engine import BUILDER_VERSION, BuildOutcome, BuildRequest, BuildResult, EngineProfile
+from tailpilot.api.engine import BUILDER_VERSION, BuildOutcome, BuildRequest, BuildResult
 from tailpilot.builders import tensorrt
 from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
 from tailpilot.builders.errors import (
@@ -33,15 +34,13 @@ from tailpilot.builders.errors import (
     BuildError,
 )
 from tailpilot.builders.fetch import Fetched, FetchOptions, fetch
-from tailpilot.builders.store import MANIFEST, PROFILE, REPOSITORY, EngineManifest, EngineStore, write_atomic
+from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest, EngineStore, write_atomic
 
 if TYPE_CHECKING:
     from tailpilot.builders.model_info import ModelInfo
 
 #: Writes one progress line (to stderr in the Job, so it lands in the Job's log).
 Progress = Callable[[str], None]
-#: Profiles a complete engine directory (manifest + repository) and returns its profile.
-Profiler = Callable[[Path], EngineProfile]
 
 _PYTHON_MODEL_FILE = Path(__file__).with_name("triton_python_model.py")
 
@@ -55,8 +54,6 @@ class BuildSettings:
     trtexec: str | None = None
     #: nvidia-smi name of the GPU the build runs on, None without a GPU.
     gpu_name: str | None = None
-    #: Triton backends the local Triton can run (profiling is skipped for others).
-    local_triton_backends: frozenset[str] = frozenset({"python"})
 
 
 def triton_backend_for(request: BuildRequest) -> str:
@@ -118,35 +115,22 @@ def library_versions(request: BuildRequest, settings: BuildSettings) -> dict[str
     return versions
 
 
-def run_build(
-    request: BuildRequest,
-    settings: BuildSettings,
-    *,
-    progress: Progress,
-    profiler: Profiler | None,
-) -> BuildResult:
+def run_build(request: BuildRequest, settings: BuildSettings, *, progress: Progress) -> BuildResult:
     """Build (or find) the engine; never raises BuildError (it becomes a failed result).
 
     Args:
         request: What to build.
         settings: The build environment.
         progress: Receives progress lines.
-        profiler: Profiles the staged engine when `request.profile`; None disables profiling.
     """
     try:
-        return build_engine(request, settings, progress=progress, profiler=profiler)
+        return build_engine(request, settings, progress=progress)
     except BuildError as err:
         progress(f"build failed: {err.reason}: {err.message}")
         return BuildResult(outcome=BuildOutcome.FAILED, reason=err.reason, message=err.message)
 
 
-def build_engine(
-    request: BuildRequest,
-    settings: BuildSettings,
-    *,
-    progress: Progress,
-    profiler: Profiler | None,
-) -> BuildResult:
+def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Progress) -> BuildResult:
     """Build (or find) the engine; see the module docstring for the steps.
 
     Raises:
@@ -161,7 +145,7 @@ def build_engine(
         cached = store.lookup_index(idx)
         if cached:
             progress(f"engine {cached} found in the store by request; nothing to build")
-            return _finish_cached(store, cached, request, settings, progress=progress, profiler=profiler)
+            return _finish_cached(store, cached)
     # The heavy modules (onnx, onnxruntime, tritonclient) load only past the index check,
     # so that a repeated request answers in well under a second.
     from tailpilot.api.autoscaling import BatchingConfig
@@ -210,7 +194,7 @@ def build_engine(
         if store.lookup(key):
             progress(f"engine {key} already in the store; nothing to build")
             store.record_index(idx, key)
-            return _finish_cached(store, key, request, settings, progress=progress, profiler=profiler)
+            return _finish_cached(store, key)
         progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
         engine_file, method = _build_model_file(request, settings, info, model, calibration, work, store.root)
         inputs, outputs = triton_specs(info.inputs), triton_specs(info.outputs)
@@ -245,7 +229,6 @@ def build_engine(
         )
         write_atomic(engine_dir / MANIFEST, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
         progress(f"engine built in {build_seconds:.2f} s ({method}): {model_dir.name}")
-        profile = _maybe_profile(engine_dir, request, settings, progress=progress, profiler=profiler)
         final = store.publish(engine_dir, key)
     store.record_index(idx, key)
     progress(f"engine {key} published at {final}")
@@ -253,7 +236,6 @@ def build_engine(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key=key,
         artifact=str(final),
-        profile=profile.to_summary() if profile else None,
         triton_backend=manifest.triton_backend,
         inputs=inputs,
         outputs=outputs,
@@ -312,48 +294,13 @@ def _build_model_file(
     return plan, " ".join(cmd)
 
 
-def _maybe_profile(
-    engine_dir: Path,
-    request: BuildRequest,
-    settings: BuildSettings,
-    *,
-    progress: Progress,
-    profiler: Profiler | None,
-) -> EngineProfile | None:
-    if not request.profile or profiler is None:
-        return None
-    backend = triton_backend_for(request)
-    if backend not in settings.local_triton_backends:
-        progress(f"profile skipped: the local Triton has no {backend} backend")
-        return None
-    progress("profiling the engine in a local Triton")
-    profile = profiler(engine_dir)
-    write_atomic(engine_dir / PROFILE, profile.model_dump_json(by_alias=True, indent=2) + "\n")
-    progress(f"profile: {_describe_profile(profile)}")
-    return profile
-
-
-def _finish_cached(
-    store: EngineStore,
-    key: str,
-    request: BuildRequest,
-    settings: BuildSettings,
-    *,
-    progress: Progress,
-    profiler: Profiler | None,
-) -> BuildResult:
+def _finish_cached(store: EngineStore, key: str) -> BuildResult:
     engine_dir = store.engine_dir(key)
     manifest = store.read_manifest(key)
-    profile_path = engine_dir / PROFILE
-    profile = EngineProfile.model_validate_json(profile_path.read_text()) if profile_path.is_file() else None
-    if profile is None:
-        # An engine published without a profile gets one now; profile.json is replaced atomically.
-        profile = _maybe_profile(engine_dir, request, settings, progress=progress, profiler=profiler)
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key=key,
         artifact=str(engine_dir),
-        profile=profile.to_summary() if profile else None,
         triton_backend=manifest.triton_backend,
         inputs=manifest.inputs,
         outputs=manifest.outputs,
@@ -375,15 +322,3 @@ def _describe(tensors: tuple[object, ...]) -> str:
         dims = getattr(t, "dims", ())
         parts.append(f"{getattr(t, 'name', '?')}[{'x'.join('?' if d is None else str(d) for d in dims)}]")
     return ", ".join(parts)
-
-
-def _describe_profile(profile: EngineProfile) -> str:
-    points = "; ".join(
-        f"b={p.batch_size}: p99 {p.p99_ms:.2f} ms, {p.throughput_per_s:.0f}/s" for p in profile.points
-    )
-    st = profile.service_time
-    limit = "no CPU limit" if profile.cpu_limit_millis is None else f"CPU limit {profile.cpu_limit_millis}m"
-    return (
-        f"{points}; t(b) = {st.intercept_ms:.3f} + {st.per_item_ms:.3f}*b ms, cv {st.jitter_cv:.2f}; "
-        f"under {limit}"
-    )

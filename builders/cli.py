@@ -1,4 +1,4 @@
-"""Entry points of the build Job: `tailpilot build`, `tailpilot profile`, `tailpilot make-example-model`.
+"""Entry points of the engine Jobs: `tailpilot build`, `tailpilot profile`, `tailpilot make-example-model`.
 
 This is where the environment is read (flags, `TAILPILOT_*` variables, which
 tools are installed); everything below receives it as values.
@@ -21,8 +21,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tailpilot.api.engine import BuildOutcome, BuildRequest, BuildResult, EngineProfile
-from tailpilot.builders.errors import INVALID_REQUEST
+from tailpilot.api.engine import (
+    BuildOutcome,
+    BuildRequest,
+    BuildResult,
+    EngineProfile,
+    ProfileRequest,
+    ProfileResult,
+)
+from tailpilot.api.v1alpha1 import DEFAULT_MAX_LATENCY_REGRESSION_PERCENT
+from tailpilot.builders.errors import INVALID_PROFILE_REQUEST, INVALID_REQUEST
 
 INTERNAL_ERROR = "InternalError"
 
@@ -47,18 +55,14 @@ def _add_profile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="requests in flight from the client")
 
 
-def _read_request(value: str) -> BuildRequest:
-    text = (
-        sys.stdin.read()
-        if value == "-"
-        else value
-        if value.lstrip().startswith("{")
-        else Path(value).read_text()
-    )
-    return BuildRequest.model_validate_json(text)
+def _request_text(value: str) -> str:
+    """A request given as `-` (stdin), inline JSON or a file path."""
+    if value == "-":
+        return sys.stdin.read()
+    return value if value.lstrip().startswith("{") else Path(value).read_text()
 
 
-def _emit(result: BuildResult, result_file: str | None) -> None:
+def _emit(result: BuildResult | ProfileResult, result_file: str | None) -> None:
     message = result.to_termination_message()
     print(message, flush=True)
     if result_file:
@@ -80,45 +84,27 @@ def build_main(argv: list[str]) -> int:
         "--ca-bundle", default=os.environ.get("TAILPILOT_CA_BUNDLE"), help="PEM CA bundle for https"
     )
     parser.add_argument("--pvc-root", default=os.environ.get("TAILPILOT_PVC_ROOT", "/mnt/pvc"))
-    parser.add_argument(
-        "--no-profile", action="store_true", help="skip profiling even if the request asks for it"
-    )
-    _add_profile_flags(parser)
     args = parser.parse_args(argv)
     try:
-        request = _read_request(args.request)
+        request = BuildRequest.model_validate_json(_request_text(args.request))
     except (OSError, ValidationError, ValueError) as exc:
         result = BuildResult(
             outcome=BuildOutcome.FAILED, reason=INVALID_REQUEST, message=f"invalid build request: {exc}"
         )
         _emit(result, args.result_file)
         return 2
-    # Heavy imports (onnx, onnxruntime, tritonclient) only once the request is known to be valid.
+    # Heavy imports (onnx, onnxruntime) only once the request is known to be valid.
     from tailpilot.builders import tensorrt
     from tailpilot.builders.build import BuildSettings, run_build
     from tailpilot.builders.fetch import FetchOptions
-    from tailpilot.builders.triton_server import local_backends
 
     settings = BuildSettings(
         fetch=FetchOptions(pvc_root=Path(args.pvc_root), ca_bundle=args.ca_bundle),
         trtexec=tensorrt.find_trtexec(),
         gpu_name=tensorrt.detect_gpu_name(),
-        local_triton_backends=local_backends(),
     )
-
-    def profiler(engine_dir: Path) -> EngineProfile:
-        # Imported only when a build profiles: tritonclient's import is slow and a cache hit must be fast.
-        from tailpilot.builders.profiler import ProfileOptions, profile_engine
-
-        options = ProfileOptions(
-            batch_sizes=args.batch_sizes, duration_s=args.duration_s, concurrency=args.concurrency
-        )
-        return profile_engine(engine_dir, options, progress=_progress)
-
     try:
-        result = run_build(
-            request, settings, progress=_progress, profiler=None if args.no_profile else profiler
-        )
+        result = run_build(request, settings, progress=_progress)
     except Exception as exc:  # a bug, not a user error: still report it in the form the operator reads
         traceback.print_exc()
         result = BuildResult(
@@ -129,11 +115,109 @@ def build_main(argv: list[str]) -> int:
 
 
 def profile_main(argv: list[str]) -> int:
-    """`tailpilot profile --engine DIR`: measure a published engine and (re)write DIR/profile.json."""
+    """`tailpilot profile`: measure an engine in a running Triton (the profile Job) or a local one.
+
+    With `--request REQUEST --triton-url HOST:PORT` (the profile Job): profile the engine the Triton
+    at that gRPC address serves, cache the profile in the store, print the ProfileResult JSON (and
+    write it to `--result-file`); exit code 0 on success, 1 on a failed profile, 2 on a bad request.
+    With `--engine DIR` (a developer's check): start a local Triton on DIR's repository, measure,
+    and (re)write DIR/profile.json. With `--profile FILE`: read a profile measured before.
+    With `--compare BASELINE.json` (after `--engine` or `--profile`): the regression gate of users'
+    CI; compare the profile with the baseline's at `--rate` requests per second on `--replicas`
+    replicas (predicted P99 and capacity per replica, as the operator's gate does) and exit 3 when
+    it is worse by more than `--max-regression-percent`.
+    """
     parser = argparse.ArgumentParser(prog="tailpilot profile", description=profile_main.__doc__)
-    parser.add_argument("--engine", required=True, type=Path, help="engine directory (with manifest.json)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--request", help="ProfileRequest as a file path, inline JSON, or - for stdin")
+    mode.add_argument("--engine", type=Path, help="engine directory (with manifest.json), local Triton")
+    mode.add_argument("--profile", type=Path, help="a profile JSON measured before (with --compare)")
+    parser.add_argument("--triton-url", help="gRPC address of the Triton serving the engine (with --request)")
+    parser.add_argument("--result-file", help="also write the ProfileResult JSON here (with --request)")
+    parser.add_argument("--compare", type=Path, help="baseline profile JSON: exit 3 on a regression")
+    parser.add_argument(
+        "--max-regression-percent",
+        type=float,
+        default=DEFAULT_MAX_LATENCY_REGRESSION_PERCENT,
+        help="how much worse than the baseline is still accepted (default: the operator's)",
+    )
+    parser.add_argument("--rate", type=float, default=0.0, help="operating point: requests per second")
+    parser.add_argument("--replicas", type=int, default=1, help="operating point: replicas sharing the rate")
     _add_profile_flags(parser)
     args = parser.parse_args(argv)
+    if args.request is not None:
+        return _profile_request(args.request, triton_url=args.triton_url, result_file=args.result_file)
+    if args.profile is not None:
+        if args.compare is None:
+            parser.error("--profile needs --compare")
+        return _compare(EngineProfile.model_validate_json(args.profile.read_text()), args)
+    code = _profile_local(args)
+    if code != 0 or args.compare is None:
+        return code
+    from tailpilot.builders.store import PROFILE
+
+    return _compare(EngineProfile.model_validate_json((args.engine / PROFILE).read_text()), args)
+
+
+#: Exit code of `tailpilot profile --compare` when the profile regresses beyond the threshold.
+REGRESSION_EXIT_CODE = 3
+
+
+def _compare(profile: EngineProfile, args: argparse.Namespace) -> int:
+    """Compare `profile` with the baseline at the operating point; 0, or 3 on a regression."""
+    from tailpilot.api.autoscaling import BatchingConfig
+    from tailpilot.policy.regression import compare_engines
+
+    baseline = EngineProfile.model_validate_json(args.compare.read_text())
+    comparison = compare_engines(
+        serving=baseline.service_time,
+        serving_max_batch=baseline.max_batch_size,
+        candidate=profile.service_time,
+        candidate_max_batch=profile.max_batch_size,
+        batching=BatchingConfig(max_batch_size=max(baseline.max_batch_size, profile.max_batch_size)),
+        rate_per_s=args.rate,
+        replicas=args.replicas,
+    )
+    regressed = comparison.regression_percent > args.max_regression_percent
+    verdict = "REGRESSION" if regressed else "ok"
+    print(
+        f"{verdict}: {comparison.describe()} (baseline vs this profile; threshold "
+        f"{args.max_regression_percent:g}%)",
+        flush=True,
+    )
+    return REGRESSION_EXIT_CODE if regressed else 0
+
+
+def _profile_request(value: str, *, triton_url: str | None, result_file: str | None) -> int:
+    try:
+        request = ProfileRequest.model_validate_json(_request_text(value))
+        if not triton_url:
+            raise ValueError("--triton-url is required with --request")
+    except (OSError, ValidationError, ValueError) as exc:
+        failed = ProfileResult(
+            outcome=BuildOutcome.FAILED,
+            reason=INVALID_PROFILE_REQUEST,
+            message=f"invalid profile request: {exc}",
+        )
+        _emit(failed, result_file)
+        return 2
+    from tailpilot.builders.profile_job import run_profile
+
+    try:
+        result = run_profile(request, triton_url=triton_url, progress=_progress)
+    except Exception as exc:  # a bug, not a user error: still report it in the form the operator reads
+        traceback.print_exc()
+        result = ProfileResult(
+            outcome=BuildOutcome.FAILED,
+            profile_key=request.profile_key(),
+            reason=INTERNAL_ERROR,
+            message=f"{type(exc).__name__}: {exc}",
+        )
+    _emit(result, result_file)
+    return 0 if result.outcome == BuildOutcome.SUCCEEDED else 1
+
+
+def _profile_local(args: argparse.Namespace) -> int:
     from tailpilot.builders.errors import BuildError
     from tailpilot.builders.profiler import ProfileOptions, profile_engine
     from tailpilot.builders.store import PROFILE, write_atomic

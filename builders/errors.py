@@ -32,6 +32,10 @@ UNSUPPORTED_URI = "UnsupportedModelUri"
 PROFILE_FAILED = "ProfileFailed"
 #: The request document itself is invalid.
 INVALID_REQUEST = "InvalidBuildRequest"
+#: The profile request document is invalid.
+INVALID_PROFILE_REQUEST = "InvalidProfileRequest"
+#: The engine a profile Job was asked to measure is not in the store.
+ENGINE_NOT_FOUND = "EngineNotFound"
 
 
 class BuildError(Exception):

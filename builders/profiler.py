@@ -1,9 +1,12 @@
 """Profile an engine in a real Triton: client-side latency and throughput per batch size.
 
-`profile_engine` starts a local Triton (`triton_server.TritonServer`) on the
-engine's model repository and runs a bounded closed-loop load (the project's
-own client over gRPC: `concurrency` workers, each sending one request of
-`batch_size` items after the previous answer) for `duration_s` per batch
+`profile_served` measures the engine a running Triton serves: the profile Job's
+sidecar, which is the service's own Triton on a node of its hardware
+(`profile_job.run_profile`), or a local Triton that `profile_engine` starts on
+the engine's model repository (`triton_server.TritonServer`, for a developer's
+`tailpilot profile --engine DIR`). It runs a bounded closed-loop load (the
+project's own client over gRPC: `concurrency` workers, each sending one request
+of `batch_size` items after the previous answer) for `duration_s` per batch
 size, after a few warm-up requests. Latencies are measured on the client
 (request sent -> response decoded), so they include what a caller sees.
 
@@ -15,10 +18,9 @@ after the runs, is fitted the same way (`fit_compute_time`): the serving pods
 report that time, and the autoscaler compares the two to learn how fast the
 hardware serving now runs the engine.
 
-The profile also records the CPU limit the kernel enforced on this process (and
-so on its Triton) while it measured (`cpu_quota`), and, after the batch sizes,
-what one live reload of the engine's configuration cost (`reload_cost`): Triton
-runs in explicit model-control mode for it, as on the serving pods.
+The profile also records the CPU limit Triton ran under, and, after the batch
+sizes, what one live reload of the engine's configuration cost (`reload_cost`):
+Triton runs in explicit model-control mode for it, as on the serving pods.
 """
 
 from __future__ import annotations
@@ -264,53 +266,142 @@ def _reload_cost(
     )
 
 
+def server_version(grpc_url: str) -> str:
+    """Triton's version as the server reports it ("" when it does not answer)."""
+    try:
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            return str(client.get_server_metadata(as_json=True).get("version", ""))
+    except InferenceServerException:
+        return ""
+
+
+def wait_until_model_ready(
+    grpc_url: str, model_name: str, *, timeout_s: float, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Poll Triton until `model_name` is ready (a served engine may take minutes to load).
+
+    Raises:
+        BuildError: ProfileFailed when it is not ready within `timeout_s`.
+    """
+    deadline = clock() + timeout_s
+    last = "no answer yet"
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        while True:
+            try:
+                if client.is_model_ready(model_name):
+                    return
+                last = "the model is not ready"
+            except InferenceServerException as exc:
+                last = str(exc)
+            if clock() >= deadline:
+                raise BuildError(
+                    PROFILE_FAILED,
+                    f"Triton at {grpc_url} did not get model {model_name} ready "
+                    f"within {timeout_s:.0f} s: {last}",
+                )
+            time.sleep(0.5)  # polling an external server, not synchronizing with our own code
+
+
+def profile_served(
+    grpc_url: str,
+    manifest: EngineManifest,
+    engine_dir: Path,
+    options: ProfileOptions,
+    *,
+    hardware: str,
+    cpu_limit_millis: int | None,
+    max_batch_size: int,
+    where: str,
+    progress: Callable[[str], None] = lambda _: None,
+) -> EngineProfile:
+    """Measure the engine that the Triton at `grpc_url` serves: each batch size, then one reload.
+
+    Args:
+        grpc_url: The Triton serving `manifest.model_name` in explicit model-control mode.
+        manifest: The engine's manifest (model name, inputs).
+        engine_dir: The engine's directory (its config.pbtxt is what the reload loads again).
+        options: Batch sizes, durations, concurrency.
+        hardware: "cpu" or the GPU product the Triton runs on.
+        cpu_limit_millis: The CPU limit Triton runs under (None without one).
+        max_batch_size: The engine's max batch size (larger batch sizes are skipped).
+        where: Which Triton this is, for the profile's method line.
+        progress: Receives progress lines.
+
+    Raises:
+        BuildError: ProfileFailed when inference fails.
+    """
+    sizes = tuple(b for b in options.batch_sizes if 1 <= b <= max_batch_size) or (1,)
+    measurements = []
+    for b in sizes:
+        m = measure(
+            grpc_url,
+            manifest.model_name,
+            manifest.inputs,
+            batch_size=b,
+            concurrency=options.concurrency,
+            duration_s=options.duration_s,
+            max_requests=options.max_requests,
+            warmup_requests=options.warmup_requests,
+        )
+        point = summarize(m)
+        progress(
+            f"batch {b}: {point.samples} requests, p50 {point.p50_ms:.2f} ms, "
+            f"p99 {point.p99_ms:.2f} ms, {point.throughput_per_s:.0f} items/s"
+        )
+        measurements.append(m)
+    compute = fit_compute_time(compute_stats(grpc_url, manifest.model_name))
+    reload = _reload_cost(grpc_url, engine_dir, manifest, progress) if options.reload else None
+    version = server_version(grpc_url)
+    return EngineProfile(
+        engine_key=manifest.engine_key,
+        backend=manifest.triton_backend,
+        precision=str(manifest.request.get("precision", "")),
+        hardware=hardware,
+        cpu_limit_millis=cpu_limit_millis,
+        reload=reload,
+        max_batch_size=max_batch_size,
+        points=[summarize(m) for m in measurements],
+        service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),
+        compute_time=compute,
+        method=(
+            f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
+            f"{options.duration_s:g} s per batch size, Triton {version or '(version unknown)'} ({where})"
+        ),
+    )
+
+
 def profile_engine(
     engine_dir: Path, options: ProfileOptions, *, progress: Callable[[str], None] = lambda _: None
 ) -> EngineProfile:
-    """Serve the engine in a local Triton and measure it at each batch size up to its max batch size.
+    """Serve the engine in a local Triton and measure it (a developer's `tailpilot profile --engine`).
+
+    The profile Job measures in the service's own Triton instead (`profile_job.run_profile`).
 
     Raises:
         BuildError: ProfileFailed when Triton does not start or inference fails.
     """
     manifest = EngineManifest.model_validate_json((engine_dir / MANIFEST).read_text())
     max_batch = int(manifest.request.get("maxBatchSize", 1))
-    sizes = tuple(b for b in options.batch_sizes if 1 <= b <= max_batch) or (1,)
     cpu_limit = current_cpu_limit_millis()  # Triton, our child, runs in the same cgroup
-    asked = manifest.request.get("cpuLimitMillis")
-    if asked is not None and cpu_limit != asked:
-        progress(
-            f"warning: the serving pods' CPU limit is {asked}m but this build runs under "
-            f"{'no limit' if cpu_limit is None else f'{cpu_limit}m'}: the profile holds for the latter"
-        )
-    measurements = []
     try:
         with TritonServer(
             engine_dir / REPOSITORY,
             ready_timeout_s=options.ready_timeout_s,
             env=options.server_env,
-            # Explicit model control, as on the serving pods: the reload below needs it.
+            # Explicit model control, as on the serving pods: the reload needs it.
             explicit_models=[manifest.model_name],
         ) as server:
-            for b in sizes:
-                m = measure(
-                    server.grpc_url,
-                    manifest.model_name,
-                    manifest.inputs,
-                    batch_size=b,
-                    concurrency=options.concurrency,
-                    duration_s=options.duration_s,
-                    max_requests=options.max_requests,
-                    warmup_requests=options.warmup_requests,
-                )
-                point = summarize(m)
-                progress(
-                    f"batch {b}: {point.samples} requests, p50 {point.p50_ms:.2f} ms, "
-                    f"p99 {point.p99_ms:.2f} ms, "
-                    f"{point.throughput_per_s:.0f} items/s"
-                )
-                measurements.append(m)
-            compute = fit_compute_time(compute_stats(server.grpc_url, manifest.model_name))
-            reload = _reload_cost(server.grpc_url, engine_dir, manifest, progress) if options.reload else None
+            return profile_served(
+                server.grpc_url,
+                manifest,
+                engine_dir,
+                options,
+                hardware=str(manifest.request.get("target", "cpu")),
+                cpu_limit_millis=cpu_limit,
+                max_batch_size=max_batch,
+                where="a local tritonserver (nvidia-pytriton)",
+                progress=progress,
+            )
     except TritonStartError as exc:
         raise BuildError(PROFILE_FAILED, f"Triton did not start on the engine: {exc}") from exc
     finally:
@@ -318,19 +409,3 @@ def profile_engine(
         # it is not part of the engine, whose files the manifest lists.
         for cache in list((engine_dir / REPOSITORY).rglob("__pycache__")):
             shutil.rmtree(cache, ignore_errors=True)
-    return EngineProfile(
-        engine_key=manifest.engine_key,
-        backend=manifest.triton_backend,
-        precision=str(manifest.request.get("precision", "")),
-        hardware=str(manifest.request.get("target", "cpu")),
-        cpu_limit_millis=cpu_limit,
-        reload=reload,
-        max_batch_size=max_batch,
-        points=[summarize(m) for m in measurements],
-        service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),
-        compute_time=compute,
-        method=(
-            f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
-            f"{options.duration_s:g} s per batch size, Triton 2.51 (nvidia-pytriton)"
-        ),
-    )

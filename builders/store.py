@@ -4,7 +4,8 @@ Layout under the store root (a PVC in the cluster, a directory locally)::
 
     engines/<engineKey>/                 one complete engine, published by rename
         manifest.json                    EngineManifest (written last before publishing)
-        profile.json                     EngineProfile, when the build profiled it
+        profile.json                     EngineProfile of `tailpilot profile --engine` (a local Triton)
+        profiles/<profileKey>.json       EngineProfile measured by a profile Job where the engine serves
         repository/<modelName>/config.pbtxt
         repository/<modelName>/1/model.onnx | model.plan | model.py + model.onnx
     index/<indexKey>.json                {"engineKey": ...}: request -> engine
@@ -33,6 +34,7 @@ from tailpilot.api.engine import TensorSpec
 
 MANIFEST = "manifest.json"
 PROFILE = "profile.json"
+PROFILES = "profiles"
 REPOSITORY = "repository"
 
 
@@ -129,6 +131,10 @@ class EngineStore:
     def record_index(self, index_key: str, engine_key: str) -> None:
         """Point the index entry at an engine (atomic)."""
         write_atomic(self.index / f"{index_key}.json", json.dumps({"engineKey": engine_key}) + "\n")
+
+    def profile_path(self, key: str, profile_key: str) -> Path:
+        """Where the profile Job caches the profile `profile_key` of engine `key`."""
+        return self.engine_dir(key) / PROFILES / f"{profile_key}.json"
 
     def read_manifest(self, key: str) -> EngineManifest:
         """Read a published engine's manifest."""

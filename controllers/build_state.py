@@ -1,9 +1,9 @@
-"""Read an engine build Job's state and result from what the API server shows (pure).
+"""Read an engine Job's state and result from what the API server shows (pure).
 
-The build container writes a `BuildResult` (JSON) to its termination message;
-the kubelet (or a KWOK stage that plays a build) puts it into the pod's
-`containerStatuses[].state.terminated.message`. The operator never needs to
-reach the build pod itself.
+The build container writes a `BuildResult` (JSON) to its termination message,
+the profile container a `ProfileResult`; the kubelet (or a KWOK stage that
+plays a result) puts it into the pod's `containerStatuses[].state.terminated.message`.
+The operator never needs to reach the Job's pod itself.
 """
 
 from __future__ import annotations
@@ -11,17 +11,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from tailpilot.api.engine import BuildOutcome, BuildResult, ProfileSummary
+from tailpilot.api.engine import BuildOutcome, BuildResult, ProfileResult, ProfileSummary
 
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 
 
+#: The result an engine Job reports: a BuildResult or a ProfileResult.
+R = TypeVar("R", BuildResult, ProfileResult)
+
+
 class BuildPhase(StrEnum):
-    """Where a build stands."""
+    """Where an engine Job (a build or a profile) stands."""
 
     ABSENT = "Absent"
     RUNNING = "Running"
@@ -30,18 +34,37 @@ class BuildPhase(StrEnum):
 
 
 @dataclass(frozen=True)
-class BuildState:
-    """The build as the operator sees it."""
+class JobState(Generic[R]):
+    """An engine Job as the operator sees it."""
 
     phase: BuildPhase
-    result: BuildResult | None = None
+    result: R | None = None
     reason: str = ""
     message: str = ""
     failed_pods: int = 0
     node: str = ""
     finished_at: str | None = None
-    #: Why the newest build pod is not running yet (unschedulable, image pull...), if it is waiting.
+    #: Why the newest pod is not running yet (unschedulable, image pull...), if it is waiting.
     waiting: str = ""
+
+
+BuildState = JobState[BuildResult]
+ProfileState = JobState[ProfileResult]
+
+
+@dataclass(frozen=True)
+class _JobKind(Generic[R]):
+    """What differs between the engine Jobs: the result type and the words of its messages."""
+
+    result_type: type[R]
+    #: The container whose termination message carries the result (others, e.g. a sidecar, do not).
+    container: str
+    noun: str
+    failed_reason: str
+
+
+_BUILD = _JobKind(BuildResult, "build", "build", "EngineBuildFailed")
+_PROFILE = _JobKind(ProfileResult, "profile", "profile", "ProfileFailed")
 
 
 def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -51,8 +74,12 @@ def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
-def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+def _terminated(pod: dict[str, Any], container: str) -> dict[str, Any] | None:
+    """The terminated state of `container` (or of the only container, whatever its name)."""
+    statuses = pod.get("status", {}).get("containerStatuses", []) or []
+    for status in statuses:
+        if status.get("name") != container and len(statuses) > 1:
+            continue
         terminated = (status.get("state") or {}).get("terminated")
         if terminated:
             return dict(terminated)
@@ -61,10 +88,14 @@ def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 def parse_result(message: str | None) -> BuildResult | None:
     """The BuildResult in a termination message, or None when it is absent or not one."""
+    return _parse(message, BuildResult)
+
+
+def _parse(message: str | None, result_type: type[R]) -> R | None:
     if not message:
         return None
     try:
-        return BuildResult.model_validate_json(message)
+        return result_type.model_validate_json(message)
     except ValidationError:
         return None
 
@@ -74,73 +105,91 @@ def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def assess_build(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> BuildState:
-    """Combine the Job's conditions and its pods' termination messages into one state."""
+    """Combine the build Job's conditions and its pods' termination messages into one state."""
+    return _assess(job, pods, _BUILD)
+
+
+def assess_profile(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> ProfileState:
+    """Combine the profile Job's conditions and its pods' termination messages into one state."""
+    return _assess(job, pods, _PROFILE)
+
+
+def _assess(job: dict[str, Any] | None, pods: list[dict[str, Any]], kind: _JobKind[R]) -> JobState[R]:
     if job is None:
-        return BuildState(BuildPhase.ABSENT)
-    finished = [p for p in pods if _terminated(p) is not None]
+        return JobState(BuildPhase.ABSENT)
+    finished = [p for p in pods if _terminated(p, kind.container) is not None]
     failed_pods = sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed")
     last = _newest(finished)
-    last_terminated = _terminated(last) if last else None
-    result = parse_result(last_terminated.get("message")) if last_terminated else None
+    last_terminated = _terminated(last, kind.container) if last else None
+    result = _parse(last_terminated.get("message"), kind.result_type) if last_terminated else None
     running_pod = _newest(pods)
     node = (running_pod or {}).get("spec", {}).get("nodeName") or ""
 
     complete = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
     if complete:
         if result is None or result.outcome is not BuildOutcome.SUCCEEDED:
-            return BuildState(
+            return JobState(
                 BuildPhase.FAILED,
                 result,
-                "BuildResultMissing",
-                "the build Job completed but its pod left no valid BuildResult in its termination message",
+                f"{kind.noun.capitalize()}ResultMissing",
+                f"the {kind.noun} Job completed but its pod left no valid "
+                f"{kind.result_type.__name__} in its termination message",
                 failed_pods,
                 node,
                 complete.get("lastTransitionTime"),
             )
-        return BuildState(
+        return JobState(
             BuildPhase.SUCCEEDED, result, node=node, finished_at=complete.get("lastTransitionTime")
         )
 
-    reason, message = _failure_text(result, last_terminated)
+    reason, message = _failure_text(result, last_terminated, kind)
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     if failed:
-        return BuildState(
+        return JobState(
             BuildPhase.FAILED,
             result,
-            reason or failed.get("reason", "BuildJobFailed"),
-            message or failed.get("message", "the build Job failed"),
+            reason or failed.get("reason", f"{kind.noun.capitalize()}JobFailed"),
+            message or failed.get("message", f"the {kind.noun} Job failed"),
             failed_pods,
             node,
             failed.get("lastTransitionTime"),
         )
     # Still running; a failed earlier attempt is reported while the Job retries it.
-    return BuildState(
-        BuildPhase.RUNNING, result, reason, message, failed_pods, node, waiting=_waiting_reason(running_pod)
+    return JobState(
+        BuildPhase.RUNNING,
+        result,
+        reason,
+        message,
+        failed_pods,
+        node,
+        waiting=_waiting_reason(running_pod, kind.noun),
     )
 
 
-def _waiting_reason(pod: dict[str, Any] | None) -> str:
+def _waiting_reason(pod: dict[str, Any] | None, noun: str) -> str:
     """Why a Pending pod does not run: the scheduler's message or a container's waiting reason."""
     if not pod or pod.get("status", {}).get("phase") != "Pending":
         return ""
     status = pod["status"]
     for cond in status.get("conditions", []) or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return f"build pod unschedulable: {cond.get('message') or cond.get('reason', '')}".strip()
+            return f"{noun} pod unschedulable: {cond.get('message') or cond.get('reason', '')}".strip()
     for container in status.get("containerStatuses", []) or []:
         waiting = (container.get("state") or {}).get("waiting")
         if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
-            return f"build pod waiting: {waiting.get('reason')}: {waiting.get('message', '')}".strip(": ")
+            return f"{noun} pod waiting: {waiting.get('reason')}: {waiting.get('message', '')}".strip(": ")
     return ""
 
 
-def _failure_text(result: BuildResult | None, terminated: dict[str, Any] | None) -> tuple[str, str]:
+def _failure_text(
+    result: BuildResult | ProfileResult | None, terminated: dict[str, Any] | None, kind: _JobKind[R]
+) -> tuple[str, str]:
     if result is not None and result.outcome is BuildOutcome.FAILED:
-        reason = result.reason if _CAMEL.match(result.reason or "") else "EngineBuildFailed"
-        return reason, result.message or "the engine build failed"
+        reason = result.reason if _CAMEL.match(result.reason or "") else kind.failed_reason
+        return reason, result.message or f"the engine {kind.noun} failed"
     if terminated is not None and terminated.get("exitCode", 0) != 0:
         text = (terminated.get("message") or "").strip()
-        return "EngineBuildFailed", f"build container exited with code {terminated.get('exitCode')}" + (
+        return kind.failed_reason, f"{kind.noun} container exited with code {terminated.get('exitCode')}" + (
             f": {text}" if text else ""
         )
     return "", ""
@@ -175,3 +224,12 @@ def profile_notes(profile: ProfileSummary | None, *, serving_cpu_limit_millis: i
             "learns the serving speed online"
         )
     return "; ".join(notes), warning
+
+
+def describe_profile(profile: ProfileSummary) -> str:
+    """The profile in one line for an Event: the fitted service time and each batch size's P99."""
+    st = profile.service_time
+    points = "; ".join(
+        f"b={p.batch_size}: p99 {p.p99_ms:.2f} ms, {p.throughput_per_s:.0f}/s" for p in profile.points
+    )
+    return f"t(b) = {st.intercept_ms:.3f} + {st.per_item_ms:.3f}*b ms" + (f"; {points}" if points else "")

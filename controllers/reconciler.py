@@ -1,32 +1,54 @@
-"""Reconcile one InferenceService: validate, build the engine, roll out Triton, report status.
+"""Reconcile one InferenceService: validate, build and profile the engine, roll out Triton, report status.
 
 Level-based and idempotent: every pass reads the object and its children,
 computes what should exist with the pure builders (`tailpilot.manifests`),
 compares (`drift.plan`) and writes only what differs. Names are deterministic
-(the build Job is named by the build request's key), so a pass interrupted at
-any point (operator SIGKILLed) is completed by the next one without
-duplicates. The engine being served only changes when a new build succeeded,
-so a bad update never takes a serving service down.
+(the build Job is named by the build request's key, the profile Job by the
+profile request's), so a pass interrupted at any point (operator SIGKILLed) is
+completed by the next one without duplicates.
+
+An engine goes build Job -> profile Job -> served. The profile Job measures it
+in the service's own Triton on a node of its hardware (`manifests.profile_job`);
+a profile that fails (or cannot be scheduled before its deadline) lets the
+engine serve without one, since the autoscaler learns the service time online.
+The engine being served only changes when a new engine is built and its profile
+step has ended, so a bad update never takes a serving service down. When only
+where it serves changes (the Triton image, the GPU count), the served engine is
+profiled again in the background and keeps its old profile until then.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from tailpilot.api import constants as c
-from tailpilot.api.engine import BuildRequest, BuildResult
-from tailpilot.api.v1alpha1 import BuildStatus, InferenceService, InferenceServiceStatus, ProfileStatus
+from tailpilot.api.engine import BuildRequest, BuildResult, ProfileRequest, ProfileSummary
+from tailpilot.api.v1alpha1 import (
+    BuildStatus,
+    EngineStatus,
+    InferenceService,
+    InferenceServiceStatus,
+    ProfileStatus,
+    ProfilingStatus,
+)
 from tailpilot.api.validation import check_spec, format_problems
 from tailpilot.controllers import drift
-from tailpilot.controllers.build_state import BuildPhase, BuildState, assess_build, profile_notes
+from tailpilot.controllers.build_state import (
+    BuildPhase,
+    BuildState,
+    assess_build,
+    assess_profile,
+    describe_profile,
+    profile_notes,
+)
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
-from tailpilot.controllers.conditions import ConditionUpdate, derive_ready, merge_conditions
+from tailpilot.controllers.conditions import ConditionUpdate, derive_ready, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.kubeapi import DEPLOYMENTS, ISVC, JOBS, PODS, Kube, resource_of
 from tailpilot.controllers.settings import OperatorSettings
@@ -34,17 +56,21 @@ from tailpilot.controllers.status import (
     applied_spec_replicas,
     batching_in_force,
     batching_status,
+    comparison_status,
     decode_status,
     engine_status,
     replicas_in_force,
     served_result,
+    service_time_of,
     service_without_status,
     status_patch,
 )
 from tailpilot.manifests import build_job as job_manifests
+from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
 from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.service import rotation_selectable
+from tailpilot.policy.regression import compare_engines
 
 log = logging.getLogger("tailpilot.reconciler")
 
@@ -65,6 +91,12 @@ def _parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def accepts_engine(annotations: Mapping[str, str], engine_key: str) -> bool:
+    """Whether the accept annotation names this engine (its full key, or at least its first 12 characters)."""
+    named = (annotations.get(c.ANNOTATION_ACCEPT_ENGINE) or "").strip()
+    return len(named) >= 12 and engine_key.startswith(named)
 
 
 def rollout_condition(deployment: dict[str, Any] | None, replicas: int) -> ConditionUpdate:
@@ -132,10 +164,21 @@ class Reconciler:
 
         request = job_manifests.make_build_request(isvc=isvc)
         request_key = request.request_key()
-        engine_cond, requeue, status = self._engine(isvc, status, request, request_key, events)
+        gate: list[ConditionUpdate] = []
+        engine_cond, requeue, status = self._engine(isvc, status, request, request_key, events, gate)
         result = served_result(status)
 
-        updates = [engine_cond]
+        if not gate and is_true(status.conditions, c.CONDITION_ROLLOUT_BLOCKED):
+            # The held engine is no longer what the spec asks for (a later change replaced it).
+            gate.append(
+                ConditionUpdate(
+                    c.CONDITION_ROLLOUT_BLOCKED,
+                    c.STATUS_FALSE,
+                    c.REASON_NOTHING_HELD,
+                    "the spec no longer asks for the engine that was held",
+                )
+            )
+        updates = [engine_cond, *gate]
         children_written = 0
         if result is not None:
             rollout, children_written, status = self._rollout(isvc, status, result, events)
@@ -201,11 +244,16 @@ class Reconciler:
         request: BuildRequest,
         request_key: str,
         events: list[EventRecord],
+        gate: list[ConditionUpdate],
     ) -> tuple[ConditionUpdate, float, InferenceServiceStatus]:
-        """EngineReady, the next pass's delay and the status with the build's progress."""
+        """EngineReady, the next pass's delay and the status with the build's progress.
+
+        The regression gate's RolloutBlocked condition, when a new engine was compared, goes to `gate`.
+        """
         engine = status.engine
         if engine is not None and engine.request_key == request_key:
             reason = c.REASON_ENGINE_CACHED if engine.cache_hit else c.REASON_ENGINE_BUILT
+            status, requeue = self._profile_served_again(isvc, status, engine, events)
             return (
                 ConditionUpdate(
                     c.CONDITION_ENGINE_READY,
@@ -213,7 +261,7 @@ class Reconciler:
                     reason,
                     f"engine {engine.key[:12]} built for {request.target}",
                 ),
-                self.settings.resync_seconds,
+                requeue,
                 status,
             )
         ns = isvc.namespace
@@ -242,7 +290,7 @@ class Reconciler:
         if state.phase is BuildPhase.RUNNING:
             return self._engine_running(status, state, build, events)
         if state.phase is BuildPhase.SUCCEEDED and state.result is not None:
-            return self._engine_built(isvc, status, state, request_key, build, events)
+            return self._engine_built(isvc, status, state, request_key, build, events, gate)
         return self._engine_failed(isvc, status, state, build, events)
 
     def _engine_running(
@@ -312,26 +360,145 @@ class Reconciler:
         request_key: str,
         build: BuildStatus,
         events: list[EventRecord],
+        gate: list[ConditionUpdate],
     ) -> tuple[ConditionUpdate, float, InferenceServiceStatus]:
+        """A built engine is profiled where it serves, passes the regression gate, then serves."""
         result = state.result
         if result is None:  # assess_build reports SUCCEEDED only with a result
             raise ValueError("a succeeded build without a result")
-        update: dict[str, Any] = {
-            "engine": engine_status(result, request_key=request_key, built_at=_parse_time(state.finished_at)),
-            "build": build.model_copy(update={"phase": "Succeeded", "reason": "", "message": ""}),
-            # The profile is the new engine's or none: another engine's would seed the autoscaler
-            # with the wrong service time (without one, it learns the service time online).
-            "profile": ProfileStatus.from_summary(result.profile) if result.profile is not None else None,
-        }
-        reason = c.REASON_ENGINE_CACHED if result.cache_hit else c.REASON_ENGINE_BUILT
-        note, warning = profile_notes(
-            result.profile, serving_cpu_limit_millis=job_manifests.serving_cpu_limit_millis(isvc)
+        built = engine_status(result, request_key=request_key, built_at=_parse_time(state.finished_at))
+        status = status.model_copy(
+            update={"build": build.model_copy(update={"phase": "Succeeded", "reason": "", "message": ""})}
         )
+        if not isvc.spec.engine.profile:
+            return self._serve(isvc, status.model_copy(update={"profiling": None}), built, None, events)
+        request = self._profile_request(isvc, built)
+        profiling, summary, done = self._profile_step(isvc, status, request, events)
+        status = status.model_copy(update={"profiling": profiling})
+        if not done:
+            detail = f"profile Job {profiling.job_name} measuring it on {request.hardware}"
+            if profiling.message:
+                detail += f": {profiling.message}"
+            return (
+                ConditionUpdate(
+                    c.CONDITION_ENGINE_READY,
+                    c.STATUS_FALSE,
+                    c.REASON_ENGINE_PROFILING,
+                    f"engine {built.key[:12]} built; {detail}",
+                ),
+                10.0,
+                status,
+            )
+        held, status = self._regression_gate(isvc, status, built, summary, events, gate)
+        if held is not None:
+            return held, self.settings.resync_seconds, status
+        return self._serve(isvc, status, built, summary, events)
+
+    def _regression_gate(
+        self,
+        isvc: InferenceService,
+        status: InferenceServiceStatus,
+        built: EngineStatus,
+        summary: ProfileSummary | None,
+        events: list[EventRecord],
+        gate: list[ConditionUpdate],
+    ) -> tuple[ConditionUpdate | None, InferenceServiceStatus]:
+        """Hold a new engine that predicts worse than the serving one; (EngineReady if held, status)."""
+        serving, old = status.engine, status.profile
+        if serving is None or old is None or summary is None or serving.key == built.key:
+            gate.append(
+                ConditionUpdate(
+                    c.CONDITION_ROLLOUT_BLOCKED,
+                    c.STATUS_FALSE,
+                    c.REASON_NOTHING_HELD,
+                    "nothing to compare the new engine with (no serving engine with a profile, or no "
+                    "profile of the new one)",
+                )
+            )
+            return None, status
+        batching = batching_in_force(isvc, status)
+        replicas = replicas_in_force(isvc, status)
+        comparison = compare_engines(
+            serving=service_time_of(old),
+            serving_max_batch=batching.max_batch_size,
+            candidate=summary.service_time,
+            candidate_max_batch=isvc.spec.batching.max_batch_size,
+            batching=batching,
+            rate_per_s=(status.observed.request_rate if status.observed else None) or 0.0,
+            replicas=replicas,
+        )
+        budget = isvc.spec.rollout.max_latency_regression_percent
+        accepted = accepts_engine(isvc.metadata.get("annotations") or {}, built.key)
+        verdict: Literal["Promoted", "Blocked", "Accepted"] = (
+            "Promoted" if comparison.regression_percent <= budget else "Accepted" if accepted else "Blocked"
+        )
+        previous = status.engine_comparison
+        first_time = previous is None or (previous.candidate_engine_key, previous.verdict) != (
+            built.key,
+            verdict,
+        )
+        status = status.model_copy(
+            update={"engine_comparison": comparison_status(comparison, serving.key, built.key, verdict)}
+        )
+        figures = f"engine {built.key[:12]} against serving {serving.key[:12]} {comparison.describe()}"
+        if verdict == "Blocked":
+            message = (
+                f"held: {figures}; worse by more than "
+                f"spec.rollout.maxLatencyRegressionPercent ({budget:g}%). "
+                f"The serving engine keeps serving; to serve the new one anyway, annotate the service "
+                f"{c.ANNOTATION_ACCEPT_ENGINE}={built.key[:12]}"
+            )
+            gate.append(
+                ConditionUpdate(
+                    c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_TRUE, c.REASON_LATENCY_REGRESSION, message
+                )
+            )
+            if first_time:
+                events.append(EventRecord("Warning", c.REASON_LATENCY_REGRESSION, message))
+            return (
+                ConditionUpdate(
+                    c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_LATENCY_REGRESSION, message
+                ),
+                status,
+            )
+        reason = c.REASON_REGRESSION_ACCEPTED if verdict == "Accepted" else c.REASON_WITHIN_REGRESSION_BUDGET
+        gate.append(ConditionUpdate(c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_FALSE, reason, figures))
+        if first_time:
+            events.append(
+                EventRecord(
+                    "Warning" if verdict == "Accepted" else "Normal",
+                    reason,
+                    f"{figures}"
+                    + (f"; accepted by {c.ANNOTATION_ACCEPT_ENGINE}" if verdict == "Accepted" else ""),
+                )
+            )
+        return None, status
+
+    def _serve(
+        self,
+        isvc: InferenceService,
+        status: InferenceServiceStatus,
+        built: EngineStatus,
+        summary: ProfileSummary | None,
+        events: list[EventRecord],
+    ) -> tuple[ConditionUpdate, float, InferenceServiceStatus]:
+        """Make the built engine the served one, with its profile (or none)."""
+        key = status.profiling.profile_key if status.profiling else ""
+        # The profile is the new engine's or none: another engine's would seed the autoscaler
+        # with the wrong service time (without one, it learns the service time online).
+        profile = ProfileStatus.from_summary(summary, key=key) if summary else None
+        update: dict[str, Any] = {"engine": built, "profile": profile}
+        reason = c.REASON_ENGINE_CACHED if built.cache_hit else c.REASON_ENGINE_BUILT
+        note, warning = profile_notes(
+            summary, serving_cpu_limit_millis=job_manifests.serving_cpu_limit_millis(isvc)
+        )
+        if summary is None:
+            note = "served without a profile: the autoscaler learns its service time online"
         events.append(
             EventRecord(
                 "Normal",
                 reason,
-                f"engine {result.engine_key[:12]} ready at {result.artifact}" + (f"; {note}" if note else ""),
+                f"engine {built.key[:12]} ready at {built.artifact}" + (f"; {note}" if note else ""),
             )
         )
         if warning:
@@ -341,11 +508,129 @@ class Reconciler:
                 c.CONDITION_ENGINE_READY,
                 c.STATUS_TRUE,
                 reason,
-                f"engine {result.engine_key[:12]} built for {isvc.spec.runtime.device.value}",
+                f"engine {built.key[:12]} built for {isvc.spec.runtime.device.value}",
             ),
             self.settings.resync_seconds,
             status.model_copy(update=update),
         )
+
+    # ---- profile --------------------------------------------------------------------------------------
+    def _profile_request(self, isvc: InferenceService, engine: EngineStatus) -> ProfileRequest:
+        return profile_manifests.make_profile_request(
+            isvc=isvc,
+            engine_key=engine.key,
+            triton_backend=engine.triton_backend,
+            settings=self.settings.manifests,
+        )
+
+    def _profile_step(
+        self,
+        isvc: InferenceService,
+        status: InferenceServiceStatus,
+        request: ProfileRequest,
+        events: list[EventRecord],
+    ) -> tuple[ProfilingStatus, ProfileSummary | None, bool]:
+        """Run (or follow) the profile Job of `request`: its status, the profile, whether it ended."""
+        key = request.profile_key()
+        job_name = profile_manifests.profile_job_name(isvc_name=isvc.name, profile_key=key)
+        previous = status.profiling
+        profiling = (
+            previous.model_copy(update={"job_name": job_name})
+            if previous is not None and previous.profile_key == key
+            else ProfilingStatus(profile_key=key, engine_key=request.engine_key, job_name=job_name)
+        )
+        ns = isvc.namespace
+        job = self.kube.get(JOBS, ns, job_name)
+        pods = self.kube.list(PODS, ns, label_selector=f"job-name={job_name}") if job else []
+        state = assess_profile(job, pods)
+        if state.phase is BuildPhase.ABSENT:
+            self._create_profile_job(isvc, request, events)
+            return profiling.model_copy(update={"phase": "Running", "reason": "", "message": ""}), None, False
+        if state.phase is BuildPhase.RUNNING:
+            message = state.waiting or (
+                f"{state.message} ({state.failed_pods} failed profile pod(s), retrying)"
+                if state.failed_pods
+                else ""
+            )
+            return (
+                profiling.model_copy(update={"phase": "Running", "reason": state.reason, "message": message}),
+                None,
+                False,
+            )
+        result = state.result
+        if state.phase is BuildPhase.SUCCEEDED and result is not None and result.profile is not None:
+            if profiling.phase != "Succeeded":
+                source = "from the store" if result.cache_hit else f"in Job {job_name}"
+                events.append(
+                    EventRecord(
+                        "Normal",
+                        c.EVENT_ENGINE_PROFILED,
+                        f"engine {request.engine_key[:12]} profiled {source} on {request.hardware} "
+                        f"with {request.triton_image}: {describe_profile(result.profile)}",
+                    )
+                )
+            return (
+                profiling.model_copy(update={"phase": "Succeeded", "reason": "", "message": ""}),
+                result.profile,
+                True,
+            )
+        reason = state.reason or c.EVENT_PROFILE_FAILED
+        message = state.message or "the profile Job failed"
+        if profiling.phase != "Failed":
+            events.append(
+                EventRecord(
+                    "Warning",
+                    c.EVENT_PROFILE_FAILED,
+                    f"profile Job {job_name} failed ({reason}: {message}); the engine serves without "
+                    "this profile and the autoscaler learns its service time online",
+                )
+            )
+        return (
+            profiling.model_copy(update={"phase": "Failed", "reason": reason, "message": message}),
+            None,
+            True,
+        )
+
+    def _create_profile_job(
+        self, isvc: InferenceService, request: ProfileRequest, events: list[EventRecord]
+    ) -> None:
+        job = profile_manifests.profile_job(isvc=isvc, request=request, settings=self.settings.manifests)
+        template_meta = job["spec"]["template"].setdefault("metadata", {})
+        template_meta["labels"] = {**template_meta.get("labels", {}), **self.settings.build_pod_labels}
+        if self.kube.create(job) is not None:
+            events.append(
+                EventRecord(
+                    "Normal",
+                    c.REASON_ENGINE_PROFILING,
+                    f"started profile Job {job['metadata']['name']}: engine {request.engine_key[:12]} in "
+                    f"{request.triton_image} on {request.hardware}",
+                )
+            )
+
+    def _profile_served_again(
+        self,
+        isvc: InferenceService,
+        status: InferenceServiceStatus,
+        engine: EngineStatus,
+        events: list[EventRecord],
+    ) -> tuple[InferenceServiceStatus, float]:
+        """Profile the served engine again where its serving changed (image, GPU count), in the background.
+
+        Only for an engine this operator profiled (status.profiling names it): one served before the
+        profile Job existed keeps its profile. The old profile stays until the new one is measured;
+        a failed measurement keeps it too.
+        """
+        profiling = status.profiling
+        if not isvc.spec.engine.profile or profiling is None or profiling.engine_key != engine.key:
+            return status, self.settings.resync_seconds
+        request = self._profile_request(isvc, engine)
+        if profiling.profile_key == request.profile_key() and profiling.phase in ("Succeeded", "Failed"):
+            return status, self.settings.resync_seconds
+        profiling, summary, done = self._profile_step(isvc, status, request, events)
+        update: dict[str, Any] = {"profiling": profiling}
+        if summary is not None:
+            update["profile"] = ProfileStatus.from_summary(summary, key=profiling.profile_key)
+        return status.model_copy(update=update), self.settings.resync_seconds if done else 30.0
 
     def _engine_failed(
         self,

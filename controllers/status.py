@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -32,16 +33,19 @@ from tailpilot.api.v1alpha1 import (
     BatchingMode,
     BatchingStatus,
     DecisionStatus,
+    EngineComparisonStatus,
     EngineStatus,
     InferenceService,
     InferenceServiceStatus,
     LearnedStatus,
     ObservedStatus,
+    ProfileStatus,
     ServiceTimeStatus,
     TensorOverride,
 )
 from tailpilot.api.validation import check_batching
 from tailpilot.policy import Learned, PolicyState
+from tailpilot.policy.regression import EngineComparison
 from tailpilot.policy.service_fit import FitQuality, ServiceFit
 
 log = logging.getLogger("tailpilot.status")
@@ -205,6 +209,36 @@ def engine_profile(status: InferenceServiceStatus, *, max_batch_size: int) -> En
 def _service_time(fit: ServiceTimeStatus) -> ServiceTimeModel:
     return ServiceTimeModel(
         intercept_ms=fit.intercept_ms, per_item_ms=fit.per_item_ms, jitter_cv=fit.jitter_cv
+    )
+
+
+def service_time_of(profile: ProfileStatus) -> ServiceTimeModel:
+    """The fitted service time of a profile on the status."""
+    return _service_time(profile.service_time)
+
+
+def comparison_status(
+    comparison: EngineComparison,
+    serving_key: str,
+    candidate_key: str,
+    verdict: Literal["Promoted", "Blocked", "Accepted"],
+) -> EngineComparisonStatus:
+    """status.engineComparison from the regression gate's comparison (unbounded figures are absent)."""
+
+    def finite(value: float, digits: int) -> float | None:
+        return round(value, digits) if math.isfinite(value) else None
+
+    return EngineComparisonStatus(
+        serving_engine_key=serving_key,
+        candidate_engine_key=candidate_key,
+        rate_per_s=round(comparison.rate_per_s, 3),
+        replicas=comparison.replicas,
+        serving_p99_ms=finite(comparison.serving.p99_ms, 3),
+        candidate_p99_ms=finite(comparison.candidate.p99_ms, 3),
+        serving_capacity_per_s=round(comparison.serving.capacity_per_s, 3),
+        candidate_capacity_per_s=round(comparison.candidate.capacity_per_s, 3),
+        regression_percent=finite(comparison.regression_percent, 1),
+        verdict=verdict,
     )
 
 

@@ -10,9 +10,10 @@ Measures, and prints as a markdown table:
   rest window during which it resyncs every service several times.
 
 The cluster is a second one (own state dir and ports), with a GPU pool big
-enough for 500 single-GPU replicas plus their build pods. Build pods are
-finished by this harness as they appear, with a BuildResult (KWOK plays the
-kubelet: there is no GPU here); everything else is the real operator.
+enough for 500 single-GPU replicas plus their build and profile pods. Build
+and profile pods are finished by this harness as they appear, with a
+BuildResult and a ProfileResult (KWOK plays the kubelet: there is no GPU
+here); everything else is the real operator.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
 from tailpilot_e2e.kube import api_client, create_namespace, service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
+    RESNET_H100_PROFILE,
     OperatorProcess,
     create_engine_store,
     install_crds,
-    play_build,
+    play_engine_jobs,
     played_resnet_build,
 )
 
@@ -82,7 +84,7 @@ def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) 
 
 
 class BuildPlayer(threading.Thread):
-    """Finishes every build pod that appears, like a build that succeeds (bounded by `stop`)."""
+    """Finishes every build and profile pod that appears, as if they succeed (bounded by `stop`)."""
 
     def __init__(self, api: client.ApiClient):
         super().__init__(daemon=True)
@@ -92,15 +94,13 @@ class BuildPlayer(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            pods = self.core.list_namespaced_pod(
-                NAMESPACE, label_selector="app.kubernetes.io/component=engine-build"
+            play_engine_jobs(
+                self.core,
+                NAMESPACE,
+                self.played,
+                build=lambda pod: played_resnet_build(pod.metadata.labels["job-name"][-10:] * 3),
+                profile=RESNET_H100_PROFILE,
             )
-            for pod in pods.items:
-                if pod.status.phase == "Running" and pod.metadata.uid not in self.played:
-                    play_build(
-                        self.core, pod, result=played_resnet_build(pod.metadata.labels["job-name"][-10:] * 3)
-                    )
-                    self.played.add(pod.metadata.uid)
             self.stop.wait(1.0)
 
 

@@ -5,8 +5,9 @@
 2. The operator, a real Prometheus discovering Triton pods through kubernetes_sd and
    loading the PrometheusRule the operator generates, an Alertmanager routed to the
    operator's webhook; then the CPU example applied (e2e/real_pods.py says how it is adapted).
-3. The engine build: the operator's build Job runs on local-0 (ONNX Runtime optimization,
-   profiling in a real Triton); its progress is shown as it goes.
+3. The engine: the operator's build Job runs on local-0 (ONNX Runtime optimization), then its
+   profile Job (the service's own Triton as a sidecar, the profiler beside it); their progress is
+   shown as it goes.
 4. Rollout: real Triton processes, each on its own pod IP.
 5. The SLO loop: a time-compressed slice of the Azure LLM conversation trace
    (bench/traces/, with its attribution) replayed open-loop by a load generator in its own
@@ -185,21 +186,18 @@ class LiveView(threading.Thread):
 
 
 def show_build_progress(api: client.ApiClient, core: client.CoreV1Api) -> None:
-    """Print the build's phase and the Job pod's state whenever they change, until the engine is ready."""
+    """Print the engine's condition and the Job pods' states whenever they change, until it is ready."""
     seen = ""
 
     def engine_ready() -> bool:
         nonlocal seen
         obj = custom_object(api, NAMESPACE, NAME)
-        build = (obj.get("status") or {}).get("build") or {}
         engine = condition(obj, "EngineReady") or {}
         pods = core.list_namespaced_pod(
-            NAMESPACE, label_selector="app.kubernetes.io/component=engine-build"
+            NAMESPACE, label_selector="app.kubernetes.io/component in (engine-build,engine-profile)"
         ).items
         pod_text = ", ".join(f"{p.metadata.name} on {p.spec.node_name}: {p.status.phase}" for p in pods)
-        line = (
-            f"build {build.get('phase', '-')}: {build.get('message', '')[:80]} | {pod_text or 'no pod yet'}"
-        )
+        line = f"{engine.get('reason', '-')}: {engine.get('message', '')[:90]} | {pod_text or 'no pod yet'}"
         if line != seen:
             print(f"  {time.strftime('%H:%M:%S')} {line}", flush=True)
             seen = line
@@ -219,7 +217,7 @@ def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) ->
         "# TailPilot demo report",
         "",
         f"Engine `{engine.get('key', '?')}` ({engine.get('tritonBackend', '?')}), "
-        "built and profiled by the build Job on local-0.",
+        "built by the build Job and profiled by the profile Job (the service's Triton) on local-0.",
         "Profile: "
         + ", ".join(f"batch {p['batchSize']}: P99 {p['p99Ms']} ms, {p['throughputPerS']}/s" for p in profile),
         "",
@@ -304,7 +302,7 @@ def run(stack: contextlib.ExitStack) -> None:
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices", the_service()
     )
-    say("3/6 the engine build Job on local-0: ONNX Runtime optimization, profiling in a real Triton")
+    say("3/6 the engine on local-0: the build Job (ONNX Runtime optimization), then the profile Job")
     show_build_progress(api, core)
 
     say("4/6 rollout: Triton processes on their own pod IPs")

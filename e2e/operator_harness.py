@@ -1,10 +1,11 @@
-"""Run the real operator against the local cluster, and play engine builds on simulated nodes.
+"""Run the real operator against the local cluster, and play engine builds and profiles on simulated nodes.
 
 The operator runs as its own process (`tailpilot operator`, the console
 script users run), scoped to one namespace so tests do not see each other's
-objects, and is stopped by PID. It is told to label build pods
-`kwok.tailpilot.io/await-result`, so KWOK keeps them Running until a test
-plays a result onto them (the termination message a real build writes).
+objects, and is stopped by PID. It is told to label its engine Job pods (build
+and profile) `kwok.tailpilot.io/await-result`, so KWOK keeps them Running until
+a test plays a result onto them (the termination message a real build or
+profile writes).
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from tailpilot.api.engine import BuildOutcome, BuildResult, ProfileSummary, TensorSpec
+from tailpilot.api.engine import (
+    BuildOutcome,
+    BuildResult,
+    ProfileResult,
+    ProfileSummary,
+    ProfileSummaryPoint,
+    ServiceTimeModel,
+    TensorSpec,
+)
 from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
@@ -31,6 +40,7 @@ from tailpilot_e2e.wait import eventually
 CRD_FILE = REPO_ROOT / "crds" / "tailpilot.io_inferenceservices.yaml"
 AWAIT_RESULT_LABEL = "kwok.tailpilot.io/await-result"
 BUILD_COMPONENT_SELECTOR = "app.kubernetes.io/component=engine-build"
+PROFILE_COMPONENT_SELECTOR = "app.kubernetes.io/component=engine-profile"
 
 
 def install_crds(cluster: LocalCluster, files: Sequence[Path] = (CRD_FILE,)) -> None:
@@ -171,7 +181,7 @@ def create_engine_store(
     )
 
 
-def played_resnet_build(engine_key: str, *, profile: ProfileSummary | None = None) -> BuildResult:
+def played_resnet_build(engine_key: str) -> BuildResult:
     """The result a successful TensorRT build of the ResNet-50 example reports (played here: no GPU)."""
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
@@ -180,6 +190,29 @@ def played_resnet_build(engine_key: str, *, profile: ProfileSummary | None = Non
         triton_backend="tensorrt",
         inputs=(TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224)),),
         outputs=(TensorSpec(name="resnetv24_dense0_fwd", data_type="TYPE_FP32", dims=(1000,)),),
+    )
+
+
+#: The profile of the ResNet-50 TensorRT plan on an H100 that tests play as its profile Job's result.
+RESNET_H100_PROFILE = ProfileSummary(
+    hardware="NVIDIA-H100-80GB-HBM3",
+    service_time=ServiceTimeModel(intercept_ms=1.2, per_item_ms=0.11, jitter_cv=0.05),
+    points=[
+        ProfileSummaryPoint(
+            batch_size=b,
+            p99_ms=round(1.3 + 0.12 * b, 3),
+            throughput_per_s=round(b / (1.2 + 0.11 * b) * 1000, 1),
+        )
+        for b in (1, 8, 32, 64)
+    ],
+)
+
+
+def played_profile(pod: client.V1Pod, profile: ProfileSummary) -> ProfileResult:
+    """The result a successful profile Job reports for the request it was given (played here: no GPU)."""
+    return ProfileResult(
+        outcome=BuildOutcome.SUCCEEDED,
+        profile_key=pod.metadata.labels["tailpilot.io/profile-key"],
         profile=profile,
     )
 
@@ -188,7 +221,20 @@ def running_build_pod(
     core: client.CoreV1Api, namespace: str, *, job_name: str | None = None, timeout: float = 60
 ) -> client.V1Pod:
     """Wait for a Running, not yet played build pod (of one Job, if named)."""
-    selector = BUILD_COMPONENT_SELECTOR + (f",job-name={job_name}" if job_name else "")
+    return _running_pod(core, namespace, BUILD_COMPONENT_SELECTOR, job_name=job_name, timeout=timeout)
+
+
+def running_profile_pod(
+    core: client.CoreV1Api, namespace: str, *, job_name: str | None = None, timeout: float = 60
+) -> client.V1Pod:
+    """Wait for a Running, not yet played profile pod (of one Job, if named)."""
+    return _running_pod(core, namespace, PROFILE_COMPONENT_SELECTOR, job_name=job_name, timeout=timeout)
+
+
+def _running_pod(
+    core: client.CoreV1Api, namespace: str, component: str, *, job_name: str | None, timeout: float
+) -> client.V1Pod:
+    selector = component + (f",job-name={job_name}" if job_name else "")
 
     def find() -> client.V1Pod | None:
         for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
@@ -197,19 +243,58 @@ def running_build_pod(
                 return pod
         return None
 
-    pod: client.V1Pod = eventually(find, timeout=timeout, description=f"a running build pod in {namespace}")
+    pod: client.V1Pod = eventually(
+        find, timeout=timeout, description=f"a running {selector} pod in {namespace}"
+    )
     return pod
+
+
+def play_profile(
+    core: client.CoreV1Api, namespace: str, profile: ProfileSummary, *, timeout: float = 60
+) -> None:
+    """Wait for the running profile pod and finish it with a successful profile of `profile`."""
+    pod = running_profile_pod(core, namespace, timeout=timeout)
+    play_build(core, pod, result=played_profile(pod, profile))
+
+
+def play_engine_jobs(
+    core: client.CoreV1Api,
+    namespace: str,
+    played: set[str],
+    *,
+    build: Callable[[client.V1Pod], BuildResult],
+    profile: ProfileSummary,
+) -> int:
+    """Finish every running, not yet played build and profile pod (one pass); return how many.
+
+    Args:
+        core: The API.
+        namespace: Where the pods are.
+        played: UIDs played so far (updated).
+        build: The build result for a build pod.
+        profile: The profile every profile pod reports.
+    """
+    count = 0
+    for selector in (BUILD_COMPONENT_SELECTOR, PROFILE_COMPONENT_SELECTOR):
+        for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
+            if pod.status.phase != "Running" or pod.metadata.uid in played:
+                continue
+            is_build = selector == BUILD_COMPONENT_SELECTOR
+            play_build(core, pod, result=build(pod) if is_build else played_profile(pod, profile))
+            played.add(pod.metadata.uid)
+            count += 1
+    return count
 
 
 def play_build(
     core: client.CoreV1Api,
     pod: client.V1Pod,
     *,
-    result: BuildResult | None = None,
+    result: BuildResult | ProfileResult | None = None,
     exit_code: int | None = None,
     message: str | None = None,
 ) -> None:
-    """Finish a simulated build pod with a BuildResult (or a raw exit code and message)."""
+    """Finish a simulated engine Job pod with its result (or a raw exit code and message)."""
     if result is not None:
         message = result.to_termination_message()
         exit_code = 0 if exit_code is None and result.outcome.value == "Succeeded" else (exit_code or 1)
@@ -242,4 +327,3 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
 def dump(obj: Any) -> str:
     """Readable JSON for assertion messages."""
     return json.dumps(obj, indent=1, default=str)[:3000]
-

@@ -105,7 +105,7 @@ CRD template and `crds/tailpilot.io_inferenceservices.yaml` are generated from t
 
 The ClusterRole grants only the verbs the operator uses (each rule is commented in
 `templates/operator-clusterrole.yaml`): read CRDs and namespaces (kopf), create Events; watch and
-patch InferenceServices and their status; create/read/delete build Jobs; read Pods (build results,
+patch InferenceServices and their status; create/read/delete build and profile Jobs; read Pods (their results,
 Triton pod IPs for live batching reloads); manage ConfigMaps, Services, Deployments,
 PodDisruptionBudgets, ServiceMonitors and PrometheusRules. A namespaced Role allows `get` on the
 one Secret holding the webhook token (the generated one, or `webhook.tokenSecret.name`), when the
@@ -114,7 +114,8 @@ webhook is enabled. With `rbac.create=false`, grant the same yourself.
 ## Engine store
 
 Each namespace with InferenceServices needs a PersistentVolumeClaim named `engineStore.claimName`
-(ReadWriteMany): build Jobs publish engines to it, Triton pods mount it read-only.
+(ReadWriteMany): build Jobs publish engines to it, profile Jobs add their profiles, Triton pods
+mount it read-only.
 
 ## Alertmanager
 

@@ -43,6 +43,8 @@ APP_NAME_BUILDER: Final = "tailpilot-builder"
 
 COMPONENT_SERVER: Final = "inference-server"
 COMPONENT_BUILD: Final = "engine-build"
+#: The profile Job: the engine measured in the service's own Triton, on a node of its hardware.
+COMPONENT_PROFILE: Final = "engine-profile"
 COMPONENT_MODEL_CONFIG: Final = "model-config"
 COMPONENT_MONITORING: Final = "monitoring"
 #: The headless Service the ServiceMonitor scrapes when pods may leave the main Service.
@@ -53,6 +55,7 @@ COMPONENT_METRICS: Final = "metrics"
 LABEL_ISVC: Final = f"{GROUP}/inferenceservice"
 LABEL_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 LABEL_REQUEST_KEY: Final = f"{GROUP}/build-request-key"
+LABEL_PROFILE_KEY: Final = f"{GROUP}/profile-key"
 #: With spec.autoscaling.backlogRotation, on every Triton pod: "in" (the template's value) puts it
 #: in the Service's endpoints, "held" keeps it out while its backlog drains (the operator flips it).
 LABEL_ROTATION: Final = f"{GROUP}/rotation"
@@ -73,6 +76,8 @@ CONDITION_SCALING_ACTIVE: Final = "ScalingActive"
 CONDITION_DEGRADED: Final = "Degraded"
 #: Whether the engine's profile agrees with what the serving pods compute (their own counters).
 CONDITION_PROFILE_ACCURATE: Final = "ProfileAccurate"
+#: Whether a new engine is held back by the regression gate (the old one keeps serving).
+CONDITION_ROLLOUT_BLOCKED: Final = "RolloutBlocked"
 CONDITION_TYPES: Final = (
     CONDITION_READY,
     CONDITION_ENGINE_READY,
@@ -81,6 +86,7 @@ CONDITION_TYPES: Final = (
     CONDITION_SCALING_ACTIVE,
     CONDITION_DEGRADED,
     CONDITION_PROFILE_ACCURATE,
+    CONDITION_ROLLOUT_BLOCKED,
 )
 
 STATUS_TRUE: Final = "True"
@@ -94,6 +100,22 @@ REASON_ENGINE_BUILDING: Final = "EngineBuilding"
 REASON_ENGINE_BUILT: Final = "EngineBuilt"
 REASON_ENGINE_CACHED: Final = "EngineCached"
 REASON_ENGINE_BUILD_FAILED: Final = "EngineBuildFailed"
+#: EngineReady False while a new engine is measured in its profile Job (the old one keeps serving).
+REASON_ENGINE_PROFILING: Final = "EngineProfiling"
+#: Normal Event: the profile Job measured the engine where it serves.
+EVENT_ENGINE_PROFILED: Final = "EngineProfiled"
+#: Warning Event: the profile Job failed; the engine is served without a profile.
+EVENT_PROFILE_FAILED: Final = "ProfileFailed"
+#: RolloutBlocked True and a Warning Event: the new engine is slower than the serving one.
+REASON_LATENCY_REGRESSION: Final = "LatencyRegression"
+#: RolloutBlocked False: the new engine is within the regression budget (or faster).
+REASON_WITHIN_REGRESSION_BUDGET: Final = "WithinRegressionBudget"
+#: RolloutBlocked False: a regression beyond the budget, accepted by the user's annotation.
+REASON_REGRESSION_ACCEPTED: Final = "RegressionAccepted"
+#: RolloutBlocked False: nothing held (no new engine, or nothing to compare it with).
+REASON_NOTHING_HELD: Final = "NothingHeld"
+#: Annotation naming a new engine (its key or first 12 characters) to serve despite a regression.
+ANNOTATION_ACCEPT_ENGINE: Final = f"{GROUP}/accept-engine"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.
 EVENT_PROFILE_CPU_LIMIT_MISMATCH: Final = "ProfileCPULimitMismatch"
 EVENT_REPLICAS_HELD_OUT: Final = "ReplicasHeldOut"
@@ -173,6 +195,8 @@ ENGINE_STORE_MOUNT: Final = "/engines"
 #: (the layout of tailpilot.builders.store; a test checks they agree).
 ENGINE_STORE_ENGINES_DIR: Final = "engines"
 ENGINE_STORE_REPOSITORY_DIR: Final = "repository"
+#: Sub-directory of an engine holding its cached profiles: engines/<key>/profiles/<profileKey>.json.
+ENGINE_STORE_PROFILES_DIR: Final = "profiles"
 #: Where the build Job mounts pvc:// model sources (`tailpilot build --pvc-root`).
 PVC_SOURCE_ROOT: Final = "/mnt/pvc"
 #: Default name of the engine store PVC (one per namespace; the chart/docs explain how to create it).

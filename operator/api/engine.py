@@ -1,11 +1,13 @@
-"""Contracts between the engine build Job and everything that reads its output.
+"""Contracts between the engine Jobs (build, profile) and everything that reads their output.
 
-The builder (`tailpilot build` / `tailpilot profile`) writes `profile.json` as an
-`EngineProfile` next to the engine, and reports a `BuildResult` as the build
-container's termination message, which the operator reads from the API. The
-autoscaling policy and the benchmark simulator read the same `EngineProfile`.
-Keeping these in one module is what lets a KWOK stage play a build's result on a
-simulated GPU node: it only has to write a valid `BuildResult`.
+The build Job (`tailpilot build`) reports a `BuildResult` as its container's
+termination message; the profile Job (`tailpilot profile --request ...`, beside
+the service's own Triton) measures the engine where it serves, caches the
+`EngineProfile` in the engine store and reports a `ProfileResult` the same way.
+The operator reads both from the API. The autoscaling policy and the benchmark
+simulator read the same `EngineProfile`. Keeping these in one module is what
+lets a KWOK stage play a build's or a profile's result on a simulated GPU node:
+it only has to write a valid result.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class EngineProfile(_Frozen):
     method: str = ""
 
     def to_summary(self) -> ProfileSummary:
-        """The compact form that goes into a BuildResult and the InferenceService status."""
+        """The compact form that goes into a ProfileResult and the InferenceService status."""
         return ProfileSummary(
             hardware=self.hardware,
             cpu_limit_millis=self.cpu_limit_millis,
@@ -167,11 +169,10 @@ class BuildRequest(_Frozen):
     cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
     #: Engine store root (a mounted PVC path in the Job, a directory locally).
     store: str = "/engines"
-    profile: bool = True
 
     def request_key(self) -> str:
         """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
-        document = self.model_dump(mode="json", exclude={"profile", "store"})
+        document = self.model_dump(mode="json", exclude={"store"})
         if document["cpu_limit_millis"] is None:
             # Requests without a limit keep the keys they had before the field existed: an
             # upgraded operator finds their build Jobs and engines instead of building again.
@@ -200,14 +201,17 @@ class BuildResult(_Frozen):
 
     On failure, `reason` is a CamelCase constant (e.g. `ModelChecksumMismatch`)
     and `message` a sentence a user can act on; the operator copies both onto
-    the EngineReady condition.
+    the EngineReady condition. Unknown keys are ignored: a builder image of
+    another version may report more (builders before the profile Job reported a
+    `profile` here), and its engine is still good.
     """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     outcome: BuildOutcome
     engine_key: str = Field(default="", alias="engineKey")
     #: Where the published engine lives, e.g. "pvc://tailpilot-engines/<key>" or a store path.
     artifact: str = ""
-    profile: ProfileSummary | None = None
     reason: str = ""
     message: str = ""
     #: Triton backend the engine is served with ("onnxruntime", "tensorrt" or "python").
@@ -218,8 +222,80 @@ class BuildResult(_Frozen):
     cache_hit: bool = Field(default=False, alias="cacheHit")
 
     def to_termination_message(self) -> str:
-        """Serialize within the kubelet's termination-message limit (drops the profile if needed)."""
-        text = self.model_dump_json(by_alias=True, exclude_none=True)
-        if len(text.encode()) > TERMINATION_MESSAGE_LIMIT_BYTES:
-            text = self.model_copy(update={"profile": None}).model_dump_json(by_alias=True, exclude_none=True)
-        return text[:TERMINATION_MESSAGE_LIMIT_BYTES]
+        """Serialize within the kubelet's termination-message limit."""
+        return _within_limit(self.model_dump_json(by_alias=True, exclude_none=True))
+
+
+def _within_limit(text: str) -> str:
+    """Cut a message to the termination-message limit, on a character boundary."""
+    return text.encode()[:TERMINATION_MESSAGE_LIMIT_BYTES].decode(errors="ignore")
+
+
+#: Batch sizes a profile measures by default (those above the engine's max batch size are skipped).
+DEFAULT_PROFILE_BATCH_SIZES = (1, 4, 16)
+
+
+class ProfileRequest(_Frozen):
+    """One engine to profile where it serves (`tailpilot profile --request ...` in the profile Job).
+
+    Everything that changes what the measurement says is in `profile_key()`: the engine, the
+    Triton image serving it, the hardware (GPU product and count, or the CPU limit) and the
+    measurement plan. Two services with the same key share one cached profile in the store.
+    """
+
+    engine_key: str = Field(alias="engineKey")
+    model_name: str = Field(alias="modelName")
+    #: Triton backend serving the engine ("onnxruntime", "tensorrt" or "python").
+    triton_backend: str = Field(alias="tritonBackend")
+    precision: str = ""
+    max_batch_size: int = Field(ge=1, alias="maxBatchSize")
+    #: "cpu" or the GPU product label value the engine serves on.
+    hardware: str = "cpu"
+    gpu_count: int = Field(default=0, ge=0, alias="gpuCount")
+    #: The Triton container's CPU limit in millicores (the profile holds for it); None without one.
+    cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
+    #: The Triton image the service serves with (the profile Job runs the same one).
+    triton_image: str = Field(alias="tritonImage")
+    batch_sizes: tuple[int, ...] = Field(default=DEFAULT_PROFILE_BATCH_SIZES, alias="batchSizes")
+    duration_s: float = Field(default=3.0, gt=0, alias="durationS")
+    concurrency: int = Field(default=1, ge=1)
+    #: Engine store root as mounted in the profile Job.
+    store: str = "/engines"
+
+    def profile_key(self) -> str:
+        """Stable hash of what the measurement depends on; 20 hex chars, DNS-label safe."""
+        document = self.model_dump(mode="json", exclude={"store"})
+        canonical = json.dumps({"v": BUILDER_VERSION, **document}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+class ProfileResult(_Frozen):
+    """What the profile container writes to its termination message (JSON, camelCase keys).
+
+    On failure, `reason` is a CamelCase constant (e.g. `ProfileFailed`) and `message` says
+    why; the operator then serves the engine without a profile (the autoscaler learns its
+    service time online) and reports both.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    outcome: BuildOutcome
+    profile_key: str = Field(default="", alias="profileKey")
+    profile: ProfileSummary | None = None
+    reason: str = ""
+    message: str = ""
+    #: True when the profile came from the store (measured before for the same key).
+    cache_hit: bool = Field(default=False, alias="cacheHit")
+
+    def to_termination_message(self) -> str:
+        """Serialize within the termination-message limit, shedding profile points if needed."""
+        result = self
+        text = result.model_dump_json(by_alias=True, exclude_none=True)
+        while len(text.encode()) > TERMINATION_MESSAGE_LIMIT_BYTES and result.profile:
+            if not result.profile.points:
+                break
+            # Keep the fitted model (what the autoscaler reads); drop the largest batch sizes' points.
+            profile = result.profile.model_copy(update={"points": result.profile.points[:-1]})
+            result = result.model_copy(update={"profile": profile})
+            text = result.model_dump_json(by_alias=True, exclude_none=True)
+        return _within_limit(text)

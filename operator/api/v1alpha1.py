@@ -47,6 +47,8 @@ from tailpilot.api.engine import ProfileSummary
 
 MAX_NAME_LENGTH = 46
 MAX_URI_LENGTH = 2048
+#: spec.rollout.maxLatencyRegressionPercent when unset (see RolloutSpec).
+DEFAULT_MAX_LATENCY_REGRESSION_PERCENT = 20.0
 MAX_SHAPES = 16
 MAX_DIMS = 8
 MAX_PREFERRED_BATCH_SIZES = 16
@@ -263,11 +265,13 @@ class EngineSpec(_Model):
     profile: bool = Field(
         default=True,
         description=(
-            "Profile each new engine in a real Triton after the build (latency and throughput per batch "
-            "size), which seeds the autoscaler. Without a profile the autoscaler learns the service time "
+            "Profile each new engine where it serves before it serves: a profile Job runs the service's "
+            "own Triton container on a node of its hardware with a profiler beside it (latency and "
+            "throughput per batch size, one timed live reload), which seeds the autoscaler and gates "
+            "the rollout (spec.rollout). Without a profile the autoscaler learns the service time "
             "online from the serving pods' own Triton counters (status.learned.serviceTime), cautiously "
             "until the batch sizes seen are enough to fit it. Not part of the engine key: a change "
-            "applies to the next build."
+            "applies to the next engine."
         ),
     )
     shapes: list[ShapeSpec] = Field(
@@ -326,8 +330,8 @@ class GpuSpec(_Model):
         pattern=LABEL_VALUE_PATTERN,
         description=(
             f"GPU product as the node label {c.GPU_PRODUCT_LABEL} spells it, e.g. NVIDIA-H100-80GB-HBM3. "
-            "Pods and the build Job are pinned to it; a TensorRT engine only runs on the product it was "
-            "built for."
+            "Pods and the build and profile Jobs are pinned to it; a TensorRT engine only runs on the "
+            "product it was built for."
         ),
     )
     count: int = Field(
@@ -600,6 +604,25 @@ class AutoscalingSpec(_Model):
         return self.backlog_rotation or self.surge_checks()
 
 
+class RolloutSpec(_Model):
+    """How a new engine replaces the one serving."""
+
+    max_latency_regression_percent: float = Field(
+        default=DEFAULT_MAX_LATENCY_REGRESSION_PERCENT,
+        ge=0,
+        le=1000,
+        description=(
+            "Regression gate. When a new engine is profiled for a service that is serving, its profile "
+            "is compared with the serving engine's at the service's operating point (observed request "
+            "rate, replicas and batching in force): predicted P99 and capacity per replica. If either is "
+            "worse by more than this percentage, the new engine is held (condition RolloutBlocked, "
+            "reason LatencyRegression, with both figures) and the old one keeps serving, until the "
+            "annotation tailpilot.io/accept-engine names the new engine key (or its first 12 characters). "
+            "The default sits above the run-to-run spread of profiles of one engine."
+        ),
+    )
+
+
 class MonitoringSpec(_Model):
     """Where metrics come from and which monitoring objects the operator creates."""
 
@@ -689,6 +712,11 @@ class InferenceServiceSpec(_Model):
         json_schema_extra=_section_default(MonitoringSpec),
         description="Metrics and alerts.",
     )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        json_schema_extra=_section_default(RolloutSpec),
+        description="How a new engine replaces the serving one (the regression gate).",
+    )
     replicas: int | None = Field(
         default=None,
         ge=1,
@@ -771,6 +799,51 @@ class BuildStatus(_Model):
     message: str = Field(default="", max_length=4096, description="Message of the last failure.")
 
 
+class ProfilingStatus(_Model):
+    """The profile Job measuring an engine where it serves (the service's Triton image and hardware)."""
+
+    profile_key: str = Field(
+        max_length=64, description="Key of the profile request (engine, image, hardware); names the Job."
+    )
+    engine_key: str = Field(max_length=128, description="The engine being profiled.")
+    job_name: str = Field(default="", max_length=63, description="Name of the profile Job.")
+    phase: str = Field(
+        default="",
+        max_length=32,
+        description=(
+            "Running, Succeeded or Failed. A new engine serves once its profile Job ends; when it "
+            "failed, it serves without a profile and the autoscaler learns its service time online."
+        ),
+    )
+    reason: str = Field(default="", max_length=128, description="CamelCase reason of a failure.")
+    message: str = Field(default="", max_length=4096, description="Message of a failure.")
+
+
+class EngineComparisonStatus(_Model):
+    """The regression gate's last comparison: a new engine against the serving one."""
+
+    serving_engine_key: str = Field(max_length=128, description="The engine serving when it was compared.")
+    candidate_engine_key: str = Field(max_length=128, description="The new engine.")
+    rate_per_s: float = Field(ge=0, description="Operating point: the observed request rate (0: no traffic).")
+    replicas: int = Field(ge=1, description="Operating point: the replicas in force.")
+    serving_p99_ms: float | None = Field(
+        default=None, ge=0, description="Serving engine's predicted P99 there, ms (absent: cannot keep up)."
+    )
+    candidate_p99_ms: float | None = Field(
+        default=None, ge=0, description="New engine's predicted P99 there, ms (absent: cannot keep up)."
+    )
+    serving_capacity_per_s: float = Field(ge=0, description="Serving engine's capacity per replica, req/s.")
+    candidate_capacity_per_s: float = Field(ge=0, description="New engine's capacity per replica, req/s.")
+    regression_percent: float | None = Field(
+        default=None,
+        description="The worse of the P99 rise and the capacity fall, percent (absent: unbounded).",
+    )
+    verdict: Literal["Promoted", "Blocked", "Accepted"] = Field(
+        description="Promoted (within spec.rollout.maxLatencyRegressionPercent), Blocked, or Accepted by "
+        "the tailpilot.io/accept-engine annotation."
+    )
+
+
 class ServiceTimeStatus(_Model):
     """Fitted per-batch execution time: interceptMs + perItemMs * batch size."""
 
@@ -800,14 +873,22 @@ class ReloadStatus(_Model):
 class ProfileStatus(_Model):
     """Summary of the engine's measured profile (mirrors tailpilot.api.engine.ProfileSummary)."""
 
+    key: str = Field(
+        default="",
+        max_length=64,
+        description=(
+            "Key of the profile request it answers (engine, Triton image, hardware); empty for a "
+            "profile measured by an operator version before the profile Job."
+        ),
+    )
     hardware: str = Field(max_length=128, description="cpu or the GPU product the engine was profiled on.")
     cpu_limit_millis: int | None = Field(
         default=None,
         ge=1,
         description=(
-            "The CPU limit, in millicores, that the build Job's kernel enforced while the engine was "
-            "profiled: a CPU engine is built and profiled under the Triton container's CPU limit, so its "
-            "times hold for one serving pod. Absent when no limit was enforced."
+            "The CPU limit, in millicores, of the Triton container that served the engine while it "
+            "was profiled: the profile Job runs the serving pods' Triton container, limit included, "
+            "so its times hold for one serving pod. Absent without a limit."
         ),
     )
     reload: ReloadStatus | None = Field(
@@ -834,9 +915,9 @@ class ProfileStatus(_Model):
     )
 
     @classmethod
-    def from_summary(cls, summary: ProfileSummary) -> ProfileStatus:
-        """Convert the build result's summary."""
-        return cls.model_validate(summary.model_dump(by_alias=True))
+    def from_summary(cls, summary: ProfileSummary, *, key: str = "") -> ProfileStatus:
+        """Convert a profile result's summary (answering the profile request `key`)."""
+        return cls.model_validate({"key": key, **summary.model_dump(by_alias=True)})
 
 
 class BatchingStatus(_Model):
@@ -946,12 +1027,22 @@ class InferenceServiceStatus(_Model):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=MAX_CONDITIONS,
-        description="Ready, EngineReady, RolloutReady, SLOMet, ScalingActive, Degraded, ProfileAccurate.",
+        description=(
+            "Ready, EngineReady, RolloutReady, SLOMet, ScalingActive, Degraded, ProfileAccurate, "
+            "RolloutBlocked."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     engine: EngineStatus | None = Field(default=None, description="The engine being served.")
     build: BuildStatus | None = Field(default=None, description="The latest engine build for this spec.")
+    profiling: ProfilingStatus | None = Field(
+        default=None, description="The latest profile Job (an engine measured where it serves)."
+    )
     profile: ProfileStatus | None = Field(default=None, description="The engine's profile summary.")
+    engine_comparison: EngineComparisonStatus | None = Field(
+        default=None,
+        description="The regression gate's last comparison of a new engine with the serving one.",
+    )
     replicas: int | None = Field(default=None, ge=0, description="Current replica count (scale subresource).")
     applied_spec_replicas: int | None = Field(
         default=None,

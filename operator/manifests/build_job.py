@@ -9,9 +9,10 @@ plays a build) reads it from the pod's status. Exit code 2 means an invalid
 request: the pod failure policy fails the Job at once instead of retrying.
 
 A build for a GPU target runs on the GPU product it is built for (one GPU):
-TensorRT plans are specific to it, and the profile must be measured there. A
-build for the CPU runs under the serving container's CPU limit, for the same
-reason: its profile must say what one serving pod can do, not the whole node.
+TensorRT plans are specific to it (trtexec times kernels on that GPU). A build
+for the CPU runs under the serving container's CPU limit, so that it does not
+take the whole node. The build measures nothing: the profile Job
+(`profile_job.py`) measures the engine in the service's own Triton.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         serving_variant=spec.runtime.serving_variant.value,
         cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
-        profile=spec.engine.profile,
     )
 
 

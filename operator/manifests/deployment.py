@@ -48,28 +48,41 @@ def engine_version_dir(*, engine_key: str, model_name: str, store: str = c.ENGIN
     return f"{store}/{c.ENGINE_STORE_ENGINES_DIR}/{engine_key}/{c.ENGINE_STORE_REPOSITORY_DIR}/{model_name}/1"
 
 
-def _init_container(
-    *, image: str, model_name: str, engine_key: str, settings: ManifestSettings
+def model_repository_init(
+    *,
+    image: str,
+    model_name: str,
+    engine_key: str,
+    settings: ManifestSettings,
+    config_file: str = f"/config/{CONFIG_KEY}",
 ) -> dict[str, Any]:
+    """The init container that assembles `/models/<model>/` from the store and a config.pbtxt.
+
+    `config_file` is the ConfigMap's (batching in force) on the serving pods, the engine's own
+    (as the build wrote it) in the profile Job.
+    """
     target = f"{MODEL_REPOSITORY}/{model_name}"
+    version_dir = engine_version_dir(engine_key=engine_key, model_name=model_name)
     script = (
         "set -eu; "
-        f'test -d "{engine_version_dir(engine_key=engine_key, model_name=model_name)}" '
+        f'test -d "{version_dir}" '
         f'|| {{ echo "engine {engine_key} not found in the store" >&2; exit 1; }}; '
         f'mkdir -p "{target}"; '
-        f'ln -sfn "{engine_version_dir(engine_key=engine_key, model_name=model_name)}" "{target}/1"; '
-        f'cp /config/{CONFIG_KEY} "{target}/{CONFIG_KEY}"'
+        f'ln -sfn "{version_dir}" "{target}/1"; '
+        f'cp "{config_file}" "{target}/{CONFIG_KEY}"'
     )
+    mounts = [
+        {"name": "engines", "mountPath": c.ENGINE_STORE_MOUNT, "readOnly": True},
+        {"name": "models", "mountPath": MODEL_REPOSITORY},
+    ]
+    if config_file.startswith("/config/"):
+        mounts.insert(1, {"name": "model-config", "mountPath": "/config", "readOnly": True})
     return {
         "name": "model-repository",
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["sh", "-c", script],
-        "volumeMounts": [
-            {"name": "engines", "mountPath": c.ENGINE_STORE_MOUNT, "readOnly": True},
-            {"name": "model-config", "mountPath": "/config", "readOnly": True},
-            {"name": "models", "mountPath": MODEL_REPOSITORY},
-        ],
+        "volumeMounts": mounts,
         "securityContext": container_security_context(),
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
     }
@@ -127,7 +140,8 @@ def triton_args(*, model_name: str) -> list[str]:
     ]
 
 
-def _triton_container(*, isvc: InferenceService, image: str, settings: ManifestSettings) -> dict[str, Any]:
+def triton_container(*, isvc: InferenceService, image: str, settings: ManifestSettings) -> dict[str, Any]:
+    """The Triton container of a serving pod (the profile Job runs the same one as a sidecar)."""
     on_gpu = isvc.spec.runtime.device is Device.GPU
     return {
         "name": CONTAINER_NAME,
@@ -167,6 +181,30 @@ def _volumes(isvc: InferenceService, settings: ManifestSettings) -> list[dict[st
     ]
 
 
+def serving_image(isvc: InferenceService, settings: ManifestSettings) -> str:
+    """The Triton image the service serves with."""
+    return isvc.spec.runtime.image or settings.triton_image
+
+
+def serving_placement(isvc: InferenceService) -> dict[str, Any]:
+    """nodeSelector, tolerations and affinity of the serving pods (the profile Job's pod goes there too)."""
+    runtime = isvc.spec.runtime
+    gpu = runtime.gpu if runtime.device is Device.GPU else None
+    fields: dict[str, Any] = {}
+    selector = placement.node_selector(gpu_product=gpu.product if gpu else None, user=runtime.node_selector)
+    if selector:
+        fields["nodeSelector"] = selector
+    tolerations = placement.tolerations(gpu=gpu is not None, user=runtime.tolerations)
+    if tolerations:
+        fields["tolerations"] = tolerations
+    affinity = placement.affinity(
+        isvc_name=isvc.name, exclusive=bool(gpu and gpu.exclusive), user=runtime.affinity
+    )
+    if affinity:
+        fields["affinity"] = affinity
+    return fields
+
+
 def triton_deployment(
     *,
     isvc: InferenceService,
@@ -179,7 +217,7 @@ def triton_deployment(
     spec = isvc.spec
     gpu = spec.runtime.gpu
     on_gpu = spec.runtime.device is Device.GPU and gpu is not None
-    image = spec.runtime.image or settings.triton_image
+    image = serving_image(isvc, settings)
     model_name = spec.model_name(isvc.name)
     pod_labels = {
         **standard_labels(isvc_name=isvc.name, component=c.COMPONENT_SERVER),
@@ -194,25 +232,15 @@ def triton_deployment(
         "enableServiceLinks": False,
         "securityContext": pod_security_context(settings.run_as_user),
         "initContainers": [
-            _init_container(image=image, model_name=model_name, engine_key=engine_key, settings=settings)
+            model_repository_init(
+                image=image, model_name=model_name, engine_key=engine_key, settings=settings
+            )
         ],
-        "containers": [_triton_container(isvc=isvc, image=image, settings=settings)],
+        "containers": [triton_container(isvc=isvc, image=image, settings=settings)],
         "volumes": _volumes(isvc, settings),
         "terminationGracePeriodSeconds": 30,
     }
-    selector = placement.node_selector(
-        gpu_product=gpu.product if on_gpu and gpu else None, user=spec.runtime.node_selector
-    )
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    tolerations = placement.tolerations(gpu=on_gpu, user=spec.runtime.tolerations)
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
-    affinity = placement.affinity(
-        isvc_name=isvc.name, exclusive=bool(on_gpu and gpu and gpu.exclusive), user=spec.runtime.affinity
-    )
-    if affinity:
-        pod_spec["affinity"] = affinity
+    pod_spec.update(serving_placement(isvc))
     startup = settings.gpu_startup_seconds if on_gpu else settings.cpu_startup_seconds
     return {
         "apiVersion": "apps/v1",

@@ -24,7 +24,12 @@ class ManifestSettings:
         engine_store_claim: PVC holding the engine store, in the service's namespace.
         build_backoff_limit: Retries of a failed build pod before the Job fails.
         build_deadline_seconds: activeDeadlineSeconds of a build Job.
-        build_ttl_seconds: ttlSecondsAfterFinished of a build Job; the operator reads the result first.
+        build_ttl_seconds: ttlSecondsAfterFinished of a build or profile Job; the operator reads the
+            result first.
+        profile_backoff_limit: Retries of a failed profile pod before the Job fails (none by default: a
+            failed measurement rarely succeeds again, and the engine serves without it meanwhile).
+        profile_deadline_seconds: activeDeadlineSeconds of a profile Job, pending time included; past
+            it, the engine serves without a profile (and the autoscaler learns its speed online).
         run_as_user: UID of every container (Triton's image runs as 1000).
         gpu_startup_seconds: How long a GPU replica may take to start (TensorRT plans load slowly).
         cpu_startup_seconds: How long a CPU replica may take to start.
@@ -40,6 +45,8 @@ class ManifestSettings:
     build_backoff_limit: int = 2
     build_deadline_seconds: int = 3600
     build_ttl_seconds: int = 86400
+    profile_backoff_limit: int = 0
+    profile_deadline_seconds: int = 900
     run_as_user: int = 1000
     gpu_startup_seconds: int = 900
     cpu_startup_seconds: int = 180

@@ -72,14 +72,17 @@ def test_profile_status_mirrors_summary() -> None:
         cpu_limit_millis=600,
         reload=ReloadCost(seconds=3.5, served_share=0.4, worst_latency_ms=80.0),
     )
-    status = ProfileStatus.from_summary(profile.to_summary())
+    status = ProfileStatus.from_summary(profile.to_summary(), key="k" * 20)
+    assert status.key == "k" * 20
     assert [p.batch_size for p in status.points] == [1, 4, 8]
     assert status.points[2].p99_ms == 16.0
     assert status.service_time.per_item_ms == 0.5
     assert status.compute_time is not None and status.compute_time.intercept_ms == 0.8
     assert status.cpu_limit_millis == 600
     assert status.reload is not None and (status.reload.seconds, status.reload.served_share) == (3.5, 0.4)
+    # Every field of the summary, plus the key of the profile request it answers.
     assert set(ProfileStatus.model_fields) == {
+        "key",
         "hardware",
         "cpu_limit_millis",
         "reload",

@@ -46,4 +46,3 @@ def test_a_quantity_that_is_not_cpu_is_refused(bad: str) -> None:
 )
 def test_any_quantity_reads_as_its_exact_value(quantity: str, value: float) -> None:
     assert quantity_value(quantity) == value
-

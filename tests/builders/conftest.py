@@ -54,7 +54,6 @@ def make_request(example_model: Path, store: Path) -> Callable[..., BuildRequest
             "max_batch_size": 16,
             "serving_variant": "python",
             "store": str(store),
-            "profile": False,
         }
         fields.update(overrides)
         return BuildRequest(**fields)

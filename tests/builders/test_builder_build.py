@@ -11,9 +11,19 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tailpilot.api.engine import BuildOutcome, BuildRequest, BuildResult, ShapeProfile
+from tailpilot.api.engine import (
+    BatchProfilePoint,
+    BuildOutcome,
+    BuildRequest,
+    BuildResult,
+    EngineProfile,
+    ProfileRequest,
+    ProfileResult,
+    ServiceTimeModel,
+    ShapeProfile,
+)
 from tailpilot.builders.build import BuildSettings, run_build
-from tailpilot.builders.cli import build_main
+from tailpilot.builders.cli import build_main, profile_main
 from tailpilot.builders.errors import (
     INVALID_MODEL,
     MODEL_CHECKSUM_MISMATCH,
@@ -31,7 +41,7 @@ SETTINGS = BuildSettings()
 
 def build(request: BuildRequest, lines: list[str] | None = None) -> BuildResult:
     sink = lines if lines is not None else []
-    return run_build(request, SETTINGS, progress=sink.append, profiler=None)
+    return run_build(request, SETTINGS, progress=sink.append)
 
 
 def test_fp32_build_publishes_a_complete_engine(
@@ -174,9 +184,7 @@ def test_cli_writes_the_result_file_and_exit_code(
     result_file = tmp_path / "termination-log"
     request_file = tmp_path / "request.json"
     request_file.write_text(make_request().model_dump_json(by_alias=True))
-    assert (
-        build_main(["--request", str(request_file), "--result-file", str(result_file), "--no-profile"]) == 0
-    )
+    assert build_main(["--request", str(request_file), "--result-file", str(result_file)]) == 0
     written = BuildResult.model_validate_json(result_file.read_text())
     assert written.outcome == BuildOutcome.SUCCEEDED
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["engineKey"] == written.engine_key
@@ -187,3 +195,46 @@ def test_cli_writes_the_result_file_and_exit_code(
     assert failed["reason"] == MODEL_CHECKSUM_MISMATCH
     assert build_main(["--request", '{"backend": "onnxruntime"}', "--result-file", str(result_file)]) == 2
     assert json.loads(result_file.read_text())["reason"] == "InvalidBuildRequest"
+
+
+def test_profile_cli_reports_a_bad_request_in_the_form_the_operator_reads(tmp_path: Path) -> None:
+    result_file = tmp_path / "termination-log"
+    assert profile_main(["--request", '{"engineKey": "x"}', "--result-file", str(result_file)]) == 2
+    failed = ProfileResult.model_validate_json(result_file.read_text())
+    assert (failed.outcome, failed.reason) == (BuildOutcome.FAILED, "InvalidProfileRequest")
+    request = ProfileRequest(
+        engine_key="e" * 32, model_name="m", triton_backend="python", max_batch_size=1, triton_image="t"
+    ).model_dump_json(by_alias=True)
+    # A valid request without the Triton to measure is a bad request too, not a failed profile.
+    assert profile_main(["--request", request, "--result-file", str(result_file)]) == 2
+    assert "--triton-url" in ProfileResult.model_validate_json(result_file.read_text()).message
+
+
+def _profile_file(path: Path, *, factor: float) -> Path:
+    profile = EngineProfile(
+        engine_key="e" * 32,
+        backend="python",
+        precision="fp32",
+        hardware="cpu",
+        max_batch_size=16,
+        points=[BatchProfilePoint(batch_size=1, p99_ms=3.0 * factor, throughput_per_s=400.0 / factor)],
+        service_time=ServiceTimeModel(intercept_ms=2.0 * factor, per_item_ms=0.5 * factor, jitter_cv=0.05),
+    )
+    path.write_text(profile.model_dump_json(by_alias=True))
+    return path
+
+
+def test_profile_compare_gates_a_users_ci_on_a_regression(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    baseline = _profile_file(tmp_path / "baseline.json", factor=1.0)
+    same = _profile_file(tmp_path / "same.json", factor=1.1)
+    slower = _profile_file(tmp_path / "slower.json", factor=1.5)
+    assert profile_main(["--profile", str(same), "--compare", str(baseline)]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")
+    assert profile_main(["--profile", str(slower), "--compare", str(baseline), "--rate", "500"]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("REGRESSION: at 500.0 req/s on 1 replica(s)") and "threshold 20%" in out
+    # A looser threshold lets the same engine through.
+    args = ["--profile", str(slower), "--compare", str(baseline), "--max-regression-percent", "60"]
+    assert profile_main(args) == 0

@@ -77,7 +77,7 @@ def test_https_model_with_trusted_ca_and_right_sha256_builds(
     base, root = https_root
     digest = hashlib.sha256((root / "model.onnx").read_bytes()).hexdigest()
     request = make_request(model_uri=f"{base}/model.onnx", model_sha256=digest)
-    result = run_build(request, settings(tls_files[0]), progress=lambda _: None, profiler=None)
+    result = run_build(request, settings(tls_files[0]), progress=lambda _: None)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
 
 
@@ -103,9 +103,7 @@ def test_https_failures_name_the_problem_and_publish_nothing(
 ) -> None:
     base, _ = https_root
     request = make_request(model_uri=f"{base}/{path}", model_sha256=sha)
-    result = run_build(
-        request, settings(tls_files[0] if trust else None), progress=lambda _: None, profiler=None
-    )
+    result = run_build(request, settings(tls_files[0] if trust else None), progress=lambda _: None)
     assert (result.outcome, result.reason) == (BuildOutcome.FAILED, reason), result.message
     assert phrase in result.message
     assert EngineStore(store).published_keys() == []

@@ -139,7 +139,7 @@ def test_tensorrt_build_publishes_a_plan_pinned_to_its_gpu(
 ) -> None:
     trtexec, record = fake_trtexec
     request = trt_request(make_request, precision="fp16")
-    result = run_build(request, BuildSettings(trtexec=trtexec), progress=lambda _: None, profiler=None)
+    result = run_build(request, BuildSettings(trtexec=trtexec), progress=lambda _: None)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
     assert result.triton_backend == "tensorrt"
     args = json.loads(record.read_text())
@@ -160,7 +160,7 @@ def test_tensorrt_int8_from_calibration_inputs_builds_an_explicit_qdq_model(
 ) -> None:
     trtexec, record = fake_trtexec
     request = trt_request(make_request, precision="int8", calibration_uri=str(calibration))
-    result = run_build(request, BuildSettings(trtexec=trtexec), progress=lambda _: None, profiler=None)
+    result = run_build(request, BuildSettings(trtexec=trtexec), progress=lambda _: None)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
     args = json.loads(record.read_text())
     assert "--int8" in args
@@ -175,7 +175,7 @@ def test_tensorrt_int8_with_a_calibration_cache_passes_it(
     cache = tmp_path / "calib.cache"
     cache.write_text("TRT-100300-EntropyCalibration2\ninput: 3c010a14\n")
     request = trt_request(make_request, precision="int8", calibration_uri=str(cache))
-    result = run_build(request, BuildSettings(trtexec=trtexec), progress=lambda _: None, profiler=None)
+    result = run_build(request, BuildSettings(trtexec=trtexec), progress=lambda _: None)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
     args = json.loads(record.read_text())
     assert any(a.startswith("--calib=") and a.endswith("calibration.bin") for a in args)
@@ -211,7 +211,7 @@ def test_tensorrt_refusals_fail_fast_and_publish_nothing(
 ) -> None:
     # The model URI does not exist: a refusal that fetched first would say ModelUnreachable instead.
     request = trt_request(make_request, model_uri="/nonexistent/model.onnx").model_copy(update=overrides)
-    result = run_build(request, settings, progress=lambda _: None, profiler=None)
+    result = run_build(request, settings, progress=lambda _: None)
     assert (result.outcome, result.reason) == (BuildOutcome.FAILED, reason)
     assert phrase in result.message
     assert EngineStore(store).published_keys() == []

@@ -19,12 +19,12 @@ import psutil
 import pytest
 from tritonclient import grpc as grpcclient
 
-from tailpilot.api.engine import BuildOutcome, BuildRequest, EngineProfile
+from tailpilot.api.engine import BuildOutcome, BuildRequest, EngineProfile, ProfileRequest
 from tailpilot.builders import benchmark
 from tailpilot.builders.build import BuildSettings, run_build
 from tailpilot.builders.example_model import INPUT_NAME, OUTPUT_NAME, example_inputs
-from tailpilot.builders.profiler import ProfileOptions, profile_engine
-from tailpilot.builders.store import PROFILE, EngineStore
+from tailpilot.builders.profile_job import run_profile
+from tailpilot.builders.store import EngineStore
 from tailpilot.builders.triton_server import TritonServer, TritonStartError
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -50,7 +50,7 @@ def test_optimized_and_int8_engines_serve_matching_outputs(
     repo = tmp_path / "repository"
     repo.mkdir()
     for name, request in requests.items():
-        result = run_build(request, BuildSettings(), progress=lambda _: None, profiler=None)
+        result = run_build(request, BuildSettings(), progress=lambda _: None)
         assert result.outcome == BuildOutcome.SUCCEEDED, result.message
         (repo / name).symlink_to(Path(result.artifact) / "repository" / name)
 
@@ -72,20 +72,38 @@ def test_optimized_and_int8_engines_serve_matching_outputs(
         assert not np.allclose(outputs[name], reference, rtol=1e-4, atol=1e-5), name
 
 
-def test_build_with_profile_writes_profile_json(make_request: Callable[..., BuildRequest]) -> None:
-    options = ProfileOptions(batch_sizes=(1, 4), duration_s=0.7, warmup_requests=2)
-    lines: list[str] = []
-    result = run_build(
-        make_request(profile=True),
-        BuildSettings(),
-        progress=lines.append,
-        profiler=lambda engine: profile_engine(engine, options, progress=lines.append),
-    )
+def test_the_profile_job_measures_the_engine_in_a_running_triton_and_caches_it(
+    make_request: Callable[..., BuildRequest], store: Path
+) -> None:
+    """What the profile Job's container does beside its Triton sidecar, against a real Triton."""
+    result = run_build(make_request(), BuildSettings(), progress=lambda _: None)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
-    profile = EngineProfile.model_validate_json((Path(result.artifact) / PROFILE).read_text())
+    request = ProfileRequest(
+        engine_key=result.engine_key,
+        model_name="model",
+        triton_backend=result.triton_backend,
+        max_batch_size=16,
+        cpu_limit_millis=700,
+        triton_image="nvcr.io/nvidia/tritonserver:24.10-py3",
+        batch_sizes=(1, 4),
+        duration_s=0.7,
+        store=str(store),
+    )
+    lines: list[str] = []
+    # The sidecar: the engine's own repository (its config as built), explicit model control.
+    with TritonServer(Path(result.artifact) / "repository", explicit_models=["model"]) as server:
+        measured = run_profile(request, triton_url=server.grpc_url, progress=lines.append)
+        again = run_profile(request, triton_url=server.grpc_url, progress=lines.append)
+    assert measured.outcome == BuildOutcome.SUCCEEDED, measured.message
+    assert (measured.profile_key, measured.cache_hit) == (request.profile_key(), False)
+    profile = EngineProfile.model_validate_json(
+        EngineStore(store).profile_path(result.engine_key, request.profile_key()).read_text()
+    )
+    assert measured.profile == profile.to_summary()
     assert [p.batch_size for p in profile.points] == [1, 4]
     for point in profile.points:
         assert point.samples > 0
+        assert point.p50_ms is not None and point.p95_ms is not None
         assert 0 < point.p50_ms <= point.p95_ms <= point.p99_ms
         assert point.throughput_per_s > 0
     assert profile.service_time.mean_ms(4) > profile.service_time.mean_ms(1) > 0
@@ -93,20 +111,35 @@ def test_build_with_profile_writes_profile_json(make_request: Callable[..., Buil
     assert profile.compute_time is not None
     assert 0 < profile.compute_time.mean_ms(1) < profile.service_time.mean_ms(1)
     assert (profile.engine_key, profile.hardware, profile.max_batch_size) == (result.engine_key, "cpu", 16)
+    # The limit of the Triton container it measured (the request's), and the server's own version.
+    assert profile.cpu_limit_millis == 700
+    assert "Triton 2.51" in profile.method and request.triton_image in profile.method
     # One live reload of the engine's configuration, timed: Triton reloads the Python backend's
     # stub (a second or more, measured 1.9-3.6 s), and the old instance keeps serving meanwhile.
     assert profile.reload is not None
     assert profile.reload.seconds > 0.2 and 0 < profile.reload.served_share <= 1
     assert profile.reload.worst_latency_ms > 0
     assert any(line.startswith("reload: ") for line in lines)
-    assert profile.cpu_limit_millis is None  # this test's process runs under no CFS quota
-    assert result.profile == profile.to_summary()
-    # Profiling left nothing behind in the published engine (e.g. the Python backend's __pycache__).
-    engine = Path(result.artifact)
-    files = {str(p.relative_to(engine)) for p in engine.rglob("*") if p.is_file()}
-    manifest = EngineStore(engine.parent.parent).read_manifest(result.engine_key)
-    assert files == set(manifest.files) | {"manifest.json", "profile.json"}
     assert any(line.startswith("batch 4:") for line in lines)
+    # The same key again is answered from the store, without measuring.
+    assert (again.outcome, again.cache_hit, again.profile) == (BuildOutcome.SUCCEEDED, True, measured.profile)
+    # Another Triton image is another measurement.
+    other = request.model_copy(update={"triton_image": "nvcr.io/nvidia/tritonserver:25.01-py3"})
+    assert other.profile_key() != request.profile_key()
+
+
+def test_the_profile_job_reports_an_engine_missing_from_the_store(store: Path) -> None:
+    request = ProfileRequest(
+        engine_key="0" * 32,
+        model_name="model",
+        triton_backend="python",
+        max_batch_size=4,
+        triton_image="nvcr.io/nvidia/tritonserver:24.10-py3",
+        store=str(store),
+    )
+    result = run_profile(request, triton_url="127.0.0.1:1", progress=lambda _: None)
+    assert (result.outcome, result.reason) == (BuildOutcome.FAILED, "EngineNotFound")
+    assert "0" * 32 in result.message and result.profile is None
 
 
 def test_a_model_that_fails_to_load_raises_with_the_log_tail(tmp_path: Path) -> None:
@@ -125,7 +158,7 @@ def test_a_model_that_fails_to_load_raises_with_the_log_tail(tmp_path: Path) -> 
 
 
 def test_explicit_mode_and_stop_by_pid(make_request: Callable[..., BuildRequest]) -> None:
-    result = run_build(make_request(), BuildSettings(), progress=lambda _: None, profiler=None)
+    result = run_build(make_request(), BuildSettings(), progress=lambda _: None)
     repo = Path(result.artifact) / "repository"
     with TritonServer(repo, explicit_models=["model"], env={"OMP_NUM_THREADS": "1"}) as server:
         pid = server.pid

@@ -223,4 +223,3 @@ def test_the_patch_removes_what_the_status_no_longer_has_at_every_level():
     assert patch["learned"]["serviceTime"] is None  # a learned value reset goes
     assert patch["learned"]["serviceTimeScale"] == 1.0
     assert "futureField" not in patch  # what this operator does not know is left alone
-

@@ -3,12 +3,19 @@ import json
 from tailpilot.api.engine import (
     BuildOutcome,
     BuildResult,
+    ProfileResult,
     ProfileSummary,
     ProfileSummaryPoint,
     ReloadCost,
     ServiceTimeModel,
 )
-from tailpilot.controllers.build_state import BuildPhase, assess_build, parse_result, profile_notes
+from tailpilot.controllers.build_state import (
+    BuildPhase,
+    assess_build,
+    assess_profile,
+    parse_result,
+    profile_notes,
+)
 
 
 def job(*conditions):
@@ -145,3 +152,83 @@ def test_a_profile_measured_without_the_pods_cpu_limit_is_a_warning() -> None:
     # Pods without a limit, and GPU engines, have nothing to compare.
     assert profile_notes(_summary(cpu_limit_millis=600), serving_cpu_limit_millis=None)[1] == ""
     assert profile_notes(_summary(hardware="NVIDIA-L4"), serving_cpu_limit_millis=500)[1] == ""
+
+
+def profile_pod(phase, *, exit_code=None, message=None):
+    """A profile Job pod: the Triton sidecar in initContainerStatuses, the profiler the only container."""
+    state = (
+        {"running": {}} if exit_code is None else {"terminated": {"exitCode": exit_code, "message": message}}
+    )
+    return {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "gpu-h100-0"},
+        "status": {
+            "phase": phase,
+            "initContainerStatuses": [
+                {"name": "model-repository", "state": {"terminated": {"exitCode": 0}}},
+                # The sidecar stopped by the kubelet once the profiler exited: not the result.
+                {"name": "triton", "state": {"terminated": {"exitCode": 143, "message": "signal"}}},
+            ],
+            "containerStatuses": [{"name": "profile", "state": state}],
+        },
+    }
+
+
+SUMMARY = ProfileSummary(
+    hardware="NVIDIA-H100-80GB-HBM3",
+    service_time=ServiceTimeModel(intercept_ms=1.0, per_item_ms=0.1),
+    points=[ProfileSummaryPoint(batch_size=1, p99_ms=1.2, throughput_per_s=900.0)],
+)
+
+
+def test_a_profile_jobs_result_comes_from_its_profiler_container():
+    measured = ProfileResult(outcome=BuildOutcome.SUCCEEDED, profile_key="p" * 20, profile=SUMMARY)
+    state = assess_profile(
+        job(("Complete", "", "")),
+        [profile_pod("Succeeded", exit_code=0, message=measured.to_termination_message())],
+    )
+    assert (state.phase, state.result) == (BuildPhase.SUCCEEDED, measured)
+    running = assess_profile(job(), [profile_pod("Running")])
+    assert (running.phase, running.result) == (BuildPhase.RUNNING, None)
+
+
+def test_a_failed_profile_keeps_its_reason_and_a_silent_one_is_named():
+    failed = ProfileResult(outcome=BuildOutcome.FAILED, reason="ProfileFailed", message="batch 8 failed")
+    state = assess_profile(
+        job(("Failed", "BackoffLimitExceeded", "")),
+        [profile_pod("Failed", exit_code=1, message=failed.to_termination_message())],
+    )
+    assert (state.phase, state.reason, state.message) == (
+        BuildPhase.FAILED,
+        "ProfileFailed",
+        "batch 8 failed",
+    )
+    silent = assess_profile(job(("Complete", "", "")), [profile_pod("Succeeded", exit_code=0)])
+    assert (silent.phase, silent.reason) == (BuildPhase.FAILED, "ProfileResultMissing")
+    deadline = assess_profile(job(("Failed", "DeadlineExceeded", "Job was active longer than specified")), [])
+    assert (deadline.phase, deadline.reason) == (BuildPhase.FAILED, "DeadlineExceeded")
+
+
+def test_a_profile_result_sheds_points_rather_than_its_fit_to_fit_the_message_limit():
+    many = SUMMARY.model_copy(
+        update={
+            "points": [
+                ProfileSummaryPoint(batch_size=b, p99_ms=1.0 + b, throughput_per_s=1000.0 + b)
+                for b in range(1, 200)
+            ]
+        }
+    )
+    text = ProfileResult(
+        outcome=BuildOutcome.SUCCEEDED, profile_key="p" * 20, profile=many
+    ).to_termination_message()
+    assert len(text.encode()) <= 4096
+    kept = ProfileResult.model_validate_json(text)
+    assert kept.profile is not None and kept.profile.service_time == SUMMARY.service_time
+    assert 0 < len(kept.profile.points) < 199 and kept.profile.points[0].batch_size == 1
+
+
+def test_a_build_result_from_an_older_builder_with_a_profile_still_reads():
+    older = json.loads(OK.to_termination_message()) | {
+        "profile": SUMMARY.model_dump(mode="json", by_alias=True)
+    }
+    assert parse_result(json.dumps(older)) == OK

@@ -10,14 +10,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tailpilot.api.engine import (
-    BuildResult,
-    ProfileSummary,
-    ProfileSummaryPoint,
-    ServiceTimeModel,
-)
+from tailpilot.api.engine import BuildResult
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.operator_harness import (
+    RESNET_H100_PROFILE,
     OperatorProcess,
     create_engine_store,
     install_crds,
@@ -60,19 +56,9 @@ def example() -> Callable[..., dict[str, Any]]:
 
 
 def gpu_build_result(engine_key: str = "e3b0c44298fc1c149afbf4c8996fb924") -> BuildResult:
-    """The played ResNet-50 TensorRT build, with a profile summary for the status."""
-    return played_resnet_build(
-        engine_key,
-        profile=ProfileSummary(
-            hardware="NVIDIA-H100-80GB-HBM3",
-            service_time=ServiceTimeModel(intercept_ms=1.2, per_item_ms=0.11, jitter_cv=0.05),
-            points=[
-                ProfileSummaryPoint(
-                    batch_size=b,
-                    p99_ms=round(1.3 + 0.12 * b, 3),
-                    throughput_per_s=round(b / (1.2 + 0.11 * b) * 1000, 1),
-                )
-                for b in (1, 8, 32, 64)
-            ],
-        ),
-    )
+    """The played ResNet-50 TensorRT build (a build reports no profile: the profile Job measures it)."""
+    return played_resnet_build(engine_key)
+
+
+#: The played profile of the ResNet-50 plan on an H100, as its profile Job would report it.
+GPU_PROFILE = RESNET_H100_PROFILE

@@ -9,6 +9,7 @@ Load comes from a bounded closed-loop generator.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -32,7 +33,9 @@ from tailpilot_e2e.operator_harness import (
     custom_object,
     free_port,
     play_build,
+    play_profile,
     running_build_pod,
+    running_profile_pod,
 )
 from tailpilot_e2e.wait import eventually
 from tests.controllers import triton_fixtures
@@ -43,7 +46,7 @@ NAME = triton_fixtures.MODEL  # the InferenceService is named after the model
 BASE_MS = 20.0  # the echo model's time per batch: one replica serves about 45 requests/s unbatched
 
 
-def echo_result(*, profiled: bool = True) -> BuildResult:
+def echo_result() -> BuildResult:
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key="e" * 32,
@@ -51,14 +54,15 @@ def echo_result(*, profiled: bool = True) -> BuildResult:
         triton_backend="python",
         inputs=triton_fixtures.INPUTS,
         outputs=triton_fixtures.OUTPUTS,
-        profile=ProfileSummary(
-            hardware="cpu",
-            service_time=ServiceTimeModel(intercept_ms=BASE_MS + 2, per_item_ms=0.3, jitter_cv=0.1),
-            points=[ProfileSummaryPoint(batch_size=1, p99_ms=26.0, throughput_per_s=44.0)],
-        )
-        if profiled
-        else None,
     )
+
+
+#: The echo model's profile, as its profile Job would report it.
+ECHO_PROFILE = ProfileSummary(
+    hardware="cpu",
+    service_time=ServiceTimeModel(intercept_ms=BASE_MS + 2, per_item_ms=0.3, jitter_cv=0.1),
+    points=[ProfileSummaryPoint(batch_size=1, p99_ms=26.0, throughput_per_s=44.0)],
+)
 
 
 def service(namespace: str) -> dict:
@@ -140,6 +144,7 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                     "tailpilot.io", "v1alpha1", namespace, "inferenceservices", service(namespace)
                 )
                 play_build(core, running_build_pod(core, namespace), result=echo_result())
+                play_profile(core, namespace, ECHO_PROFILE)
 
                 def scaling_active():
                     cond = condition(custom_object(k8s, namespace, NAME), "ScalingActive")
@@ -215,7 +220,12 @@ def test_an_engine_without_a_profile_still_scales_on_the_service_time_learned_fr
                 client.CustomObjectsApi(k8s).create_namespaced_custom_object(
                     "tailpilot.io", "v1alpha1", namespace, "inferenceservices", service(namespace)
                 )
-                play_build(core, running_build_pod(core, namespace), result=echo_result(profiled=False))
+                play_build(core, running_build_pod(core, namespace), result=echo_result())
+                # The profile Job fails: the engine serves without a profile.
+                failed = {"outcome": "Failed", "reason": "ProfileFailed", "message": "Triton did not start"}
+                play_build(
+                    core, running_profile_pod(core, namespace), exit_code=1, message=json.dumps(failed)
+                )
 
                 def waiting_for_traffic():
                     cond = condition(custom_object(k8s, namespace, NAME), "ScalingActive")

@@ -29,11 +29,12 @@ from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
     play_build,
+    play_profile,
     running_build_pod,
 )
 from tailpilot_e2e.wait import eventually
 
-from .conftest import gpu_build_result
+from .conftest import GPU_PROFILE, gpu_build_result
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -180,6 +181,7 @@ def test_operator_runs_with_only_the_charts_rbac(
             "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
         )
         play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+        play_profile(core, namespace, GPU_PROFILE)
 
         def ready():
             cond = condition(custom_object(k8s, namespace, isvc["metadata"]["name"]), "Ready")

@@ -8,14 +8,19 @@ import time
 import pytest
 from kubernetes import client
 
-from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, play_build
+from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, play_engine_jobs
 from tailpilot_e2e.wait import eventually
 
-from .conftest import gpu_build_result
+from .conftest import GPU_PROFILE, gpu_build_result
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 SERVICES = ("svc-a", "svc-b", "svc-c")
+
+
+def per_service_build(pod: client.V1Pod):  # type: ignore[no-untyped-def]
+    """A distinct engine per service (its build Job's name)."""
+    return gpu_build_result(f"{pod.metadata.labels['job-name']:0<32}"[:32])
 
 
 def test_ten_sigkills_leave_one_job_and_one_deployment_per_service(
@@ -39,27 +44,15 @@ def test_ten_sigkills_leave_one_job_and_one_deployment_per_service(
         # Kill somewhere inside the next reconciles: job creation, status writes, rollout.
         deadline = time.monotonic() + chaos.uniform(0.1, 2.5)
         while time.monotonic() < deadline:
-            if round_ >= 4:  # from round 5 on, builds finish while the operator is being killed
-                for pod in core.list_namespaced_pod(
-                    namespace, label_selector="app.kubernetes.io/component=engine-build"
-                ).items:
-                    if pod.status.phase == "Running" and pod.metadata.uid not in played:
-                        play_build(
-                            core, pod, result=gpu_build_result(f"{pod.metadata.labels['job-name']:0<32}"[:32])
-                        )
-                        played.add(pod.metadata.uid)
+            if round_ >= 4:  # from round 5 on, builds and profiles finish while the operator is being killed
+                play_engine_jobs(core, namespace, played, build=per_service_build, profile=GPU_PROFILE)
             time.sleep(0.05)  # pacing the chaos loop, not waiting for a condition
         operator.kill()
 
     with OperatorProcess(crds, namespace=namespace, log_dir=log_dir):
 
         def all_ready():
-            for pod in core.list_namespaced_pod(
-                namespace, label_selector="app.kubernetes.io/component=engine-build"
-            ).items:
-                if pod.status.phase == "Running" and pod.metadata.uid not in played:
-                    play_build(core, pod, result=gpu_build_result())
-                    played.add(pod.metadata.uid)
+            play_engine_jobs(core, namespace, played, build=per_service_build, profile=GPU_PROFILE)
             return all(
                 (condition(custom_object(k8s, namespace, n), "Ready") or {}).get("status") == "True"
                 for n in SERVICES
@@ -68,7 +61,9 @@ def test_ten_sigkills_leave_one_job_and_one_deployment_per_service(
         eventually(all_ready, timeout=120, description="all services Ready after the chaos")
         for name in SERVICES:
             selector = f"tailpilot.io/inferenceservice={name}"
-            assert len(batch.list_namespaced_job(namespace, label_selector=selector).items) == 1
+            jobs = batch.list_namespaced_job(namespace, label_selector=selector).items
+            components = sorted(j.metadata.labels["app.kubernetes.io/component"] for j in jobs)
+            assert components == ["engine-build", "engine-profile"], [j.metadata.name for j in jobs]
             assert len(apps.list_namespaced_deployment(namespace, label_selector=selector).items) == 1
         # exclusive: true -> no two services' Triton pods share a node.
         nodes: dict[str, str] = {}

@@ -26,11 +26,12 @@ from tailpilot_e2e.operator_harness import (
     custom_object,
     free_port,
     play_build,
+    play_profile,
     running_build_pod,
 )
 from tailpilot_e2e.wait import eventually
 
-from .conftest import gpu_build_result
+from .conftest import GPU_PROFILE, gpu_build_result
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -80,6 +81,7 @@ def create_service(k8s: client.ApiClient, namespace: str, example: Any, autoscal
     )
     core = client.CoreV1Api(k8s)
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    play_profile(core, namespace, GPU_PROFILE)
     return str(isvc["metadata"]["name"])
 
 

@@ -20,11 +20,12 @@ from tailpilot_e2e.operator_harness import (
     free_port,
     install_crds,
     play_build,
+    play_profile,
     running_build_pod,
 )
 from tailpilot_e2e.wait import eventually
 
-from .conftest import gpu_build_result
+from .conftest import GPU_PROFILE, gpu_build_result
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 CRD_NAMES = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
@@ -64,6 +65,7 @@ def serve_example(k8s, local_cluster, namespace, example, tmp_path):
         "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
     )
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    play_profile(core, namespace, GPU_PROFILE)
 
     def ready():
         cond = condition(custom_object(k8s, namespace, name), "Ready")

@@ -1,4 +1,4 @@
-"""The operator turns one InferenceService into a build Job, a Triton Deployment and its companions."""
+"""The operator turns one InferenceService into build and profile Jobs, a Triton Deployment and companions."""
 
 from __future__ import annotations
 
@@ -9,10 +9,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tailpilot.api.quantity import milli_cpu
-from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_build, running_build_pod
+from tailpilot_e2e.operator_harness import (
+    condition,
+    custom_object,
+    dump,
+    play_build,
+    play_profile,
+    running_build_pod,
+    running_profile_pod,
+)
 from tailpilot_e2e.wait import eventually
 
-from .conftest import gpu_build_result
+from .conftest import GPU_PROFILE, gpu_build_result
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -64,12 +72,46 @@ def test_gpu_example_builds_rolls_out_on_h100_and_reports_status(
 
     result = gpu_build_result()
     play_build(core, pod, result=result)
+
+    # Built, the engine is profiled where it will serve before it serves: a profile Job on an H100
+    # node running the service's own Triton container as a sidecar, beside the profiler.
+    profile_pod = running_profile_pod(core, namespace)
+    assert profile_pod.spec.node_name.startswith("gpu-h100-")
+    assert profile_pod.spec.node_selector["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    sidecar = profile_pod.spec.init_containers[-1]
+    assert (sidecar.name, sidecar.restart_policy) == ("triton", "Always")
+    assert sidecar.image == isvc["spec"]["runtime"].get("image", sidecar.image)
+    assert sidecar.image.startswith("nvcr.io/nvidia/tritonserver:")
+    assert sidecar.resources.limits["nvidia.com/gpu"] == "1"
+    assert [c.name for c in profile_pod.spec.containers] == ["profile"]
+
+    def profiling():
+        obj = custom_object(k8s, namespace, name)
+        cond = condition(obj, "EngineReady")
+        return obj if cond and cond["reason"] == "EngineProfiling" else None
+
+    obj = eventually(profiling, timeout=30, description="EngineReady=False EngineProfiling")
+    assert obj["status"]["profiling"]["phase"] == "Running", dump(obj["status"])
+    assert obj["status"]["profiling"]["engineKey"] == result.engine_key
+    assert condition(obj, "Ready")["status"] == "False"
+    assert "engine" not in obj["status"], dump(obj["status"])  # nothing serves before its profile
+    with pytest.raises(ApiException) as missing:
+        apps.read_namespaced_deployment(name, namespace)
+    assert missing.value.status == 404
+
+    play_profile(core, namespace, GPU_PROFILE)
     obj = eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready=True")
 
     status = obj["status"]
     assert status["engine"]["key"] == result.engine_key
     assert status["engine"]["tritonBackend"] == "tensorrt"
+    # The profile on the status is the profile Job's, keyed by its request.
     assert [p["batchSize"] for p in status["profile"]["points"]] == [1, 8, 32, 64]
+    assert status["profile"]["key"] == profile_pod.metadata.labels["tailpilot.io/profile-key"]
+    assert status["profile"]["serviceTime"]["interceptMs"] == GPU_PROFILE.service_time.intercept_ms
+    assert status["profiling"]["phase"] == "Succeeded"
+    reasons = {e.reason for e in core.list_namespaced_event(namespace).items}
+    assert {"EngineProfiling", "EngineProfiled", "EngineBuilt"} <= reasons, reasons
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     for cond_type in ("Ready", "EngineReady", "RolloutReady"):
         assert condition(obj, cond_type)["status"] == "True", dump(status)
@@ -140,7 +182,26 @@ def test_failed_build_reports_reason_retries_and_recovers_after_a_fix(k8s, names
 
     fixed = eventually(new_job_pod, timeout=60, description="build pod of the fixed spec")
     play_build(core, fixed, result=gpu_build_result("f" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
     eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready after the fix")
+
+
+def test_a_failed_profile_serves_the_engine_without_one_and_says_why(k8s, namespace, operator, example):
+    core = client.CoreV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    apply(k8s, isvc)
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    failure = {"outcome": "Failed", "reason": "ProfileFailed", "message": "inference failed at batch 8"}
+    play_build(core, running_profile_pod(core, namespace), exit_code=1, message=json.dumps(failure))
+
+    obj = eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready without a profile")
+    status = obj["status"]
+    assert "profile" not in status, dump(status)
+    assert (status["profiling"]["phase"], status["profiling"]["reason"]) == ("Failed", "ProfileFailed")
+    warnings = [e.message for e in core.list_namespaced_event(namespace).items if e.reason == "ProfileFailed"]
+    assert warnings and "inference failed at batch 8" in warnings[0], warnings
+    assert "learns its service time online" in warnings[0]
 
 
 def test_drift_is_corrected_and_delete_removes_children(k8s, namespace, operator, example):
@@ -149,6 +210,7 @@ def test_drift_is_corrected_and_delete_removes_children(k8s, namespace, operator
     name = isvc["metadata"]["name"]
     apply(k8s, isvc)
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    play_profile(core, namespace, GPU_PROFILE)
     eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready=True")
 
     apps.patch_namespaced_deployment(
@@ -200,6 +262,7 @@ def test_a_service_deleted_while_the_operator_is_down_goes_away(k8s, namespace, 
     name = isvc["metadata"]["name"]
     apply(k8s, isvc)
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    play_profile(core, namespace, GPU_PROFILE)
     obj = eventually(lambda: ready(k8s, namespace, name), timeout=90, description="Ready=True")
     assert not obj["metadata"].get("finalizers"), obj["metadata"]
     operator.stop()

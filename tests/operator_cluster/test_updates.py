@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from tailpilot_e2e.operator_harness import condition, custom_object, play_build, running_build_pod
+from tailpilot_e2e.operator_harness import (
+    condition,
+    custom_object,
+    play_build,
+    play_profile,
+    running_build_pod,
+)
 from tailpilot_e2e.wait import eventually
 
-from .conftest import gpu_build_result
+from .conftest import GPU_PROFILE, gpu_build_result
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -37,6 +43,7 @@ def test_batching_and_slo_changes_do_not_rebuild(k8s, namespace, operator, examp
         "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
     )
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    play_profile(core, namespace, GPU_PROFILE)
     eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
     template_before = client.AppsV1Api(k8s).read_namespaced_deployment(name, namespace).spec.template
 
@@ -53,7 +60,11 @@ def test_batching_and_slo_changes_do_not_rebuild(k8s, namespace, operator, examp
         lambda: ready_at_generation(k8s, namespace, name), timeout=60, description="new generation"
     )
 
-    assert len(batch.list_namespaced_job(namespace).items) == 1  # no rebuild
+    build_jobs = batch.list_namespaced_job(
+        namespace, label_selector="app.kubernetes.io/component=engine-build"
+    )
+    assert len(build_jobs.items) == 1  # no rebuild
+    assert len(batch.list_namespaced_job(namespace).items) == 2  # and no new profile
     assert obj["status"]["batching"]["preferredBatchSizes"] == [8, 32]
     config = core.read_namespaced_config_map(f"{name}-model-config", namespace).data["config.pbtxt"]
     assert "max_queue_delay_microseconds: 500" in config, config
@@ -70,6 +81,7 @@ def test_engine_change_rebuilds_and_rolls_with_a_ready_pod_at_all_times(k8s, nam
         "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
     )
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
     eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
 
     patch(k8s, namespace, name, {"engine": {"precision": "fp32"}})
@@ -79,6 +91,7 @@ def test_engine_change_rebuilds_and_rolls_with_a_ready_pod_at_all_times(k8s, nam
     assert deployment.metadata.annotations["tailpilot.io/engine-key"] == "1" * 32
     assert deployment.status.available_replicas == 1
     play_build(core, new_build, result=gpu_build_result("2" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
 
     min_available = deployment.status.available_replicas
 
@@ -97,3 +110,100 @@ def test_engine_change_rebuilds_and_rolls_with_a_ready_pod_at_all_times(k8s, nam
 
     eventually(rolled, timeout=90, interval=0.1, description="rolled to the new engine")
     assert min_available >= 1, "a moment without an available replica during the rollout"
+
+
+def slower(profile, factor: float):  # type: ignore[no-untyped-def]
+    """The same profile with every time `factor` times longer (throughput divided by it)."""
+    st = profile.service_time
+    return profile.model_copy(
+        update={
+            "service_time": st.model_copy(
+                update={"intercept_ms": st.intercept_ms * factor, "per_item_ms": st.per_item_ms * factor}
+            ),
+            "points": [
+                p.model_copy(
+                    update={"p99_ms": p.p99_ms * factor, "throughput_per_s": p.throughput_per_s / factor}
+                )
+                for p in profile.points
+            ],
+        }
+    )
+
+
+def test_a_slower_engine_is_held_until_accepted_and_a_faster_one_rolls_out_by_itself(
+    k8s, namespace, operator, example
+):
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    objects = client.CustomObjectsApi(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    objects.create_namespaced_custom_object("tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc)
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
+    eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+    assert condition(custom_object(k8s, namespace, name), "RolloutBlocked")["reason"] == "NothingHeld"
+
+    # A new engine 1.5x slower than the serving one: held, with both figures, the old one serving.
+    patch(k8s, namespace, name, {"engine": {"precision": "fp32"}})
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("2" * 32))
+    play_profile(core, namespace, slower(GPU_PROFILE, 1.5))
+
+    def blocked():
+        cond = condition(custom_object(k8s, namespace, name), "RolloutBlocked")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = eventually(blocked, timeout=60, description="RolloutBlocked=True")
+    assert cond["reason"] == "LatencyRegression", cond
+    assert "predicted P99" in cond["message"] and "capacity per replica" in cond["message"], cond
+    assert "tailpilot.io/accept-engine=222222222222" in cond["message"], cond
+    obj = custom_object(k8s, namespace, name)
+    comparison = obj["status"]["engineComparison"]
+    assert (comparison["verdict"], comparison["candidateEngineKey"]) == ("Blocked", "2" * 32)
+    assert comparison["candidateP99Ms"] > comparison["servingP99Ms"]
+    # 1.5x the time is a third less capacity: (1 - 1/1.5) = 33%, beyond the default 20%.
+    assert comparison["regressionPercent"] == pytest.approx(50.0, abs=1.0)
+    assert obj["status"]["engine"]["key"] == "1" * 32
+    assert condition(obj, "Ready")["status"] == "True"  # still serving: the old engine
+    assert condition(obj, "Degraded")["reason"] == "LatencyRegression"
+    assert apps.read_namespaced_deployment(name, namespace).metadata.annotations[
+        "tailpilot.io/engine-key"
+    ] == ("1" * 32)
+    warnings = [e for e in core.list_namespaced_event(namespace).items if e.reason == "LatencyRegression"]
+    assert len(warnings) == 1, [e.message for e in warnings]
+
+    # Accepting it (the annotation names its key) rolls it out.
+    objects.patch_namespaced_custom_object(
+        "tailpilot.io",
+        "v1alpha1",
+        namespace,
+        "inferenceservices",
+        name,
+        {"metadata": {"annotations": {"tailpilot.io/accept-engine": "2" * 12}}},
+    )
+
+    def serving(key: str):  # type: ignore[no-untyped-def]
+        def check():  # type: ignore[no-untyped-def]
+            obj = custom_object(k8s, namespace, name)
+            d = apps.read_namespaced_deployment(name, namespace)
+            return (
+                obj
+                if (obj["status"].get("engine") or {}).get("key") == key
+                and d.metadata.annotations["tailpilot.io/engine-key"] == key
+                else None
+            )
+
+        return check
+
+    obj = eventually(serving("2" * 32), timeout=60, description="the accepted engine serving")
+    assert obj["status"]["engineComparison"]["verdict"] == "Accepted"
+    cond = condition(obj, "RolloutBlocked")
+    assert (cond["status"], cond["reason"]) == ("False", "RegressionAccepted")
+
+    # A faster engine needs nobody: it rolls out by itself.
+    patch(k8s, namespace, name, {"model": {"sha256": "b" * 64}})  # a new model version
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("3" * 32))
+    play_profile(core, namespace, slower(GPU_PROFILE, 0.8))
+    obj = eventually(serving("3" * 32), timeout=60, description="the faster engine serving")
+    assert obj["status"]["engineComparison"]["verdict"] == "Promoted"
+    assert obj["status"]["engineComparison"]["regressionPercent"] < 0
+    assert condition(obj, "RolloutBlocked")["reason"] == "WithinRegressionBudget"

@@ -66,8 +66,10 @@ def test_a_service_built_without_a_profile_learns_its_service_time_and_answers_a
     assert "profile" not in status, status["profile"]
     # Nothing served yet: nothing to size with, and the status says what the autoscaler waits for.
     eventually(
-        lambda: (condition(custom_object(real_api, ns, NAME), "ScalingActive") or {}).get("reason")
-        == "LearningServiceTime",
+        lambda: (
+            (condition(custom_object(real_api, ns, NAME), "ScalingActive") or {}).get("reason")
+            == "LearningServiceTime"
+        ),
         timeout=60,
         description="ScalingActive LearningServiceTime before any request",
     )

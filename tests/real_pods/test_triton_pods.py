@@ -1,4 +1,4 @@
-"""The CPU example on real pods: a real build Job, real Triton processes, scaling, crash, delete."""
+"""The CPU example on real pods: real build and profile Jobs, Triton processes, scaling, crash, delete."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tailpilot.api.quantity import milli_cpu
 from tailpilot.builders.example_model import NUM_CLASSES
 from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.cluster import LocalCluster
@@ -67,7 +68,8 @@ def test_the_cpu_example_serves_from_real_triton_pods_and_scales_its_processes(
         "tailpilot.io", "v1alpha1", ns, "inferenceservices", cpu_example(ns, name=NAME)
     )
 
-    # The engine is built by the operator's Job, really run on local-0.
+    # The engine is built by the operator's build Job and profiled by its profile Job (the service's
+    # Triton as a sidecar, the profiler beside it), both really run on local-0.
     ready = eventually(
         lambda: (
             (condition(obj := custom_object(real_api, ns, NAME), "Ready") or {}).get("status") == "True"
@@ -80,6 +82,18 @@ def test_the_cpu_example_serves_from_real_triton_pods_and_scales_its_processes(
     assert job_pods and all(p.spec.node_name == "local-0" for p in job_pods)
     assert any(p.status.phase == "Succeeded" for p in job_pods)
     assert ready["status"]["engine"]["key"] and ready["status"]["profile"]["points"]
+    profile_pods = core.list_namespaced_pod(
+        ns, label_selector="app.kubernetes.io/component=engine-profile"
+    ).items
+    assert profile_pods and all(p.spec.node_name == "local-0" for p in profile_pods)
+    (profiled,) = [p for p in profile_pods if p.status.phase == "Succeeded"]
+    # The profile on the status is the one that pod measured, under the serving pods' CPU limit.
+    assert ready["status"]["profile"]["key"] == profiled.metadata.labels["tailpilot.io/profile-key"]
+    assert ready["status"]["profiling"]["phase"] == "Succeeded"
+    limit = cpu_example(ns, name=NAME)["spec"]["runtime"]["resources"]["limits"]["cpu"]
+    assert ready["status"]["profile"]["cpuLimitMillis"] == milli_cpu(limit)
+    sidecar = next(s for s in profiled.status.init_container_statuses if s.name == "triton")
+    assert sidecar.state.terminated is not None  # stopped once the profiler was done
 
     # Its pods are real Triton processes answering through their own pod IPs.
     endpoints = ready_endpoints(core, ns, NAME)
