@@ -3,8 +3,11 @@
 Steps: check the request (fail fast, before any download) -> answer from the
 index when the model bytes are pinned -> fetch + hash -> verify the ONNX model
 and the request's shapes -> engine key -> answer from the store when present
--> build into a staging directory -> config.pbtxt -> manifest -> publish
-atomically -> record the index. Measuring the engine is not the build's job:
+-> build into a staging directory -> the engine's outputs against the FP32
+reference (`accuracy.py`) -> config.pbtxt -> manifest -> publish atomically ->
+record the index -> the accuracy guard (an engine outside the request's
+tolerance is published, with its figures, but refused: a repeat is a cache hit
+judged again, so a looser tolerance needs no rebuild). Measuring the engine is not the build's job:
 the profile Job does it in the service's own Triton (`profile_job.py`).
 
 Failures raise `BuildError` (reason + message) inside; `run_build` turns them
@@ -23,10 +26,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tailpilot.api.engine import BUILDER_VERSION, BuildOutcome, BuildRequest, BuildResult
+from tailpilot.api.engine import BUILDER_VERSION, AccuracyReport, BuildOutcome, BuildRequest, BuildResult
 from tailpilot.builders import tensorrt
 from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
 from tailpilot.builders.errors import (
+    ACCURACY_OUT_OF_TOLERANCE,
     CALIBRATION_REQUIRED,
     UNSUPPORTED_PRECISION,
     UNSUPPORTED_SERVING_VARIANT,
@@ -145,7 +149,7 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
         cached = store.lookup_index(idx)
         if cached:
             progress(f"engine {cached} found in the store by request; nothing to build")
-            return _finish_cached(store, cached)
+            return _finish_cached(store, cached, request)
     # The heavy modules (onnx, onnxruntime, tritonclient) load only past the index check,
     # so that a repeated request answers in well under a second.
     from tailpilot.api.autoscaling import BatchingConfig
@@ -194,9 +198,11 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
         if store.lookup(key):
             progress(f"engine {key} already in the store; nothing to build")
             store.record_index(idx, key)
-            return _finish_cached(store, key)
+            return _finish_cached(store, key, request)
         progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
         engine_file, method = _build_model_file(request, settings, info, model, calibration, work, store.root)
+        accuracy = _measure_accuracy(request, info, model, calibration, engine_file)
+        progress(f"accuracy: {_describe_accuracy(accuracy)}")
         inputs, outputs = triton_specs(info.inputs), triton_specs(info.outputs)
         config = model_config_for(
             name=request.model_name,
@@ -226,12 +232,14 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
             files=_file_hashes(engine_dir),
             method=method,
             built_on=settings.gpu_name or "cpu",
+            accuracy=accuracy,
         )
         write_atomic(engine_dir / MANIFEST, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
         progress(f"engine built in {build_seconds:.2f} s ({method}): {model_dir.name}")
         final = store.publish(engine_dir, key)
     store.record_index(idx, key)
     progress(f"engine {key} published at {final}")
+    _judge_accuracy(request, accuracy)
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key=key,
@@ -240,6 +248,7 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
         inputs=inputs,
         outputs=outputs,
         cache_hit=False,
+        accuracy=accuracy,
     )
 
 
@@ -294,9 +303,10 @@ def _build_model_file(
     return plan, " ".join(cmd)
 
 
-def _finish_cached(store: EngineStore, key: str) -> BuildResult:
+def _finish_cached(store: EngineStore, key: str, request: BuildRequest) -> BuildResult:
     engine_dir = store.engine_dir(key)
     manifest = store.read_manifest(key)
+    _judge_accuracy(request, manifest.accuracy)
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key=key,
@@ -305,6 +315,60 @@ def _finish_cached(store: EngineStore, key: str) -> BuildResult:
         inputs=manifest.inputs,
         outputs=manifest.outputs,
         cache_hit=True,
+        accuracy=manifest.accuracy,
+    )
+
+
+def _measure_accuracy(
+    request: BuildRequest, info: ModelInfo, model: Fetched, calibration: Fetched | None, engine_file: Path
+) -> AccuracyReport:
+    """The engine's outputs against the source model's (FP32) on the calibration or generated inputs."""
+    if request.backend == "tensorrt":
+        return AccuracyReport(
+            checked=False,
+            note="a TensorRT plan runs only through TensorRT on its GPU; its accuracy is not measured here",
+        )
+    from tailpilot.builders import ort_build
+    from tailpilot.builders.accuracy import measure_accuracy
+
+    arrays = ort_build.load_calibration(calibration.path, info.inputs) if calibration else None
+    return measure_accuracy(
+        reference_model=model.path,
+        engine_model=engine_file,
+        inputs=info.inputs,
+        shapes=request.shapes,
+        calibration=arrays,
+        max_batch_size=request.max_batch_size,
+    )
+
+
+def _judge_accuracy(request: BuildRequest, accuracy: AccuracyReport | None) -> None:
+    """Refuse an engine outside the request's tolerance (engines built before the guard pass).
+
+    Raises:
+        BuildError: AccuracyOutOfTolerance with the figures and the tolerance.
+    """
+    tolerance = request.accuracy_tolerance
+    if tolerance is None or accuracy is None:
+        return
+    violations = accuracy.violations(tolerance)
+    if violations:
+        raise BuildError(
+            ACCURACY_OUT_OF_TOLERANCE,
+            f"the {request.precision} engine's outputs stray from the FP32 model's on {accuracy.samples} "
+            f"{accuracy.inputs} inputs: {'; '.join(violations)} (spec.engine.accuracyTolerance). "
+            "It is not served; loosen the tolerance, give calibration data closer to real inputs, "
+            "or use another precision",
+        )
+
+
+def _describe_accuracy(accuracy: AccuracyReport) -> str:
+    if not accuracy.checked:
+        return f"not measured ({accuracy.note})"
+    top1 = "" if accuracy.top1_agreement is None else f", top-1 agreement {accuracy.top1_agreement:.1%}"
+    return (
+        f"against the FP32 model on {accuracy.samples} {accuracy.inputs} inputs: max relative error "
+        f"{accuracy.max_relative_error:.4f}, mean absolute error {accuracy.mean_absolute_error:.2e}{top1}"
     )
 
 

@@ -32,6 +32,8 @@ UNSUPPORTED_URI = "UnsupportedModelUri"
 PROFILE_FAILED = "ProfileFailed"
 #: The request document itself is invalid.
 INVALID_REQUEST = "InvalidBuildRequest"
+#: The engine's outputs stray from the FP32 reference's beyond the request's tolerance.
+ACCURACY_OUT_OF_TOLERANCE = "AccuracyOutOfTolerance"
 #: The profile request document is invalid.
 INVALID_PROFILE_REQUEST = "InvalidProfileRequest"
 #: The engine a profile Job was asked to measure is not in the store.

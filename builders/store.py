@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tailpilot.api.engine import TensorSpec
+from tailpilot.api.engine import AccuracyReport, TensorSpec
 
 MANIFEST = "manifest.json"
 PROFILE = "profile.json"
@@ -62,6 +62,8 @@ class EngineManifest(BaseModel):
     method: str = ""
     #: The device the build ran on (GPU name, or "cpu").
     built_on: str = Field(default="cpu", alias="builtOn")
+    #: The engine's outputs against the FP32 source model (None for engines built before the guard).
+    accuracy: AccuracyReport | None = None
 
 
 def fsync_tree(root: Path) -> None:

@@ -30,6 +30,7 @@ from tailpilot.api.engine import (
     TensorSpec,
 )
 from tailpilot.api.v1alpha1 import (
+    AccuracyStatus,
     BatchingMode,
     BatchingStatus,
     DecisionStatus,
@@ -176,6 +177,9 @@ def engine_status(result: BuildResult, *, request_key: str, built_at: datetime |
         cache_hit=result.cache_hit,
         inputs=[TensorOverride.model_validate(t.model_dump(by_alias=True)) for t in result.inputs],
         outputs=[TensorOverride.model_validate(t.model_dump(by_alias=True)) for t in result.outputs],
+        accuracy=AccuracyStatus.model_validate(result.accuracy.model_dump(by_alias=True))
+        if result.accuracy
+        else None,
     )
 
 

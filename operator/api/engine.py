@@ -140,6 +140,42 @@ class ShapeProfile(_Frozen):
     max: tuple[int, ...]
 
 
+class AccuracyTolerance(_Frozen):
+    """How far an engine's outputs may stray from the FP32 reference model's before it is refused."""
+
+    #: Largest |engine - reference| over every output value, relative to the largest |reference|.
+    max_relative_error: float = Field(default=0.1, ge=0, alias="maxRelativeError")
+    #: Share of inputs whose arg-max over the last axis agrees (outputs with more than one class).
+    min_top1_agreement: float = Field(default=0.9, ge=0, le=1, alias="minTop1Agreement")
+
+
+class AccuracyReport(_Frozen):
+    """An engine's outputs against the FP32 reference model on the same inputs (measured by the build)."""
+
+    #: False when the engine could not be run here (e.g. a TensorRT plan, or an input type the
+    #: build cannot generate); `note` says why and nothing is judged.
+    checked: bool = True
+    note: str = ""
+    samples: int = Field(default=0, ge=0)
+    #: "calibration" (the request's calibration inputs) or "generated" (seeded normal inputs).
+    inputs: Literal["calibration", "generated", ""] = ""
+    max_relative_error: float = Field(default=0.0, ge=0, alias="maxRelativeError")
+    mean_absolute_error: float = Field(default=0.0, ge=0, alias="meanAbsoluteError")
+    #: None where no output has more than one class.
+    top1_agreement: float | None = Field(default=None, ge=0, le=1, alias="top1Agreement")
+
+    def violations(self, tolerance: AccuracyTolerance) -> list[str]:
+        """What is outside `tolerance`, in words (empty: within, or not checked)."""
+        if not self.checked:
+            return []
+        out = []
+        if self.max_relative_error > tolerance.max_relative_error:
+            out.append(f"max relative error {self.max_relative_error:.4f} > {tolerance.max_relative_error:g}")
+        if self.top1_agreement is not None and self.top1_agreement < tolerance.min_top1_agreement:
+            out.append(f"top-1 agreement {self.top1_agreement:.1%} < {tolerance.min_top1_agreement:.0%}")
+        return out
+
+
 class BuildRequest(_Frozen):
     """Everything the build Job needs, passed as one JSON document (`tailpilot build --request ...`).
 
@@ -169,14 +205,18 @@ class BuildRequest(_Frozen):
     cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
     #: Engine store root (a mounted PVC path in the Job, a directory locally).
     store: str = "/engines"
+    #: The accuracy guard: the engine is refused when its outputs stray further from the FP32
+    #: reference's; None judges nothing (the measurement is still reported). Not in the engine key.
+    accuracy_tolerance: AccuracyTolerance | None = Field(default=None, alias="accuracyTolerance")
 
     def request_key(self) -> str:
         """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
         document = self.model_dump(mode="json", exclude={"store"})
-        if document["cpu_limit_millis"] is None:
-            # Requests without a limit keep the keys they had before the field existed: an
-            # upgraded operator finds their build Jobs and engines instead of building again.
-            del document["cpu_limit_millis"]
+        for optional in ("cpu_limit_millis", "accuracy_tolerance"):
+            if document[optional] is None:
+                # Requests without it keep the keys they had before the field existed: an
+                # upgraded operator finds their build Jobs and engines instead of building again.
+                del document[optional]
         canonical = json.dumps({"v": BUILDER_VERSION, **document}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
@@ -220,6 +260,8 @@ class BuildResult(_Frozen):
     outputs: tuple[TensorSpec, ...] = ()
     #: True when the engine was already in the store and nothing was rebuilt.
     cache_hit: bool = Field(default=False, alias="cacheHit")
+    #: The engine's outputs against the FP32 reference (None for engines built before the guard).
+    accuracy: AccuracyReport | None = None
 
     def to_termination_message(self) -> str:
         """Serialize within the kubelet's termination-message limit."""

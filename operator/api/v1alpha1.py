@@ -249,6 +249,31 @@ RULE_INT8_CALIBRATION = Rule(
 )
 
 
+class AccuracyToleranceSpec(_Model):
+    """The accuracy guard: how far an engine's outputs may stray from the FP32 model's."""
+
+    max_relative_error: float = Field(
+        default=0.1,
+        ge=0,
+        le=1000,
+        description=(
+            "Largest |engine - reference| over every output value, relative to the largest |reference| "
+            "value, on the calibration inputs (or 64 seeded normal inputs the build generates from the "
+            "model's signature). The example model's INT8 engine measured 0.03."
+        ),
+    )
+    min_top1_agreement: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description=(
+            "For outputs with more than one class on their last axis: the share of inputs whose "
+            "arg-max agrees with the FP32 model's (0 turns the check off, e.g. for regression "
+            "outputs). The example model's INT8 engine measured 0.94 on its calibration inputs."
+        ),
+    )
+
+
 class EngineSpec(_Model):
     """How the model is compiled into an engine (part of the engine key: a change rebuilds)."""
 
@@ -272,6 +297,17 @@ class EngineSpec(_Model):
             "online from the serving pods' own Triton counters (status.learned.serviceTime), cautiously "
             "until the batch sizes seen are enough to fit it. Not part of the engine key: a change "
             "applies to the next engine."
+        ),
+    )
+    accuracy_tolerance: AccuracyToleranceSpec = Field(
+        default_factory=AccuracyToleranceSpec,
+        json_schema_extra={"default": AccuracyToleranceSpec().model_dump(by_alias=True, mode="json")},
+        description=(
+            "The accuracy guard. The build runs the new ONNX Runtime engine and the FP32 model on the "
+            "same inputs; an engine outside this tolerance is refused (EngineReady False, reason "
+            "AccuracyOutOfTolerance, with the figures) and never served. status.engine.accuracy "
+            "shows what was measured. TensorRT plans are not measured (no TensorRT runtime in the build "
+            "outside the GPU's own tools): their report says so."
         ),
     )
     shapes: list[ShapeSpec] = Field(
@@ -766,6 +802,22 @@ class Condition(_Model):
     )
 
 
+class AccuracyStatus(_Model):
+    """An engine's outputs against the FP32 model's on the same inputs (mirrors api.engine.AccuracyReport)."""
+
+    checked: bool = Field(default=True, description="False when the engine could not be run by the build.")
+    note: str = Field(default="", max_length=512, description="Why it was not checked.")
+    samples: int = Field(default=0, ge=0, description="Inputs compared.")
+    inputs: str = Field(default="", max_length=16, description="calibration or generated.")
+    max_relative_error: float = Field(
+        default=0.0, ge=0, description="Largest error over the largest |output|."
+    )
+    mean_absolute_error: float = Field(default=0.0, ge=0, description="Mean absolute error.")
+    top1_agreement: float | None = Field(
+        default=None, ge=0, le=1, description="Share of inputs whose arg-max agrees (classifier outputs)."
+    )
+
+
 class EngineStatus(_Model):
     """The engine being served."""
 
@@ -782,6 +834,9 @@ class EngineStatus(_Model):
     )
     outputs: list[TensorOverride] = Field(
         default_factory=list, max_length=MAX_TENSORS, description="Model outputs as the build detected them."
+    )
+    accuracy: AccuracyStatus | None = Field(
+        default=None, description="The engine's outputs against the FP32 model, as its build measured them."
     )
 
 

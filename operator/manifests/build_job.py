@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tailpilot.api import constants as c
-from tailpilot.api.engine import BuildRequest, ShapeProfile
+from tailpilot.api.engine import AccuracyTolerance, BuildRequest, ShapeProfile
 from tailpilot.api.quantity import milli_cpu
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests import placement
@@ -55,6 +55,10 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         serving_variant=spec.runtime.serving_variant.value,
         cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
+        accuracy_tolerance=AccuracyTolerance(
+            max_relative_error=spec.engine.accuracy_tolerance.max_relative_error,
+            min_top1_agreement=spec.engine.accuracy_tolerance.min_top1_agreement,
+        ),
     )
 
 

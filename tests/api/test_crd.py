@@ -90,11 +90,13 @@ def test_defaults_enums_and_bounds_are_carried() -> None:
     spec = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert spec["engine"]["properties"]["backend"]["enum"] == ["tensorrt", "onnxruntime"]
     assert spec["engine"]["default"] == {
+        "accuracyTolerance": {"maxRelativeError": 0.1, "minTop1Agreement": 0.9},
         "backend": "onnxruntime",
         "precision": "fp32",
         "profile": True,
         "shapes": [],
     }
+    assert spec["rollout"]["default"] == {"maxLatencyRegressionPercent": 20.0}
     assert spec["batching"]["properties"]["maxBatchSize"]["default"] == 32
     assert spec["batching"]["properties"]["maxBatchSize"]["minimum"] == 1
     assert spec["batching"]["properties"]["preferredBatchSizes"]["x-kubernetes-list-type"] == "set"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
+from tailpilot.api.engine import AccuracyReport, BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
 from tailpilot.controllers.autoscaler import policy_config
 from tailpilot.controllers.status import (
@@ -144,6 +144,16 @@ def test_the_engine_in_service_round_trips_through_status_engine():
     assert served_result(decode_status(encode_status(status))) == result
     assert encode_status(status)["engine"]["builtAt"] == "2026-12-01T15:00:00Z"
     assert served_result(InferenceServiceStatus()) is None
+    # What the build measured against the FP32 model is shown on status.engine.accuracy.
+    measured = AccuracyReport(samples=32, inputs="calibration", max_relative_error=0.03, top1_agreement=0.94)
+    shown = encode_status(
+        InferenceServiceStatus(
+            engine=engine_status(
+                result.model_copy(update={"accuracy": measured}), request_key="r", built_at=built
+            )
+        )
+    )["engine"]["accuracy"]
+    assert (shown["maxRelativeError"], shown["top1Agreement"], shown["inputs"]) == (0.03, 0.94, "calibration")
 
 
 def test_batching_and_replicas_in_force_stay_within_the_spec():

@@ -29,6 +29,12 @@ def test_request_key_ignores_batching_only_changes() -> None:
 def test_request_carries_the_spec() -> None:
     req = make_build_request(isvc=make_isvc("a").gpu().tensorrt().max_batch(16).obj())
     assert (req.backend, req.precision, req.target, req.max_batch_size) == ("tensorrt", "fp16", H100, 16)
+    # The accuracy guard's defaults, as the spec defaults them.
+    assert req.accuracy_tolerance is not None
+    assert (req.accuracy_tolerance.max_relative_error, req.accuracy_tolerance.min_top1_agreement) == (
+        0.1,
+        0.9,
+    )
     assert req.model_name == "a" and req.store == c.ENGINE_STORE_MOUNT
     assert make_build_request(isvc=make_isvc("b").obj()).target == "cpu"
 
