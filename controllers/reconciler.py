@@ -370,6 +370,20 @@ class Reconciler:
         status = status.model_copy(
             update={"build": build.model_copy(update={"phase": "Succeeded", "reason": "", "message": ""})}
         )
+        served = status.engine
+        if served is not None and served.key == built.key:
+            # The engine serving, under a new build request (a field outside the engine key changed,
+            # or an operator upgrade added one): nothing new to measure or to gate; its profile stays.
+            return (
+                ConditionUpdate(
+                    c.CONDITION_ENGINE_READY,
+                    c.STATUS_TRUE,
+                    c.REASON_ENGINE_CACHED,
+                    f"engine {built.key[:12]} built for {isvc.spec.runtime.device.value}",
+                ),
+                self.settings.resync_seconds,
+                status.model_copy(update={"engine": built.model_copy(update={"built_at": served.built_at})}),
+            )
         if not isvc.spec.engine.profile:
             return self._serve(isvc, status.model_copy(update={"profiling": None}), built, None, events)
         request = self._profile_request(isvc, built)

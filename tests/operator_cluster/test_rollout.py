@@ -177,8 +177,10 @@ def test_failed_build_reports_reason_retries_and_recovers_after_a_fix(k8s, names
     )
 
     def new_job_pod():
-        pod = running_build_pod(core, namespace, timeout=5)
-        return pod if pod.metadata.labels["job-name"] not in job_names else None
+        # Not the old Job's retry pod, which is still running: a pod of another Job.
+        selector = f"app.kubernetes.io/component=engine-build,job-name notin ({','.join(sorted(job_names))})"
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        return next((p for p in pods if p.status.phase == "Running"), None)
 
     fixed = eventually(new_job_pod, timeout=60, description="build pod of the fixed spec")
     play_build(core, fixed, result=gpu_build_result("f" * 32))

@@ -207,3 +207,35 @@ def test_a_slower_engine_is_held_until_accepted_and_a_faster_one_rolls_out_by_it
     assert obj["status"]["engineComparison"]["verdict"] == "Promoted"
     assert obj["status"]["engineComparison"]["regressionPercent"] < 0
     assert condition(obj, "RolloutBlocked")["reason"] == "WithinRegressionBudget"
+
+
+def test_a_new_request_for_the_engine_serving_keeps_it_without_profiling_again(
+    k8s, namespace, operator, example
+):
+    """A change outside the engine key (here the accuracy tolerance) builds the same engine: kept as is."""
+    core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
+    )
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
+    before = eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+
+    patch(k8s, namespace, name, {"engine": {"accuracyTolerance": {"minTop1Agreement": 0.5}}})
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
+    old_request = before["status"]["engine"]["requestKey"]
+
+    def kept_under_the_new_request():  # type: ignore[no-untyped-def]
+        obj = ready_at_generation(k8s, namespace, name)
+        return obj if obj and obj["status"]["engine"]["requestKey"] != old_request else None
+
+    after = eventually(kept_under_the_new_request, timeout=60, description="the engine under the new request")
+    assert condition(after, "EngineReady")["status"] == "True"
+    assert after["status"]["engine"]["key"] == "1" * 32
+    assert after["status"]["profile"] == before["status"]["profile"]
+    profile_jobs = batch.list_namespaced_job(
+        namespace, label_selector="app.kubernetes.io/component=engine-profile"
+    )
+    assert len(profile_jobs.items) == 1  # no second profile of the same engine
