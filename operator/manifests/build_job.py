@@ -34,6 +34,27 @@ CONTAINER_NAME = "build"
 INVALID_REQUEST_EXIT_CODE = 2
 
 
+def engine_job_failure_policy(container: str) -> dict[str, Any]:
+    """The podFailurePolicy of an engine Job (build or profile) whose program runs in `container`.
+
+    An invalid request fails the Job at once (no retry can help); evictions and preemptions are not
+    the Job's fault: retried without counting against its backoffLimit.
+    """
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": container,
+                    "operator": "In",
+                    "values": [INVALID_REQUEST_EXIT_CODE],
+                },
+            },
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        ]
+    }
+
+
 def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MOUNT) -> BuildRequest:
     """Derive the BuildRequest from the spec: engine fields only, so batching-only changes keep the key."""
     spec = isvc.spec
@@ -169,20 +190,7 @@ def build_job(*, isvc: InferenceService, request: BuildRequest, settings: Manife
             "backoffLimit": settings.build_backoff_limit,
             "activeDeadlineSeconds": settings.build_deadline_seconds,
             "ttlSecondsAfterFinished": settings.build_ttl_seconds,
-            "podFailurePolicy": {
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": CONTAINER_NAME,
-                            "operator": "In",
-                            "values": [INVALID_REQUEST_EXIT_CODE],
-                        },
-                    },
-                    # Evictions and preemptions are not the build's fault: retry without counting.
-                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-                ]
-            },
+            "podFailurePolicy": engine_job_failure_policy(CONTAINER_NAME),
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
     }

@@ -34,7 +34,7 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.engine import ProfileRequest
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.manifests.build_job import INVALID_REQUEST_EXIT_CODE, serving_cpu_limit_millis
+from tailpilot.manifests.build_job import engine_job_failure_policy, serving_cpu_limit_millis
 from tailpilot.manifests.deployment import (
     model_repository_init,
     serving_image,
@@ -168,19 +168,7 @@ def profile_job(
             # fails by then, and the engine serves without one.
             "activeDeadlineSeconds": settings.profile_deadline_seconds,
             "ttlSecondsAfterFinished": settings.build_ttl_seconds,
-            "podFailurePolicy": {
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": CONTAINER_NAME,
-                            "operator": "In",
-                            "values": [INVALID_REQUEST_EXIT_CODE],
-                        },
-                    },
-                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-                ]
-            },
+            "podFailurePolicy": engine_job_failure_policy(CONTAINER_NAME),
             "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod_spec},
         },
     }
