@@ -111,6 +111,16 @@ PodDisruptionBudgets, ServiceMonitors and PrometheusRules. A namespaced Role all
 one Secret holding the webhook token (the generated one, or `webhook.tokenSecret.name`), when the
 webhook is enabled. With `rbac.create=false`, grant the same yourself.
 
+## Tested as installed
+
+`tests/real_pods/test_chart_operator.py` runs `helm install` of this chart on the project's local
+cluster, whose node agent runs the operator's pod from the project's own code, as the chart's
+ServiceAccount with the chart's RBAC (the in-cluster configuration, no kubeconfig). The operator
+builds, profiles and serves the CPU example to Ready and adds a replica under a load past one
+replica's capacity. Beyond the defaults it sets `image.repository`, `watchNamespaces`,
+`prometheus.url` and `engineStore.claimName`, and, through `extraEnv`, the operator's bind address
+(the pod IP: pods there share the machine's network) and a shorter control period.
+
 ## Engine store
 
 Each namespace with InferenceServices needs a PersistentVolumeClaim named `engineStore.claimName`
