@@ -10,7 +10,9 @@ from tailpilot_e2e.operator_harness import (
     custom_object,
     play_build,
     play_profile,
+    played_profile,
     running_build_pod,
+    running_profile_pod,
 )
 from tailpilot_e2e.wait import eventually
 
@@ -239,3 +241,45 @@ def test_a_new_request_for_the_engine_serving_keeps_it_without_profiling_again(
         namespace, label_selector="app.kubernetes.io/component=engine-profile"
     )
     assert len(profile_jobs.items) == 1  # no second profile of the same engine
+
+
+def test_a_new_triton_image_profiles_the_served_engine_again_in_the_background(
+    k8s, namespace, operator, example
+):
+    """Where the engine serves changed (the image), not the engine: re-measured while it keeps serving."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
+    )
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
+    before = eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+
+    image = "nvcr.io/nvidia/tritonserver:25.01-py3"
+    patch(k8s, namespace, name, {"runtime": {"image": image}})
+    pod = running_profile_pod(core, namespace)
+    assert pod.spec.init_containers[-1].image == image  # measured in the new image
+    # Meanwhile the engine serves on (the new image rolls out as any pod-template change does).
+    obj = custom_object(k8s, namespace, name)
+    assert obj["status"]["engine"]["key"] == "1" * 32
+    assert obj["status"]["profile"] == before["status"]["profile"]
+    faster = slower(GPU_PROFILE, 0.9)
+    play_build(core, pod, result=played_profile(pod, faster))
+
+    def reprofiled():  # type: ignore[no-untyped-def]
+        obj = ready_at_generation(k8s, namespace, name)
+        return (
+            obj
+            if obj and obj["status"]["profile"]["key"] == pod.metadata.labels["tailpilot.io/profile-key"]
+            else None
+        )
+
+    after = eventually(reprofiled, timeout=60, description="the served engine's new profile")
+    assert after["status"]["engine"]["key"] == "1" * 32
+    assert after["status"]["profile"]["serviceTime"]["interceptMs"] == pytest.approx(
+        faster.service_time.intercept_ms
+    )
+    deployment = apps.read_namespaced_deployment(name, namespace)
+    assert deployment.spec.template.spec.containers[0].image == image
