@@ -306,8 +306,8 @@ class EngineSpec(_Model):
             "The accuracy guard. The build runs the new ONNX Runtime engine and the FP32 model on the "
             "same inputs; an engine outside this tolerance is refused (EngineReady False, reason "
             "AccuracyOutOfTolerance, with the figures) and never served. status.engine.accuracy "
-            "shows what was measured. TensorRT plans are not measured (no TensorRT runtime in the build "
-            "outside the GPU's own tools): their report says so."
+            "shows what was measured. TensorRT plans are not measured (the build has no TensorRT runtime "
+            "to run them): their report says so and they are not judged."
         ),
     )
     shapes: list[ShapeSpec] = Field(
