@@ -304,15 +304,24 @@ def applied_spec_replicas(isvc: InferenceService) -> int:
 
 
 def observed_status(observation: Observation) -> ObservedStatus:
-    """status.observed: the service-level P99, queue depth and rate, to 0.01."""
+    """status.observed: the service-level P99, queue depth, rate and where the time went, to 0.01."""
 
     def rounded(value: float | None) -> float | None:
         return None if value is None else round(value, 2)
 
+    queue, server = observation.queue_time_ms, observation.service_time_ms
+    dominated: Literal["Queue", "Server"] | None = None
+    if queue is not None and server is not None and (observation.request_rate or 0) > 0:
+        dominated = "Queue" if queue > server else "Server"
     return ObservedStatus(
         p99_ms=rounded(observation.p99_ms),
         queue_depth=rounded(observation.queue_depth_per_replica),
         request_rate=rounded(observation.request_rate),
+        queue_time_ms=rounded(queue),
+        server_time_ms=rounded(server),
+        compute_time_ms=rounded(observation.compute_time_ms),
+        mean_batch_size=rounded(observation.mean_batch_size),
+        time_dominated_by=dominated,
     )
 
 

@@ -146,7 +146,7 @@ def openapi_schema() -> Schema:
 
 
 def printer_columns() -> list[dict[str, Any]]:
-    """`kubectl get` columns: Ready, Replicas, P99, SLO, Batch, Age (+ Engine and Reason with -o wide)."""
+    """`kubectl get` columns: Ready, Replicas, P99, SLO, Batch, Age (+ Engine, Reason, Time with -o wide)."""
     ready = f'.status.conditions[?(@.type=="{c.CONDITION_READY}")]'
     return [
         {"name": "Ready", "type": "string", "jsonPath": f"{ready}.status", "description": "Ready condition"},
@@ -177,6 +177,13 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Engine", "type": "string", "jsonPath": ".status.engine.key", "priority": 1},
         {"name": "Reason", "type": "string", "jsonPath": f"{ready}.reason", "priority": 1},
+        {
+            "name": "Time",
+            "type": "string",
+            "jsonPath": ".status.observed.timeDominatedBy",
+            "description": "Where requests' time went: Queue or Server",
+            "priority": 1,
+        },
     ]
 
 

@@ -1011,6 +1011,29 @@ class ObservedStatus(_Model):
     p99_ms: float | None = Field(default=None, ge=0, description="Observed service-level P99 latency, ms.")
     queue_depth: float | None = Field(default=None, ge=0, description="Pending requests per replica.")
     request_rate: float | None = Field(default=None, ge=0, description="Requests per second.")
+    queue_time_ms: float | None = Field(
+        default=None, ge=0, description="Mean time a request waited in Triton's queue over the window, ms."
+    )
+    server_time_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Mean time a request spent in Triton outside its queue (its batch's compute plus the "
+            "backend's input/output handling) over the window, ms."
+        ),
+    )
+    compute_time_ms: float | None = Field(
+        default=None, ge=0, description="Of which Triton's compute (the batch it ran in), per request, ms."
+    )
+    mean_batch_size: float | None = Field(default=None, ge=0, description="Mean executed batch size.")
+    time_dominated_by: Literal["Queue", "Server"] | None = Field(
+        default=None,
+        description=(
+            "Where a request's time in Triton mostly went over the window: Queue (waiting: more replicas "
+            "or larger batches help) or Server (being served: a faster engine helps; more replicas do "
+            "not lower it). Absent without traffic."
+        ),
+    )
     at: datetime | None = Field(default=None, description="When the observation was taken.")
 
 

@@ -233,3 +233,26 @@ def test_the_patch_removes_what_the_status_no_longer_has_at_every_level():
     assert patch["learned"]["serviceTime"] is None  # a learned value reset goes
     assert patch["learned"]["serviceTimeScale"] == 1.0
     assert "futureField" not in patch  # what this operator does not know is left alone
+
+
+def test_the_observation_says_where_the_time_went():
+    from tailpilot.api.autoscaling import Observation
+    from tailpilot.controllers.status import observed_status
+
+    queued = Observation(
+        at_s=0.0,
+        request_rate=40.0,
+        p99_ms=180.0,
+        queue_time_ms=95.123,
+        compute_time_ms=30.0,
+        service_time_ms=41.0,
+        mean_batch_size=2.5,
+    )
+    shown = encode_status(InferenceServiceStatus(observed=observed_status(queued)))["observed"]
+    assert (shown["queueTimeMs"], shown["serverTimeMs"], shown["computeTimeMs"]) == (95.12, 41.0, 30.0)
+    assert (shown["meanBatchSize"], shown["timeDominatedBy"]) == (2.5, "Queue")
+    served = observed_status(queued.model_copy(update={"queue_time_ms": 3.0}))
+    assert served.time_dominated_by == "Server"
+    # Without traffic (or without the split) there is nothing to attribute.
+    assert observed_status(queued.model_copy(update={"request_rate": 0.0})).time_dominated_by is None
+    assert observed_status(queued.model_copy(update={"queue_time_ms": None})).time_dominated_by is None
