@@ -335,12 +335,18 @@ class Reconciler:
             )
         return condition, 30.0, status.model_copy(update={"build": running})
 
+    def _with_pod_labels(self, job: dict[str, Any]) -> dict[str, Any]:
+        """An engine Job (build or profile) with the operator's extra pod labels on its pod template."""
+        template_meta = job["spec"]["template"].setdefault("metadata", {})
+        template_meta["labels"] = {**template_meta.get("labels", {}), **self.settings.build_pod_labels}
+        return job
+
     def _create_build_job(
         self, isvc: InferenceService, request: BuildRequest, attempt: int, events: list[EventRecord]
     ) -> None:
-        job = job_manifests.build_job(isvc=isvc, request=request, settings=self.settings.manifests)
-        template_meta = job["spec"]["template"].setdefault("metadata", {})
-        template_meta["labels"] = {**template_meta.get("labels", {}), **self.settings.build_pod_labels}
+        job = self._with_pod_labels(
+            job_manifests.build_job(isvc=isvc, request=request, settings=self.settings.manifests)
+        )
         job["metadata"].setdefault("annotations", {})[f"{c.GROUP}/build-attempt"] = str(attempt)
         if self.kube.create(job) is not None:
             events.append(
@@ -419,7 +425,8 @@ class Reconciler:
     ) -> tuple[ConditionUpdate | None, InferenceServiceStatus]:
         """Hold a new engine that predicts worse than the serving one; (EngineReady if held, status)."""
         serving, old = status.engine, status.profile
-        if serving is None or old is None or summary is None or serving.key == built.key:
+        # (The engine serving itself never gets here: _engine_built keeps it as is.)
+        if serving is None or old is None or summary is None:
             gate.append(
                 ConditionUpdate(
                     c.CONDITION_ROLLOUT_BLOCKED,
@@ -608,9 +615,9 @@ class Reconciler:
     def _create_profile_job(
         self, isvc: InferenceService, request: ProfileRequest, events: list[EventRecord]
     ) -> None:
-        job = profile_manifests.profile_job(isvc=isvc, request=request, settings=self.settings.manifests)
-        template_meta = job["spec"]["template"].setdefault("metadata", {})
-        template_meta["labels"] = {**template_meta.get("labels", {}), **self.settings.build_pod_labels}
+        job = self._with_pod_labels(
+            profile_manifests.profile_job(isvc=isvc, request=request, settings=self.settings.manifests)
+        )
         if self.kube.create(job) is not None:
             events.append(
                 EventRecord(

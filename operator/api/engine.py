@@ -200,8 +200,8 @@ class BuildRequest(_Frozen):
     #: "python": the same optimized ONNX Runtime model wrapped in a Python-backend model
     #: (the Triton that runs on machines without those backends).
     serving_variant: Literal["native", "python"] = Field(default="native", alias="servingVariant")
-    #: The serving container's CPU limit in millicores (CPU targets only): the build Job runs, and
-    #: profiles the engine, under it, so the profile says what one serving pod can do.
+    #: The serving container's CPU limit in millicores (CPU targets only): the build Job runs under
+    #: it, so that building an engine for small pods does not take the whole node.
     cpu_limit_millis: int | None = Field(default=None, ge=1, alias="cpuLimitMillis")
     #: Engine store root (a mounted PVC path in the Job, a directory locally).
     store: str = "/engines"
@@ -217,8 +217,13 @@ class BuildRequest(_Frozen):
                 # Requests without it keep the keys they had before the field existed: an
                 # upgraded operator finds their build Jobs and engines instead of building again.
                 del document[optional]
-        canonical = json.dumps({"v": BUILDER_VERSION, **document}, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+        return _document_key(document)
+
+
+def _document_key(document: dict[str, object]) -> str:
+    """20 hex chars of the sha256 of a request's canonical JSON, builder version included (names a Job)."""
+    canonical = json.dumps({"v": BUILDER_VERSION, **document}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
 class TensorSpec(_Frozen):
@@ -306,9 +311,7 @@ class ProfileRequest(_Frozen):
 
     def profile_key(self) -> str:
         """Stable hash of what the measurement depends on; 20 hex chars, DNS-label safe."""
-        document = self.model_dump(mode="json", exclude={"store"})
-        canonical = json.dumps({"v": BUILDER_VERSION, **document}, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+        return _document_key(self.model_dump(mode="json", exclude={"store"}))
 
 
 class ProfileResult(_Frozen):

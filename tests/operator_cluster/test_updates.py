@@ -36,17 +36,23 @@ def ready_at_generation(k8s, namespace, name):
     return None
 
 
+def serve_gpu_example(k8s, namespace, isvc, engine_key):  # type: ignore[no-untyped-def]
+    """Apply the service, play its build (`engine_key`) and profile, and return it once Ready."""
+    core, name = client.CoreV1Api(k8s), isvc["metadata"]["name"]
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
+    )
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result(engine_key))
+    play_profile(core, namespace, GPU_PROFILE)
+    return eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+
+
 def test_batching_and_slo_changes_do_not_rebuild(k8s, namespace, operator, example):
     core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
     isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
     isvc["spec"]["batching"]["mode"] = "fixed"
     name = isvc["metadata"]["name"]
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
-    )
-    play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
-    play_profile(core, namespace, GPU_PROFILE)
-    eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+    serve_gpu_example(k8s, namespace, isvc, gpu_build_result().engine_key)
     template_before = client.AppsV1Api(k8s).read_namespaced_deployment(name, namespace).spec.template
 
     patch(
@@ -79,12 +85,7 @@ def test_engine_change_rebuilds_and_rolls_with_a_ready_pod_at_all_times(k8s, nam
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
     isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
     name = isvc["metadata"]["name"]
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
-    )
-    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
-    play_profile(core, namespace, GPU_PROFILE)
-    eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+    serve_gpu_example(k8s, namespace, isvc, "1" * 32)
 
     patch(k8s, namespace, name, {"engine": {"precision": "fp32"}})
     new_build = running_build_pod(core, namespace)
@@ -139,10 +140,7 @@ def test_a_slower_engine_is_held_until_accepted_and_a_faster_one_rolls_out_by_it
     objects = client.CustomObjectsApi(k8s)
     isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
     name = isvc["metadata"]["name"]
-    objects.create_namespaced_custom_object("tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc)
-    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
-    play_profile(core, namespace, GPU_PROFILE)
-    eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+    serve_gpu_example(k8s, namespace, isvc, "1" * 32)
     assert condition(custom_object(k8s, namespace, name), "RolloutBlocked")["reason"] == "NothingHeld"
 
     # A new engine 1.5x slower than the serving one: held, with both figures, the old one serving.
@@ -218,12 +216,7 @@ def test_a_new_request_for_the_engine_serving_keeps_it_without_profiling_again(
     core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
     isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
     name = isvc["metadata"]["name"]
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
-    )
-    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
-    play_profile(core, namespace, GPU_PROFILE)
-    before = eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+    before = serve_gpu_example(k8s, namespace, isvc, "1" * 32)
 
     patch(k8s, namespace, name, {"engine": {"accuracyTolerance": {"minTop1Agreement": 0.5}}})
     play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
@@ -250,12 +243,7 @@ def test_a_new_triton_image_profiles_the_served_engine_again_in_the_background(
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
     isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
     name = isvc["metadata"]["name"]
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
-        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
-    )
-    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
-    play_profile(core, namespace, GPU_PROFILE)
-    before = eventually(lambda: ready_at_generation(k8s, namespace, name), timeout=90, description="Ready")
+    before = serve_gpu_example(k8s, namespace, isvc, "1" * 32)
 
     image = "nvcr.io/nvidia/tritonserver:25.01-py3"
     patch(k8s, namespace, name, {"runtime": {"image": image}})
