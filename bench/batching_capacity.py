@@ -146,17 +146,14 @@ def controller(case: Case, candidate: Candidate) -> Controller:
     """A fixed batching, or TailPilot configured as the operator configures it for `batching.mode: auto`."""
     if candidate.kind == STATIC:
         return Static(replicas=case.replicas, batching=candidate.batching)
-    from tailpilot.bench.tailpilot_policy import TailPilot
-    from tailpilot.policy import PolicyConfig
+    from tailpilot.bench.tailpilot_policy import TailPilot, default_spec
 
-    profile = case.profile
-    config = PolicyConfig(
-        p99_target_ms=case.slo_ms,
-        min_replicas=case.replicas,
-        max_replicas=case.replicas,
-        max_batch_size_cap=profile.max_batch_size,
+    # Replicas pinned to the case's (minReplicas = maxReplicas): only the batching moves.
+    spec = default_spec(p99_target_ms=case.slo_ms, max_replicas=case.replicas, minReplicas=case.replicas)
+    spec = spec.model_copy(
+        update={"batching": spec.batching.model_copy(update={"max_batch_size": case.profile.max_batch_size})}
     )
-    return TailPilot(profile=profile, config=config, initial=Target(case.replicas, candidate.batching))
+    return TailPilot(profile=case.profile, spec=spec, initial=Target(case.replicas, candidate.batching))
 
 
 def run_at(

@@ -38,6 +38,7 @@ from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.bench.batcher import batch_cap, batch_to_send
 from tailpilot.bench.observe import PodWindow, merge_pod_windows, pod_window
+from tailpilot.policy.signals import PodLatency, TritonCounters
 
 # Event kinds; the number also orders simultaneous events (completions free instances first).
 _DONE, _READY, _REBATCH, _ROTATE, _TIMER, _SCRAPE, _TICK, _ROTATION_TICK = range(8)
@@ -182,6 +183,11 @@ class Simulation:
         self._capacity_s = 0.0
         self._samples = _Samples()
         self._actions: list[tuple[float, int, int]] = []
+        # Each replica's cumulative Triton counters, brought up to date lazily (`_counters_now`):
+        # [success, exec count, request, queue and compute durations in us].
+        self._cum: dict[int, list[float]] = {}
+        self._cum_requests = 0  # requests of `_completed` already counted
+        self._cum_batches = 0  # batches of `_exec_done_pod` already counted
         self._rng = np.random.default_rng(config.seed)
         self._jitter: list[float] = []
         self._jitter_i = 0
@@ -409,6 +415,22 @@ class Simulation:
             self._batch_changes.append((t, want.batching))
             self._push(t + self._cfg.reload_s, _REBATCH, want.batching)
 
+    def _counters_now(self) -> dict[int, list[float]]:
+        """Every replica's cumulative counters over what completed so far (events run in time order)."""
+        cum, arr, start, done, pod = self._cum, self._arr, self._start, self._done, self._pod
+        completed = self._completed
+        for r in completed[self._cum_requests :]:
+            c = cum.setdefault(pod[r], [0.0] * 5)
+            c[0] += 1
+            c[2] += (done[r] - arr[r]) * 1e6
+            c[3] += (start[r] - arr[r]) * 1e6
+            c[4] += (done[r] - start[r]) * 1e6
+        self._cum_requests = len(completed)
+        for p in self._exec_done_pod[self._cum_batches :]:
+            cum.setdefault(p, [0.0] * 5)[1] += 1
+        self._cum_batches = len(self._exec_done_pod)
+        return cum
+
     def _result(self) -> SimResult:
         end = self._cfg.duration_s
         cost = sum(max(0.0, min(r.ended_at, end) - r.requested_at) for r in self._replicas)
@@ -511,15 +533,20 @@ class FleetView:
 
     def pod_windows(self, window_s: float) -> list[PodWindow]:
         """Per-pod Triton metrics over the last `window_s` (counter deltas, summary quantiles)."""
+        return self._pod_windows(end_s=self.now_s, window_s=window_s)
+
+    def _pod_windows(self, *, end_s: float, window_s: float) -> list[PodWindow]:
         sim = self._sim
-        t0 = self.now_s - window_s
+        t0 = end_s - window_s
         comp = sim._completed
         j = bisect.bisect_left(comp, t0, key=sim._done.__getitem__)
-        ids = comp[j:]
+        k = bisect.bisect_right(comp, end_s, key=sim._done.__getitem__)
+        ids = comp[j:k]
         b = bisect.bisect_left(sim._exec_done_t, t0)
+        e = bisect.bisect_right(sim._exec_done_t, end_s)
         live = [r for r in sim._replicas if r.state in (_SERVING, _DRAINING)]
         execs: dict[int, int] = {}
-        for p in sim._exec_done_pod[b:]:
+        for p in sim._exec_done_pod[b:e]:
             execs[p] = execs.get(p, 0) + 1
         windows = []
         if ids:
@@ -544,6 +571,38 @@ class FleetView:
                 )
             )
         return windows
+
+    def pod_counters(self) -> dict[str, TritonCounters]:
+        """What a read of each Ready pod's Triton metrics page gives now: cumulative counters, queue."""
+        cum = self._sim._counters_now()
+        out = {}
+        for rep in self._sim._serving:
+            success, execs, request_us, queue_us, compute_us = cum.get(rep.idx, (0.0,) * 5)
+            out[_pod_name(rep.idx)] = TritonCounters(
+                success=success,
+                pending=float(len(rep.queue)),
+                inference_count=success,  # one item per request
+                exec_count=execs,
+                request_duration_us=request_us,
+                queue_duration_us=queue_us,
+                compute_duration_us=compute_us,
+            )
+        return out
+
+    def scraped_latency(self, *, window_s: float, scrape_s: float) -> dict[str, PodLatency]:
+        """Each pod's latency summary as Prometheus holds it now.
+
+        Triton's quantiles over `window_s`, as of the last scrape (every `scrape_s`, the service's
+        scrape interval).
+        """
+        scraped_at = math.floor(self.now_s / scrape_s + 1e-9) * scrape_s
+        out = {}
+        for w in self._pod_windows(end_s=scraped_at, window_s=window_s):
+            if w.request_summary_us:
+                q = w.request_summary_us
+                others = tuple((k, v) for k, v in q.items() if k != 0.99)
+                out[w.pod] = PodLatency(p99_us=q.get(0.99), quantiles_us=others)
+        return out
 
     def pending_by_replica(self) -> dict[str, float]:
         """Each ready replica's `nv_inference_pending_request_count` now."""

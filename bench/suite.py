@@ -37,14 +37,10 @@ OPTIMISTIC_FACTOR = 0.7
 #: (`tailpilot.policy.rotation`, the operator's spec.autoscaling.backlogRotation). Run only when
 #: asked for (`--policies`): the field is off by default, so the default table shows the default.
 TAILPILOT_ROTATION = "tailpilot-rotation"
-#: TailPilot plus the surge check between decisions (`tailpilot.policy.surge`, the operator's
-#: spec.autoscaling.surgeResponse), also off by default.
-TAILPILOT_SURGE = "tailpilot-surge"
-#: Both opt-in fields on.
-TAILPILOT_ROTATION_SURGE = "tailpilot-rotation-surge"
-EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_SURGE, TAILPILOT_ROTATION_SURGE)
-_ROTATING = (TAILPILOT_ROTATION, TAILPILOT_ROTATION_SURGE)
-_SURGING = (TAILPILOT_SURGE, TAILPILOT_ROTATION_SURGE)
+#: TailPilot without the surge check between decisions (spec.autoscaling.surgeResponse: false; the
+#: check is on by default): what the check is worth.
+TAILPILOT_NO_SURGE = "tailpilot-no-surge"
+EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_NO_SURGE)
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 
@@ -58,7 +54,7 @@ def policy_names(*, with_tailpilot: bool) -> list[str]:
 
 
 def tailpilot_available() -> bool:
-    """Whether `tailpilot.policy` imports (it is another engineer's package)."""
+    """Whether the operator's policy and observation code imports."""
     try:
         import tailpilot.bench.tailpilot_policy  # noqa: F401
     except ImportError:
@@ -216,23 +212,19 @@ def make_controller(
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
     if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, *EXPERIMENTAL_POLICIES):
-        from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot
-        from tailpilot.policy import PolicyConfig
-        from tailpilot.policy.surge import SurgeConfig
+        from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot, default_spec
 
-        config = PolicyConfig(p99_target_ms=setup.slo_ms, min_replicas=1, max_replicas=setup.max_replicas)
+        opt = {"backlogRotation": True} if policy == TAILPILOT_ROTATION else {}
+        if policy == TAILPILOT_NO_SURGE:
+            opt = {"surgeResponse": False}
+        spec = default_spec(p99_target_ms=setup.slo_ms, max_replicas=setup.max_replicas, **opt)
         profile = (
             setup.profile
             if policy != TAILPILOT_OPTIMISTIC
             else scale_profile(setup.profile, OPTIMISTIC_FACTOR)
         )
-        adapter = RotatingTailPilot if policy in _ROTATING else TailPilot
-        return adapter(
-            profile=profile,
-            config=config,
-            initial=Target(params.initial_replicas, params.batching),
-            surge=SurgeConfig() if policy in _SURGING else None,
-        )
+        adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
+        return adapter(profile=profile, spec=spec, initial=Target(params.initial_replicas, params.batching))
     return AUTOSCALERS[policy](params)
 
 

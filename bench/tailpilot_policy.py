@@ -1,94 +1,117 @@
-"""TailPilot's real policy (`tailpilot.policy`) run unchanged inside the simulator.
+"""TailPilot in the simulator: the operator's own observation and decision code, at its defaults.
 
-Each tick the simulated pods' Triton metrics over the evaluation window become the
-policy's `PodMetrics` (rates per second, the pod's summary quantiles), are merged by the
-policy's own `observation_from_pod_metrics`, and go to `decide`; the returned state is kept
-for the next tick exactly as the operator keeps it on the object.  No SLO alert is
-simulated (`alert_active=False`).
+The adapter does what a deployed operator does for one service, through the same functions:
 
-If the policy raises, the adapter keeps the previous target (as the operator's timer
-would, retrying next period) and records the error with its input, so the report shows
-it instead of the benchmark crashing.
+- every `READ_PERIOD_S` it reads the Ready pods' cumulative Triton counters
+  (`FleetView.pod_counters`, what `tailpilot.controllers.pod_signals` parses from each pod's
+  metrics page) into a `ReadHistory`;
+- every control period (the operator's default, `DEFAULT_CONTROL_PERIOD_S`) it builds
+  the Observation with `tailpilot.policy.signals.observation_from_reads`, taking each pod's latency
+  summary as Prometheus holds it (`FleetView.scraped_latency`: Triton's quantiles as of the last
+  scrape, at the spec's default scrape interval), and calls `decide`;
+- the policy's knobs and windows come from `tailpilot.policy.from_spec` applied to a spec with the
+  API's defaults, only the SLO target and the replica bounds set (as a user's manifest would).
+
+Opt-in fields of the spec run their fast rules between decisions on the same reads: surgeResponse
+(`tailpilot.policy.surge.surge_step`; a surge decides at once with `with_surge`, as the operator
+does) and backlogRotation (`RotatingTailPilot`). No SLO alert is simulated (`alert_active=False`).
+
+If the policy raises, the adapter keeps the previous target (as the operator's loop would, retrying
+next period) and records the error with its input, so the report shows it instead of the
+benchmark crashing.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from tailpilot.api.autoscaling import Observation
 from tailpilot.api.engine import EngineProfile
-from tailpilot.bench.observe import PodWindow
+from tailpilot.api.v1alpha1 import InferenceServiceSpec
 from tailpilot.bench.simulator import FleetView, Target
-from tailpilot.policy import PodMetrics, PolicyConfig, PolicyState, decide, observation_from_pod_metrics
+from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.policy import PolicyState, decide
 from tailpilot.policy.core import replica_capacity_per_s
-from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S, FAST_CHECK_PERIOD_S
+from tailpilot.policy.from_spec import observation_windows, policy_config
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
-from tailpilot.policy.surge import SurgeConfig, surge_step
+from tailpilot.policy.signals import (
+    ARRIVAL_SPAN_S,
+    READ_PERIOD_S,
+    PodRead,
+    ReadHistory,
+    arrival_rate_per_s,
+    completion_rate_per_s,
+    observation_from_reads,
+)
+from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step, with_surge
+
+#: The operator's control period when nobody sets --control-period-seconds.
+CONTROL_PERIOD_S = DEFAULT_CONTROL_PERIOD_S
 
 
-def pod_metrics(
-    w: PodWindow, *, window_s: float, now_s: float, recent: PodWindow | None = None, recent_s: float = 0.0
-) -> PodMetrics:
-    """The policy's per-pod input from a simulated pod window (and the same pod's recent one)."""
-    q = w.request_summary_us
-    return PodMetrics(
-        pod=w.pod,
-        request_rate=w.success_count / window_s,
-        p99_us=q.get(0.99),
-        pending_requests=float(w.pending_request_count),
-        queue_duration_us_rate=w.queue_duration_us / window_s,
-        compute_duration_us_rate=w.compute_infer_duration_us / window_s,
-        inference_count_rate=w.inference_count / window_s,
-        exec_count_rate=w.exec_count / window_s,
-        failure_rate=0.0,
-        last_sample_s=now_s,
-        request_duration_us_rate=w.request_duration_us / window_s,
-        quantiles_us=tuple((k, v) for k, v in q.items() if k != 0.99),
-        recent_request_rate=recent.success_count / recent_s if recent is not None and recent_s > 0 else None,
+def default_spec(*, p99_target_ms: float, max_replicas: int, **autoscaling: Any) -> InferenceServiceSpec:
+    """A service's spec with the API's defaults: the SLO target and replica bounds set, opt-ins as given."""
+    return InferenceServiceSpec.model_validate(
+        {
+            "model": {"uri": "pvc://models/model.onnx"},
+            "slo": {"p99LatencyMs": p99_target_ms},
+            "autoscaling": {"minReplicas": 1, "maxReplicas": max_replicas, **autoscaling},
+        }
     )
 
 
 class TailPilot:
-    """Controller adapter around `tailpilot.policy.decide`.
-
-    With `surge`, the adapter also runs the surge check (`tailpilot.policy.surge.surge_step`, as the
-    operator's fast check does) every `surge.period_s` between decisions, on the arrivals of the
-    last `surge.span_s`, and decides at once when it fires, with that span as the recent window (as
-    the operator does with spec.autoscaling.surgeResponse); the next regular decision is then a
-    control period later.
-    """
+    """The operator's observation and `tailpilot.policy.decide` for one simulated service."""
 
     def __init__(
         self,
         *,
         profile: EngineProfile,
-        config: PolicyConfig,
+        spec: InferenceServiceSpec,
         initial: Target,
-        window_s: float = 60.0,
-        surge: SurgeConfig | None = None,
+        control_period_s: float = CONTROL_PERIOD_S,
     ) -> None:
-        self._profile, self._config, self._window_s = profile, config, window_s
+        self._profile, self._spec = profile, spec
+        self._config = policy_config(spec, control_period_s=control_period_s)
+        self._windows = observation_windows(spec, control_period_s=control_period_s)
+        self._history = ReadHistory(keep_s=self._windows.keep_s)
+        self._scrape_s = float(spec.monitoring.scrape_interval_seconds)
         self._initial = initial
         self._state = PolicyState.initial(replicas=initial.replicas, batching=initial.batching)
-        self._surge = surge
-        self.tick_s = config.control_period_s if surge is None else surge.period_s
-        self._next_decision_s = config.control_period_s
+        self._surge = SurgeConfig() if spec.autoscaling.surge_checks() else None
+        self.tick_s = READ_PERIOD_S
+        self._next_decision_s = control_period_s
         self._over_in_a_row = 0
         self.surge_decisions = 0
         self.reasons: list[str] = []
+        #: Each decision's observation, as the operator's autoscaler would have built it.
+        self.observations: list[Observation] = []
         self.errors: list[str] = []
         self._last = initial
 
     def initial(self) -> Target:
         return self._initial
 
+    @property
+    def reads(self) -> ReadHistory:
+        """The pods' reads so far (kept for the longest window)."""
+        return self._history
+
     def decide(self, view: FleetView) -> Target:
-        period = self._config.control_period_s
-        if self._surge is None or view.now_s + 1e-9 >= self._next_decision_s:
-            return self._decide(view, recent_s=period)
-        span = self._surge.span_s
+        self._history.add(PodRead(at_s=view.now_s, pods=view.pod_counters()))
+        if view.now_s + 1e-9 >= self._next_decision_s:
+            # Due every control period, as the operator's loop is; decided at the first read at or
+            # after it (a read period does not divide a control period).
+            self._next_decision_s += self._config.control_period_s
+            return self._decide(view, surge=None)
+        if self._surge is None:
+            return self._last
+        reads = self._history.reads
         check = surge_step(
             self._surge,
             over_in_a_row=self._over_in_a_row,
-            arrival_rate_per_s=view.arrival_rate(span),
-            completion_rate_per_s=sum(w.success_count for w in view.pod_windows(span)) / span,
+            arrival_rate_per_s=arrival_rate_per_s(reads, span_s=self._surge.span_s),
+            completion_rate_per_s=completion_rate_per_s(reads, span_s=self._surge.span_s),
             capacity_per_s=replica_capacity_per_s(self._profile, self._state),
             replicas=view.target_replicas,
         )
@@ -96,33 +119,28 @@ class TailPilot:
         if check.reading is None:
             return self._last
         self.surge_decisions += 1
-        # The reading's completions over its span are the decision's recent rate, as in the operator.
-        return self._decide(view, recent_s=check.reading.span_s)
+        # The operator's loop counts the next period from a surge decision.
+        self._next_decision_s = view.now_s + self._config.control_period_s
+        return self._decide(view, surge=check.reading)
 
-    def _decide(self, view: FleetView, *, recent_s: float) -> Target:
-        """One decision; `recent_s` is the operator's recent window (a control period, or the surge span)."""
+    def _decide(self, view: FleetView, *, surge: SurgeReading | None) -> Target:
+        """One decision, as the operator's autoscaler makes it (a surge: at once, with its reading)."""
         now = view.now_s
-        self._next_decision_s = now + self._config.control_period_s
-        recent = {w.pod: w for w in view.pod_windows(recent_s)}
-        pods = [
-            pod_metrics(w, window_s=self._window_s, now_s=now, recent=recent.get(w.pod), recent_s=recent_s)
-            for w in view.pod_windows(self._window_s)
-        ]
+        latency = view.scraped_latency(window_s=self._windows.window_s, scrape_s=self._scrape_s)
         try:
-            counts, bin_s = view.arrival_counts(self._config.scale_down_stabilization_s)
-            obs = observation_from_pod_metrics(
-                pods=pods,
-                window_s=self._window_s,
-                now_s=now,
-                recent_window_s=recent_s,
-                arrival_counts=counts,
-                arrival_bin_s=bin_s,
+            obs = observation_from_reads(
+                self._history.reads, windows=self._windows, now_s=now, latency=latency
             )
+            self.observations.append(obs)
             decision, self._state = decide(
-                config=self._config, profile=self._profile, observation=obs, state=self._state, now_s=now
+                config=self._config,
+                profile=self._profile,
+                observation=with_surge(obs, surge),
+                state=self._state.with_actual(replicas=view.target_replicas, batching=view.batching),
+                now_s=now,
             )
         except (ArithmeticError, ValueError) as exc:
-            self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; pods={pods!r}")
+            self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; reads={len(self._history)}")
             return self._last
         self.reasons.append(decision.reason)
         self._last = Target(decision.replicas, decision.batching)
@@ -130,25 +148,27 @@ class TailPilot:
 
 
 class RotatingTailPilot(TailPilot):
-    """The adapter plus the rotation rule (`tailpilot.policy.rotation`), checked every `rotation_period_s`.
+    """The adapter plus the rotation rule (`tailpilot.policy.rotation`), checked every read period.
 
-    The rule reads what a check of the pods' Triton metrics gives: each ready replica's pending
-    queue, and the arrivals (completions plus queue growth) over the last `ARRIVAL_SPAN_S` (the
-    operator's fast-check span).
+    The rule reads what the operator's fast loop gives it: each Ready pod's pending queue in the
+    newest read, and the arrivals (completions plus queue growth) over the last `ARRIVAL_SPAN_S`.
     """
 
-    def __init__(self, *, rotation_period_s: float = FAST_CHECK_PERIOD_S, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.rotation_period_s = rotation_period_s
+    rotation_period_s = READ_PERIOD_S
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._rotation_config = RotationConfig(p99_target_ms=self._config.p99_target_ms)
         self._held: frozenset[str] = frozenset()
 
     def rotation(self, view: FleetView) -> frozenset[str]:
+        newest = self._history.newest
+        pending = {pod: counters.pending for pod, counters in newest.pods.items()} if newest else {}
         self._held = choose_rotation(
             config=self._rotation_config,
-            pending_by_replica=view.pending_by_replica(),
+            pending_by_replica=pending,
             held_out=self._held,
-            rate_per_s=view.arrival_rate(ARRIVAL_SPAN_S),
+            rate_per_s=arrival_rate_per_s(self._history.reads, span_s=ARRIVAL_SPAN_S),
             capacity_per_s=replica_capacity_per_s(self._profile, self._state),
         ).held_out
         return self._held

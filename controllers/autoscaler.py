@@ -1,4 +1,4 @@
-"""The SLO control loop of one service: observe (Prometheus) -> decide (pure policy) -> act.
+"""The SLO control loop of one service: observe (the pods, Prometheus) -> decide (pure policy) -> act.
 
 Runs inside the service's reconcile loop, after a reconcile pass, so the two
 never race on the object's status: the autoscaler writes the target
@@ -33,7 +33,9 @@ from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_con
 from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.observe import ObservationError, observe_service
+from tailpilot.controllers.observe import LatencyBoard, ObservationError, observe_service
+from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
     MAX_MESSAGE,
     batching_in_force,
@@ -52,7 +54,13 @@ from tailpilot.controllers.status import (
 )
 from tailpilot.manifests import placement, triton_model_config
 from tailpilot.manifests.meta import selector_string
-from tailpilot.policy import PolicyConfig, PolicyState, decide
+from tailpilot.policy import PolicyState, decide
+from tailpilot.policy.from_spec import (
+    arrival_lookback_s,
+    observation_windows,
+    policy_config,
+    prometheus_recent_window_s,
+)
 from tailpilot.policy.service_fit import (
     FitQuality,
     ServiceFit,
@@ -62,60 +70,16 @@ from tailpilot.policy.service_fit import (
     fit_service_time,
     sample_of,
 )
-from tailpilot.policy.surge import SurgeReading
+from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
+from tailpilot.policy.surge import SurgeReading, with_surge
 
 log = logging.getLogger("tailpilot.autoscaler")
 
 _QUIET_ACTIONS = {ScalingAction.NONE, ScalingAction.HOLD}
 
-
-def policy_config(isvc: InferenceService, *, control_period_s: float) -> PolicyConfig:
-    """The policy's bounds and knobs, from the spec (pure)."""
-    spec = isvc.spec
-    fixed = spec.batching.mode.value == "fixed"
-    return PolicyConfig(
-        p99_target_ms=spec.slo.p99_latency_ms,
-        min_replicas=spec.autoscaling.min_replicas,
-        max_replicas=spec.autoscaling.max_replicas,
-        batching_mode="fixed" if fixed else "auto",
-        max_batch_size_cap=spec.batching.max_batch_size,
-        fixed_batching=spec.batching.to_config() if fixed else None,
-        max_queue_depth=float(spec.slo.max_queue_depth) if spec.slo.max_queue_depth else None,
-        scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds),
-        scale_up_stabilization_s=float(spec.autoscaling.scale_up_stabilization_seconds),
-        max_scale_up_step=spec.autoscaling.max_scale_up_step,
-        control_period_s=control_period_s,
-        dry_run=spec.autoscaling.dry_run,
-    )
-
-
-def recent_window_s(isvc: InferenceService, *, control_period_s: float) -> float:
-    """The recent-rate window: one control period, but at least two scrapes (`rate` needs two samples)."""
-    return max(control_period_s, 2.0 * isvc.spec.monitoring.scrape_interval_seconds)
-
-
-def arrival_lookback_s(isvc: InferenceService) -> float | None:
-    """How far back the arrival curve looks for bursts (None: `spec.autoscaling.absorbBursts` is false).
-
-    As long as a scale-down is held back by the stabilization window: burst capacity goes the way a
-    stabilized recommendation does.
-    """
-    autoscaling = isvc.spec.autoscaling
-    return float(autoscaling.scale_down_stabilization_seconds) if autoscaling.absorb_bursts else None
-
-
-def with_surge(observation: Observation, surge: SurgeReading | None) -> Observation:
-    """The observation a surge decision uses: the fast check's completions over its span as the recent rate.
-
-    Prometheus' recent window ends a scrape or more ago and averages seconds before the surge; the
-    fast check read the pods a moment ago. Without data (no request rate) nothing is replaced: the
-    policy holds on missing metrics, and a few seconds of counters do not make up for them.
-    """
-    if surge is None or observation.request_rate is None:
-        return observation
-    return observation.model_copy(
-        update={"recent_request_rate": surge.completion_rate_per_s, "recent_window_s": surge.span_s}
-    )
+#: A read of the pods older than this is not used (the fast loop stopped or fell behind): the
+#: decision takes Prometheus' rates instead.
+FRESH_READ_S = 3 * READ_PERIOD_S
 
 
 def slo_condition(observation: Observation, *, target_ms: float) -> ConditionUpdate:
@@ -237,8 +201,11 @@ class Autoscaler:
     http: httpx.AsyncClient
     metrics: OperatorMetrics
     default_prometheus_url: str | None
-    control_period_s: float = 15.0
+    control_period_s: float = DEFAULT_CONTROL_PERIOD_S
     clock: Clock = SYSTEM_CLOCK
+    #: The pods' reads (the fast loop's); None: every signal comes from Prometheus.
+    signals: PodSignals | None = None
+    latency: LatencyBoard = field(default_factory=LatencyBoard)
     _states: dict[tuple[str, str], PolicyState] = field(default_factory=dict)
     #: Each service's evaluation windows for the online service-time fit, and the engine they
     #: measured (a new engine starts a new fit).
@@ -271,22 +238,7 @@ class Autoscaler:
             PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
         state = state.with_actual(replicas=replicas, batching=batching)
-        try:
-            observation = await observe_service(
-                self.http,
-                prometheus_url=inputs.prometheus_url,
-                namespace=namespace,
-                service=name,
-                window_s=float(isvc.spec.slo.evaluation_window_seconds),
-                now_s=now,
-                recent_window_s=recent_window_s(isvc, control_period_s=self.control_period_s),
-                arrival_lookback_s=arrival_lookback_s(isvc),
-                arrival_bin_s=float(isvc.spec.monitoring.scrape_interval_seconds),
-            )
-        except ObservationError as error:
-            log.warning("observing %s/%s: %s", namespace, name, error)
-            observation = Observation(at_s=now, request_rate=None, p99_ms=None)
-        observation = with_surge(observation, surge)
+        observation = with_surge(await self._observe(isvc, inputs.prometheus_url, now), surge)
         fit = self._learn_service_time((namespace, name), status, observation, state)
         profile = inputs.profile or learned_profile(fit, isvc=isvc, status=status)
         profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
@@ -308,7 +260,7 @@ class Autoscaler:
             )
             return self.control_period_s, False
         decision, state = decide(
-            config=policy_config(isvc, control_period_s=self.control_period_s),
+            config=policy_config(isvc.spec, control_period_s=self.control_period_s),
             profile=profile,
             observation=observation,
             state=state,
@@ -368,6 +320,42 @@ class Autoscaler:
         if wrote or events:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
+
+    async def _observe(self, isvc: InferenceService, prometheus_url: str, now: float) -> Observation:
+        """The service's Observation: rates from its pods' reads, the P99 from Prometheus.
+
+        When no fresh read of a pod exists (the pods' metrics port is unreachable, or the fast loop
+        has not read them yet), every signal comes from Prometheus at its scrape interval.
+        """
+        namespace, name = isvc.namespace, isvc.name
+        history = self.signals.history(namespace, name) if self.signals is not None else None
+        newest = history.newest if history is not None else None
+        fresh = newest is not None and newest.pods and now - newest.at_s <= FRESH_READ_S
+        try:
+            if history is not None and fresh:
+                latency = await self.latency.latency(
+                    self.http, prometheus_url=prometheus_url, namespace=namespace, service=name, now_s=now
+                )
+                windows = observation_windows(isvc.spec, control_period_s=self.control_period_s)
+                observation = observation_from_reads(
+                    history.reads, windows=windows, now_s=now, latency=latency
+                )
+                return observation.model_copy(update={"rates_from": "Pods"})
+            observation = await observe_service(
+                self.http,
+                prometheus_url=prometheus_url,
+                namespace=namespace,
+                service=name,
+                window_s=float(isvc.spec.slo.evaluation_window_seconds),
+                now_s=now,
+                recent_window_s=prometheus_recent_window_s(isvc.spec, control_period_s=self.control_period_s),
+                arrival_lookback_s=arrival_lookback_s(isvc.spec),
+                arrival_bin_s=float(isvc.spec.monitoring.scrape_interval_seconds),
+            )
+            return observation.model_copy(update={"rates_from": "Prometheus"})
+        except ObservationError as error:
+            log.warning("observing %s/%s: %s", namespace, name, error)
+            return Observation(at_s=now, request_rate=None, p99_ms=None)
 
     def _learn_service_time(
         self,

@@ -24,7 +24,7 @@ from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.policy.fast_checks import FAST_CHECK_PERIOD_S
+from tailpilot.policy.signals import READ_PERIOD_S
 from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.handlers")
@@ -57,8 +57,8 @@ class ServiceLoops:
         self.autoscaler = autoscaler
         self.fast_checker = fast_checker
         self.clock = clock
-        #: Fast checks of the services with backlogRotation or surgeResponse (started and stopped by
-        #: reconciles).
+        #: Fast loops (pod reads, then the fast rules asked for) of the served services whose
+        #: autoscaler is on or that ask for backlogRotation (started and stopped by reconciles).
         self._fast_checks: dict[tuple[str, str], asyncio.Task[None]] = {}
         #: A surge a fast check saw, for the decision it called (taken by that decision).
         self._surges: dict[tuple[str, str], SurgeReading] = {}
@@ -170,7 +170,7 @@ class ServiceLoops:
                 self.surge(key, (await self.fast_checker.check(namespace, name)).surge)
             except Exception:  # noqa: BLE001 - one failed check must not end the checks
                 log.exception("fast check of %s/%s failed; retrying", namespace, name)
-            await asyncio.sleep(FAST_CHECK_PERIOD_S)
+            await asyncio.sleep(READ_PERIOD_S)
 
     def surge(self, key: tuple[str, str], reading: SurgeReading | None) -> None:
         """A fast check saw a surge: decide now (the decision takes the reading), not at the period's end."""

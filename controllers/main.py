@@ -26,8 +26,9 @@ from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.kubeapi import SECRETS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.settings import OperatorSettings
+from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings
 from tailpilot.manifests.settings import ManifestSettings, settings_from_env
 
 DEFAULT_BUILDER_IMAGE = "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
@@ -107,7 +108,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     parser.add_argument(
         "--control-period-seconds",
         type=float,
-        default=float(env("TAILPILOT_CONTROL_PERIOD_SECONDS", "15")),
+        default=float(env("TAILPILOT_CONTROL_PERIOD_SECONDS", str(DEFAULT_CONTROL_PERIOD_S))),
         help="how often the autoscaler evaluates each Ready service",
     )
     parser.add_argument(
@@ -195,15 +196,26 @@ def run(
     registry = kopf.OperatorRegistry()
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
     metrics = OperatorMetrics()
+    http = httpx.AsyncClient(timeout=10.0)
+    # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
+    # (rotation, surge check) read the same history.
+    signals = PodSignals(http=http, clock=clock)
     autoscaler = Autoscaler(
         kube=kube,
-        http=httpx.AsyncClient(timeout=10.0),
+        http=http,
         metrics=metrics,
         default_prometheus_url=args.prometheus_url,
         control_period_s=args.control_period_seconds,
         clock=clock,
+        signals=signals,
     )
-    fast_checker = FastChecker(kube=kube, http=autoscaler.http, metrics=metrics, clock=clock)
+    fast_checker = FastChecker(
+        kube=kube,
+        signals=signals,
+        metrics=metrics,
+        control_period_s=args.control_period_seconds,
+        clock=clock,
+    )
     loops = ServiceLoops(
         reconciler=reconciler,
         executor=executor,

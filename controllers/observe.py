@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -45,6 +45,7 @@ import httpx
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import Observation
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
+from tailpilot.policy.signals import PodLatency
 
 #: Label with the service's name on its series: what the generated ServiceMonitor relabels to.
 DEFAULT_SERVICE_LABEL = c.METRIC_LABEL_ISVC
@@ -270,6 +271,82 @@ def pod_metrics_from_results(
         others = tuple((q, v) for q, v in qs if abs(q - 0.99) >= 1e-9)
         pods.append(PodMetrics(pod=pod, p99_us=p99, quantiles_us=others, **fields[pod]))
     return pods
+
+
+def latency_query(
+    *,
+    namespace_label: str = DEFAULT_NAMESPACE_LABEL,
+    service_label: str = DEFAULT_SERVICE_LABEL,
+    pod_label: str = DEFAULT_POD_LABEL,
+) -> str:
+    """One query for the latency summaries of every service a Prometheus scrapes, grouped by pod.
+
+    The fast signals take everything else from the pods; only the P99 feedback comes from
+    Prometheus, and one query a period serves every service (not one per service).
+    """
+    by = f"{namespace_label}, {service_label}, {pod_label}, quantile"
+    return f'max by ({by}) ({LATENCY_SUMMARY}{{{service_label}!=""}})'
+
+
+def latency_by_service(
+    vector: list[tuple[dict[str, str], float | None]],
+    *,
+    namespace_label: str = DEFAULT_NAMESPACE_LABEL,
+    service_label: str = DEFAULT_SERVICE_LABEL,
+    pod_label: str = DEFAULT_POD_LABEL,
+) -> dict[tuple[str, str], dict[str, PodLatency]]:
+    """(namespace, service) -> pod -> its summary, from `latency_query`'s answer."""
+    points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for labels, value in vector:
+        q = _number(labels.get("quantile"))
+        pod = labels.get(pod_label)
+        if q is None or value is None or not pod:
+            continue
+        key = (labels.get(namespace_label, ""), labels.get(service_label, ""), pod)
+        points.setdefault(key, []).append((q, value))
+    out: dict[tuple[str, str], dict[str, PodLatency]] = {}
+    for (namespace, service, pod), qs in points.items():
+        qs.sort()
+        p99 = next((v for q, v in qs if abs(q - 0.99) < 1e-9), None)
+        others = tuple((q, v) for q, v in qs if abs(q - 0.99) >= 1e-9)
+        out.setdefault((namespace, service), {})[pod] = PodLatency(p99_us=p99, quantiles_us=others)
+    return out
+
+
+@dataclass
+class LatencyBoard:
+    """The latest latency summaries of every service, one query per Prometheus per `max_age_s`.
+
+    Decisions of many services fall within a few seconds of each other; they share one answer
+    (concurrent callers wait for the query in flight rather than sending their own).
+    """
+
+    max_age_s: float = 5.0
+    _answers: dict[str, tuple[float, dict[tuple[str, str], dict[str, PodLatency]]]] = field(
+        default_factory=dict
+    )
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    #: Queries sent (for the scale benchmark and the tests).
+    queries: int = 0
+
+    async def latency(
+        self, client: httpx.AsyncClient, *, prometheus_url: str, namespace: str, service: str, now_s: float
+    ) -> dict[str, PodLatency]:
+        """Pod -> latency summary of one service (empty: Prometheus has none for it yet).
+
+        Raises:
+            ObservationError: When Prometheus is unreachable or answers an error.
+        """
+        lock = self._locks.setdefault(prometheus_url, asyncio.Lock())
+        async with lock:
+            cached = self._answers.get(prometheus_url)
+            if cached is None or not 0 <= now_s - cached[0] <= self.max_age_s:
+                url = prometheus_url.rstrip("/") + "/api/v1/query"
+                self.queries += 1
+                body = await _query(client, url, latency_query(), now_s)
+                cached = (now_s, latency_by_service(parse_vector(body)))
+                self._answers[prometheus_url] = cached
+        return cached[1].get((namespace, service), {})
 
 
 async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) -> Any:

@@ -82,8 +82,8 @@ class ReconcileResult:
     requeue_after: float
     status_written: bool = False
     children_written: int = 0
-    #: The service is served and asks for backlog rotation or surge response (the loop runs the
-    #: fast checks that read its pods' metrics).
+    #: The service is served and its autoscaler is on (or it asks for backlog rotation): its loop
+    #: reads the pods' metrics every few seconds and runs the fast rules it asks for.
     fast_checks: bool = False
 
 
@@ -218,7 +218,8 @@ class Reconciler:
             requeue_after=requeue,
             status_written=status_written,
             children_written=children_written,
-            fast_checks=result is not None and isvc.spec.autoscaling.fast_checks(),
+            fast_checks=result is not None
+            and (isvc.spec.autoscaling.enabled or isvc.spec.autoscaling.fast_checks()),
         )
 
     # ---- validation -----------------------------------------------------------------------------------

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from tailpilot.manifests.settings import ManifestSettings
+
+#: Seconds between two decisions of a service's autoscaler when --control-period-seconds is not set:
+#: the benchmark runs the policy at this period too.
+DEFAULT_CONTROL_PERIOD_S: Final = 15.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,4 +34,4 @@ class OperatorSettings:
     build_retry_base_seconds: float = 30.0
     build_retry_max_seconds: float = 900.0
     prometheus_url: str | None = None
-    control_period_seconds: float = 15.0
+    control_period_seconds: float = DEFAULT_CONTROL_PERIOD_S

@@ -322,6 +322,7 @@ def observed_status(observation: Observation) -> ObservedStatus:
         compute_time_ms=rounded(observation.compute_time_ms),
         mean_batch_size=rounded(observation.mean_batch_size),
         time_dominated_by=dominated,
+        rates_from=observation.rates_from,
     )
 
 

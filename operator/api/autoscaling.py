@@ -10,6 +10,7 @@ policy nor these types read a clock: time is passed in as seconds.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +60,9 @@ class Observation(_Frozen):
     #: sized from. Empty when not measured.
     arrival_counts: tuple[float, ...] = ()
     arrival_bin_s: float | None = None
+    #: Where the rates, queues and arrivals came from: the pods' own metrics pages, or Prometheus
+    #: (when no pod could be read). None when not recorded.
+    rates_from: Literal["Pods", "Prometheus"] | None = None
 
 
 class ScalingAction(StrEnum):

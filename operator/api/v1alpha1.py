@@ -605,21 +605,21 @@ class AutoscalingSpec(_Model):
         ),
     )
     surge_response: bool = Field(
-        default=False,
+        default=True,
         description=(
-            "Read the pods' Triton metrics every 3 s between decisions and decide at once when the "
-            "arrivals of the last 5 s exceed what the replicas asked for can serve, in two checks "
-            "running, instead of waiting for the control period (a load step is answered up to a "
-            "period sooner). Needs the operator to reach the pods' metrics port, as batching "
-            "reloads do."
+            "Decide at once, between control periods, when the arrivals of the last 5 s (from the "
+            "pods' Triton metrics, read every 2 s) exceed what the replicas asked for can serve, in "
+            "two reads running, instead of waiting for the period's end: a load step is answered up "
+            "to a period sooner. It never fires on steady load. Needs the operator to reach the pods' "
+            "metrics port, as batching reloads do."
         ),
     )
     absorb_bursts: bool = Field(
         default=True,
         description=(
             "Hold the replicas that absorb the bursts of arrivals seen within the scale-down "
-            "stabilization window (bursts beyond Poisson noise, from Prometheus); false sizes the "
-            "fleet for the evaluation window's rate only."
+            "stabilization window (bursts beyond Poisson noise, in 2 s bins of the pods' counters); "
+            "false sizes the fleet for the evaluation window's rate only."
         ),
     )
 
@@ -1032,6 +1032,14 @@ class ObservedStatus(_Model):
             "Where a request's time in Triton mostly went over the window: Queue (waiting: more replicas "
             "or larger batches help) or Server (being served: a faster engine helps; more replicas do "
             "not lower it). Absent without traffic."
+        ),
+    )
+    rates_from: Literal["Pods", "Prometheus"] | None = Field(
+        default=None,
+        description=(
+            "Where the request rate, queues and arrivals came from: Pods (each Ready Triton pod's "
+            "metrics page, read every 2 s) or Prometheus (no pod could be read; rates at the scrape "
+            "interval). The P99 always comes from Prometheus."
         ),
     )
     at: datetime | None = Field(default=None, description="When the observation was taken.")

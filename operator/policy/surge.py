@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tailpilot.policy.fast_checks import ARRIVAL_SPAN_S, FAST_CHECK_PERIOD_S
+from tailpilot.api.autoscaling import Observation
+from tailpilot.policy.signals import ARRIVAL_SPAN_S, READ_PERIOD_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class SurgeConfig:
         capacity_fraction: The arrivals must exceed this fraction of the replicas' capacity.
     """
 
-    period_s: float = FAST_CHECK_PERIOD_S
+    period_s: float = READ_PERIOD_S
     span_s: float = ARRIVAL_SPAN_S
     checks: int = 2
     capacity_fraction: float = 1.0
@@ -158,3 +159,17 @@ def surge_step(
         replicas=replicas,
     )
     return SurgeStep(over_in_a_row=check.over_in_a_row, reading=reading)
+
+
+def with_surge(observation: Observation, surge: SurgeReading | None) -> Observation:
+    """The observation a surge decision uses: the fast check's completions over its span as the recent rate.
+
+    The recent window of the observation averages a control period, most of it before the surge; the
+    fast check read the pods a moment ago. Without data (no request rate) nothing is replaced: the
+    policy holds on missing metrics, and a few seconds of counters do not make up for them.
+    """
+    if surge is None or observation.request_rate is None:
+        return observation
+    return observation.model_copy(
+        update={"recent_request_rate": surge.completion_rate_per_s, "recent_window_s": surge.span_s}
+    )

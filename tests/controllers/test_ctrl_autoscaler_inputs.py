@@ -3,31 +3,44 @@
 from __future__ import annotations
 
 from tailpilot.api.autoscaling import Observation
-from tailpilot.controllers.autoscaler import (
+from tailpilot.policy.from_spec import (
     arrival_lookback_s,
+    observation_windows,
     policy_config,
-    recent_window_s,
-    with_surge,
+    prometheus_recent_window_s,
 )
-from tailpilot.policy.surge import SurgeReading
+from tailpilot.policy.signals import READ_PERIOD_S
+from tailpilot.policy.surge import SurgeReading, with_surge
 from tests.controllers.specs import service
 
 
-def test_the_recent_window_is_a_control_period_but_at_least_two_scrapes():
-    assert recent_window_s(service(), control_period_s=15) == 30  # default 15 s scrapes: two of them
+def test_from_the_pods_the_recent_window_is_a_control_period_and_arrivals_are_binned_by_reads():
+    windows = observation_windows(service().spec, control_period_s=15)
+    assert (windows.window_s, windows.recent_window_s) == (60, 15)
+    assert (windows.arrival_lookback_s, windows.arrival_bin_s) == (300, READ_PERIOD_S)
+    # Reads are kept for the longest window and one bin more.
+    assert windows.keep_s == 300 + READ_PERIOD_S
+    short = service(
+        slo={"p99LatencyMs": 50, "evaluationWindowSeconds": 120}, autoscaling={"absorbBursts": False}
+    )
+    assert observation_windows(short.spec, control_period_s=15).keep_s == 120 + READ_PERIOD_S
+
+
+def test_from_prometheus_the_recent_window_is_a_control_period_but_at_least_two_scrapes():
+    assert prometheus_recent_window_s(service().spec, control_period_s=15) == 30  # 15 s scrapes: two
     fast = service(monitoring={"scrapeIntervalSeconds": 1})
-    assert recent_window_s(fast, control_period_s=4) == 4
+    assert prometheus_recent_window_s(fast.spec, control_period_s=4) == 4
 
 
 def test_bursts_are_looked_for_over_the_stabilization_window_unless_switched_off():
-    assert arrival_lookback_s(service()) == 300
-    assert arrival_lookback_s(service(autoscaling={"scaleDownStabilizationSeconds": 120})) == 120
-    assert arrival_lookback_s(service(autoscaling={"absorbBursts": False})) is None
+    assert arrival_lookback_s(service().spec) == 300
+    assert arrival_lookback_s(service(autoscaling={"scaleDownStabilizationSeconds": 120}).spec) == 120
+    assert arrival_lookback_s(service(autoscaling={"absorbBursts": False}).spec) is None
 
 
 def test_policy_config_carries_the_spec_bounds():
     config = policy_config(
-        service(autoscaling={"minReplicas": 2, "maxReplicas": 7, "dryRun": True}), control_period_s=10
+        service(autoscaling={"minReplicas": 2, "maxReplicas": 7, "dryRun": True}).spec, control_period_s=10
     )
     assert (config.min_replicas, config.max_replicas, config.dry_run) == (2, 7, True)
     assert (config.p99_target_ms, config.control_period_s) == (50, 10)

@@ -1,4 +1,4 @@
-"""The fast check's parts: Triton's metrics page, the rates, the label changes, the surge check."""
+"""The fast loop's parts: Triton's metrics page, the rates, the label changes, the surge check."""
 
 from __future__ import annotations
 
@@ -10,17 +10,11 @@ import httpx
 import pytest
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.fast_checks import (
-    FastChecker,
-    PodCounters,
-    Sample,
-    arrival_rate_per_s,
-    completion_rate_per_s,
-    label_changes,
-    parse_pod_counters,
-)
+from tailpilot.controllers.fast_checks import FastChecker, label_changes
 from tailpilot.controllers.kubeapi import ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
+from tailpilot.policy.signals import PodRead, TritonCounters, arrival_rate_per_s, completion_rate_per_s
 from tests.controllers.triton_fixtures import echo_service
 from tests.fakes import FakeClock
 
@@ -38,12 +32,38 @@ nv_inference_pending_request_count{model="other",version="1"} 50
 
 
 def test_counters_of_the_model_summed_over_versions():
-    assert parse_pod_counters(PAGE, model="echo") == PodCounters(success=125.0, pending=7.0)
-    assert parse_pod_counters(PAGE, model="absent") is None
+    assert parse_triton_counters(PAGE, model="echo") == TritonCounters(success=125.0, pending=7.0)
+    assert parse_triton_counters(PAGE, model="absent") is None
 
 
-def sample(at_s: float, **pods: tuple[float, float]) -> Sample:
-    return Sample(at_s=at_s, pods={p: PodCounters(success=s, pending=q) for p, (s, q) in pods.items()})
+def test_every_counter_the_observation_needs_is_read_from_the_page():
+    page = "\n".join(
+        f'{metric}{{model="echo",version="1"}} {value}'
+        for metric, value in [
+            ("nv_inference_request_success", 10),
+            ("nv_inference_request_failure", 1),
+            ("nv_inference_count", 30),
+            ("nv_inference_exec_count", 4),
+            ("nv_inference_request_duration_us", 5000),
+            ("nv_inference_queue_duration_us", 1200),
+            ("nv_inference_compute_infer_duration_us", 3000),
+            ("nv_inference_pending_request_count", 2),
+        ]
+    )
+    assert parse_triton_counters(page + "\n", model="echo") == TritonCounters(
+        success=10,
+        pending=2,
+        failure=1,
+        inference_count=30,
+        exec_count=4,
+        request_duration_us=5000,
+        queue_duration_us=1200,
+        compute_duration_us=3000,
+    )
+
+
+def sample(at_s: float, **pods: tuple[float, float]) -> PodRead:
+    return PodRead(at_s=at_s, pods={p: TritonCounters(success=s, pending=q) for p, (s, q) in pods.items()})
 
 
 def test_arrivals_are_completions_plus_queue_growth_over_the_span():
@@ -126,7 +146,7 @@ class FakeKube:
 def surge_checks(
     autoscaling: dict[str, Any], counters: list[tuple[float, float]]
 ) -> tuple[list, FakeKube, int]:
-    """Run one fast check per (success, pending) reading of the one pod, 3 s apart."""
+    """Run one fast check per (success, pending) reading of the one pod, 3 s apart (as the earlier period)."""
     body = {
         **echo_service("ns", slo={"p99LatencyMs": 100}, autoscaling=autoscaling),
         "status": {"profile": PROFILE, "replicas": 1},
@@ -150,7 +170,12 @@ def surge_checks(
     async def run() -> list:
         async with httpx.AsyncClient(transport=httpx.MockTransport(page)) as http:
             fake_clock = FakeClock()
-            checker = FastChecker(kube=kube, http=http, metrics=OperatorMetrics(), clock=fake_clock)  # type: ignore[arg-type]
+            checker = FastChecker(
+                kube=kube,  # type: ignore[arg-type]
+                signals=PodSignals(http=http, clock=fake_clock),
+                metrics=OperatorMetrics(),
+                clock=fake_clock,
+            )
             results = []
             for i, reading in enumerate(counters):
                 fake_clock.now, clock["reading"] = 3.0 * i, reading
@@ -180,8 +205,10 @@ def test_no_decision_while_the_arrivals_fit_or_when_the_field_is_off():
     assert not any(r.surge for r in results)
     steep = [(0.0, 0.0), (60.0, 30.0), (120.0, 60.0), (180.0, 90.0)]
     results, _, reads = surge_checks({"surgeResponse": False}, steep)
-    assert not any(r.surge for r in results) and reads == 0  # off: the pods are not even read
-    # Nor with the autoscaler off: nothing would decide (with rotation on, the pods are still read).
+    # Off: no early decision, but the pods are read every period for the autoscaler's observation.
+    assert not any(r.surge for r in results) and reads == len(steep)
+    # Nor with the autoscaler off: nothing would decide, nothing reads the pods (with rotation on,
+    # they are read).
     results, _, reads = surge_checks({"enabled": False, "surgeResponse": True}, steep)
     assert not any(r.surge for r in results) and reads == 0
     results, _, reads = surge_checks(
@@ -206,7 +233,8 @@ def rotation_service(labels: dict[str, str]) -> FakeKube:
 def release(kube: FakeKube, metrics: OperatorMetrics) -> frozenset[str]:
     async def run() -> frozenset[str]:
         async with httpx.AsyncClient() as http:
-            return await FastChecker(kube=kube, http=http, metrics=metrics).release("ns", "echo")  # type: ignore[arg-type]
+            checker = FastChecker(kube=kube, signals=PodSignals(http=http), metrics=metrics)  # type: ignore[arg-type]
+            return await checker.release("ns", "echo")
 
     return asyncio.run(run())
 

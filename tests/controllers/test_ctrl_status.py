@@ -9,7 +9,6 @@ from typing import Any
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import AccuracyReport, BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
-from tailpilot.controllers.autoscaler import policy_config
 from tailpilot.controllers.status import (
     applied_spec_replicas,
     batching_in_force,
@@ -27,6 +26,7 @@ from tailpilot.controllers.status import (
     status_patch,
 )
 from tailpilot.policy import Learned, PolicyState
+from tailpilot.policy.from_spec import policy_config
 from tests.controllers.specs import service
 
 
@@ -214,9 +214,9 @@ def test_with_autoscaling_off_spec_replicas_is_the_count_and_toggling_keeps_it()
 
 
 def test_policy_config_carries_the_scale_up_stabilization():
-    assert policy_config(service(), control_period_s=15).scale_up_stabilization_s == 0
+    assert policy_config(service().spec, control_period_s=15).scale_up_stabilization_s == 0
     windowed = service(autoscaling={"scaleUpStabilizationSeconds": 120})
-    assert policy_config(windowed, control_period_s=15).scale_up_stabilization_s == 120
+    assert policy_config(windowed.spec, control_period_s=15).scale_up_stabilization_s == 120
 
 
 def test_the_patch_removes_what_the_status_no_longer_has_at_every_level():

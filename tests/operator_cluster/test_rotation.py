@@ -24,6 +24,7 @@ from tailpilot.builders.triton_server import TritonServer
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.kubeapi import Kube
 from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.manifests.meta import selector_labels
 from tailpilot_e2e.wait import eventually
 from tests.controllers import triton_fixtures
@@ -139,7 +140,7 @@ def test_a_backlogged_pod_leaves_the_service_while_fresh_ones_carry_the_load_the
 
         async def scenario() -> None:
             async with httpx.AsyncClient(transport=PodRoutes(routes)) as http:
-                checker = FastChecker(kube=Kube(k8s), http=http, metrics=metrics)
+                checker = FastChecker(kube=Kube(k8s), signals=PodSignals(http=http), metrics=metrics)
                 with load:
                     held = await check_until(checker, namespace, lambda h: bool(h), checks=20)
                     assert held == {"echo-a"}

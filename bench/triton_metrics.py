@@ -1,0 +1,79 @@
+"""Triton's metrics page and Prometheus' latency answer for simulated pods.
+
+What a real Triton serves on :8002/metrics (the counters and gauge the operator reads, in the
+Prometheus text exposition format) and what a real Prometheus answers to the operator's latency
+query (`tailpilot.controllers.observe.latency_query`), built from the simulator's values. Used where
+the operator's own I/O code must read the simulated fleet: the observation-parity test (and any
+local endpoint that plays Triton for simulated pods).
+
+Values are written with `repr`, so a parser reads back exactly the float that was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tailpilot.api import constants as c
+from tailpilot.policy.signals import PodLatency, TritonCounters
+
+#: Triton metric -> TritonCounters field, in the order Triton prints them.
+_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("nv_inference_request_success", "success", "counter", "Number of successful inference requests"),
+    ("nv_inference_request_failure", "failure", "counter", "Number of failed inference requests"),
+    ("nv_inference_count", "inference_count", "counter", "Number of inferences performed"),
+    ("nv_inference_exec_count", "exec_count", "counter", "Number of model executions performed"),
+    (
+        "nv_inference_request_duration_us",
+        "request_duration_us",
+        "counter",
+        "Cumulative inference request duration in microseconds",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "queue_duration_us",
+        "counter",
+        "Cumulative inference queuing duration",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "compute_duration_us",
+        "counter",
+        "Cumulative compute inference duration in microseconds",
+    ),
+    ("nv_inference_pending_request_count", "pending", "gauge", "Instantaneous number of pending requests"),
+)
+
+
+def metrics_page(counters: TritonCounters, *, model: str, version: str = "1") -> str:
+    """Triton's metrics page for one pod serving `model`."""
+    labels = f'model="{model}",version="{version}"'
+    lines = []
+    for metric, field, kind, text in _FAMILIES:
+        lines += [
+            f"# HELP {metric} {text}",
+            f"# TYPE {metric} {kind}",
+            f"{metric}{{{labels}}} {getattr(counters, field)!r}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def latency_answer(
+    latency: Mapping[tuple[str, str], Mapping[str, PodLatency]], *, at_s: float
+) -> dict[str, Any]:
+    """Prometheus' JSON answer to the latency query: (namespace, service) -> pod -> summary."""
+    result = []
+    for (namespace, service), pods in latency.items():
+        for pod, summary in pods.items():
+            quantiles = list(summary.quantiles_us)
+            if summary.p99_us is not None:
+                quantiles.append((0.99, summary.p99_us))
+            for q, value in quantiles:
+                labels = {
+                    c.METRIC_LABEL_NAMESPACE: namespace,
+                    c.METRIC_LABEL_ISVC: service,
+                    "pod": pod,
+                    "quantile": repr(q),
+                }
+                result.append({"metric": labels, "value": [at_s, repr(value)]})
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}

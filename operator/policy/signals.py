@@ -1,0 +1,315 @@
+"""The fast signals: the pods' own Triton counters, read every few seconds, turned into an Observation.
+
+One path for the operator and the benchmark. The operator reads each Ready Triton pod's metrics
+page (`tailpilot.controllers.pod_signals`); the simulator hands the same cumulative counters of its
+simulated pods. Both append one `PodRead` per read period to a `ReadHistory` and build the
+policy's `Observation` with `observation_from_reads`, with the windows of `ObservationWindows`
+(derived from the spec's defaults in `tailpilot.policy.from_spec`). Prometheus stays the source of
+the latency summaries (each pod's P99 and other quantiles as of its last scrape), passed in as
+`PodLatency`: the SLO feedback, alerts and history stay where a platform team looks for them.
+
+Why read the pods rather than Prometheus: a scrape interval (15 s by default) plus a `rate` window
+(two scrapes at least) means a load step shows in Prometheus' rates 30 s or more after it starts,
+and arrival bins of a scrape interval blur a burst into the baseline. The pods' own counters, read
+every `READ_PERIOD_S`, show it within seconds (Knative's autoscaler reads its queue-proxies
+directly every second for the same reason).
+
+Rates are counter growth between two reads of the same pod (a counter that went down was reset by
+a restart and counts from zero), over the newest read and the pod's newest read at least the window
+older (or its oldest): what `rate()` computes, without Prometheus' extrapolation to the window's
+edges. Arrivals per bin are, per pod, its completions plus its queue's growth between consecutive
+reads, counted in the bin where the newer read falls; a pod counts only what it served while read.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from tailpilot.api.autoscaling import Observation
+from tailpilot.policy.estimate import PodMetrics, observation_from_pod_metrics
+
+#: Seconds between two reads of a service's pods (the operator's default and the benchmark's): the
+#: period of the fast rules (rotation, surge check) too.
+READ_PERIOD_S: Final = 2.0
+#: Seconds of arrivals the fast rules measure their rate over: a burst must show at once.
+ARRIVAL_SPAN_S: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class TritonCounters:
+    """One pod's Triton counters for the service's model (cumulative since the server started), and its queue.
+
+    Attributes:
+        success: `nv_inference_request_success`.
+        pending: `nv_inference_pending_request_count` (a gauge: requests queued now).
+        failure: `nv_inference_request_failure`.
+        inference_count: `nv_inference_count` (items, > requests when clients batch).
+        exec_count: `nv_inference_exec_count` (batches executed).
+        request_duration_us: `nv_inference_request_duration_us`.
+        queue_duration_us: `nv_inference_queue_duration_us`.
+        compute_duration_us: `nv_inference_compute_infer_duration_us`.
+    """
+
+    success: float
+    pending: float
+    failure: float = 0.0
+    inference_count: float = 0.0
+    exec_count: float = 0.0
+    request_duration_us: float = 0.0
+    queue_duration_us: float = 0.0
+    compute_duration_us: float = 0.0
+
+
+_ZERO = TritonCounters(success=0.0, pending=0.0)
+
+#: PodMetrics rate field -> the TritonCounters counter it is the per-second growth of.
+RATE_FIELDS: Final[Mapping[str, str]] = {
+    "request_rate": "success",
+    "failure_rate": "failure",
+    "inference_count_rate": "inference_count",
+    "exec_count_rate": "exec_count",
+    "request_duration_us_rate": "request_duration_us",
+    "queue_duration_us_rate": "queue_duration_us",
+    "compute_duration_us_rate": "compute_duration_us",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PodRead:
+    """One read of a service's pods: the counters of every pod that answered, at `at_s`."""
+
+    at_s: float
+    pods: Mapping[str, TritonCounters]
+
+
+@dataclass(frozen=True, slots=True)
+class PodLatency:
+    """A pod's latency summary as Prometheus last scraped it (`nv_inference_request_summary_us`).
+
+    Attributes:
+        p99_us: The 0.99 quantile (None: not exported, or no request in the summary's window).
+        quantiles_us: The other quantiles, (quantile, microseconds).
+    """
+
+    p99_us: float | None
+    quantiles_us: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationWindows:
+    """The windows an Observation is built over (seconds).
+
+    Attributes:
+        window_s: The evaluation window (spec.slo.evaluationWindowSeconds): rates, batch size, times.
+        recent_window_s: The recent rate's window: a load step shows there first.
+        arrival_lookback_s: How far back the arrival curve reaches (None: bursts not sized).
+        arrival_bin_s: The arrival curve's bin: the read period.
+    """
+
+    window_s: float
+    recent_window_s: float
+    arrival_lookback_s: float | None
+    arrival_bin_s: float = READ_PERIOD_S
+
+    @property
+    def keep_s(self) -> float:
+        """How long reads are kept: the longest window, and one bin more (k bins need k + 1 reads)."""
+        return max(self.window_s, self.recent_window_s, self.arrival_lookback_s or 0.0) + self.arrival_bin_s
+
+
+class ReadHistory:
+    """A service's recent reads, oldest first, kept for `keep_s` (reads arrive in time order)."""
+
+    def __init__(self, *, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self._reads: deque[PodRead] = deque()
+
+    def add(self, read: PodRead) -> None:
+        """Append a read and drop those older than `keep_s` before it (a read out of order is ignored)."""
+        if self._reads and read.at_s <= self._reads[-1].at_s:
+            return
+        self._reads.append(read)
+        while self._reads and self._reads[0].at_s < read.at_s - self.keep_s:
+            self._reads.popleft()
+
+    @property
+    def reads(self) -> Sequence[PodRead]:
+        """The kept reads, oldest first."""
+        return tuple(self._reads)
+
+    @property
+    def newest(self) -> PodRead | None:
+        """The newest read (None before the first)."""
+        return self._reads[-1] if self._reads else None
+
+    def __len__(self) -> int:
+        return len(self._reads)
+
+
+def _grown(new: float, old: float) -> float:
+    """Counter growth; a counter below its earlier value was reset (a restart) and counts from zero."""
+    return new - old if new >= old else new
+
+
+def _span(reads: Sequence[PodRead], span_s: float) -> tuple[PodRead, PodRead] | None:
+    """(the newest read at least `span_s` older than the newest, or the oldest; the newest)."""
+    if len(reads) < 2:
+        return None
+    newest = reads[-1]
+    times = [r.at_s for r in reads]
+    i = bisect.bisect_right(times, newest.at_s - span_s) - 1
+    base = reads[max(0, i)]
+    return (base, newest) if newest.at_s > base.at_s else None
+
+
+def arrival_rate_per_s(reads: Iterable[PodRead], *, span_s: float) -> float | None:
+    """Requests that arrived per second between the newest read and the newest one `span_s` older.
+
+    Arrivals on a pod are its completions plus the growth of its queue. A pod absent from the older
+    read started since: its whole counter counts (it can only overstate the rate). None with a
+    single read.
+    """
+    pair = _span(list(reads), span_s)
+    if pair is None:
+        return None
+    base, newest = pair
+    arrivals = 0.0
+    for pod, now in newest.pods.items():
+        then = base.pods.get(pod, _ZERO)
+        arrivals += _grown(now.success, then.success) + now.pending - then.pending
+    return max(0.0, arrivals) / (newest.at_s - base.at_s)
+
+
+def completion_rate_per_s(reads: Iterable[PodRead], *, span_s: float) -> float | None:
+    """Requests completed per second over the same span as `arrival_rate_per_s` (None with one read)."""
+    pair = _span(list(reads), span_s)
+    if pair is None:
+        return None
+    base, newest = pair
+    done = sum(_grown(now.success, base.pods.get(pod, _ZERO).success) for pod, now in newest.pods.items())
+    return done / (newest.at_s - base.at_s)
+
+
+def _pod_reads(reads: Sequence[PodRead], pod: str, since_s: float) -> tuple[float, TritonCounters] | None:
+    """The pod's read to measure growth from: its newest at or before `since_s`, else its oldest after."""
+    base: tuple[float, TritonCounters] | None = None
+    for read in reads:
+        counters = read.pods.get(pod)
+        if counters is None:
+            continue
+        if read.at_s <= since_s or base is None:
+            base = (read.at_s, counters)
+        if read.at_s > since_s:
+            break
+    return base
+
+
+def _rates(reads: Sequence[PodRead], pod: str, window_s: float) -> dict[str, float] | None:
+    """The pod's counter rates over the window (None: fewer than two reads of it)."""
+    newest = reads[-1]
+    now = newest.pods.get(pod)
+    base = _pod_reads(reads, pod, newest.at_s - window_s)
+    if now is None or base is None or base[0] >= newest.at_s:
+        return None
+    elapsed = newest.at_s - base[0]
+    return {
+        field: _grown(getattr(now, counter), getattr(base[1], counter)) / elapsed
+        for field, counter in RATE_FIELDS.items()
+    }
+
+
+def pod_metrics_from_reads(
+    reads: Sequence[PodRead],
+    *,
+    window_s: float,
+    recent_window_s: float | None = None,
+    latency: Mapping[str, PodLatency] | None = None,
+) -> list[PodMetrics]:
+    """Each pod of the newest read with two reads or more: its rates, queue, and Prometheus' quantiles.
+
+    A pod in the newest read but read once only (it just started) gives its queue and no rates.
+    """
+    if not reads:
+        return []
+    newest = reads[-1]
+    latency = latency or {}
+    pods = []
+    for pod in sorted(newest.pods):
+        rates = _rates(reads, pod, window_s) or {}
+        recent = _rates(reads, pod, recent_window_s) if recent_window_s else None
+        summary = latency.get(pod)
+        pods.append(
+            PodMetrics(
+                pod=pod,
+                pending_requests=newest.pods[pod].pending,
+                last_sample_s=newest.at_s,
+                p99_us=summary.p99_us if summary else None,
+                quantiles_us=summary.quantiles_us if summary else (),
+                recent_request_rate=recent["request_rate"] if recent else None,
+                **rates,
+            )
+        )
+    return pods
+
+
+def arrival_counts(reads: Sequence[PodRead], *, lookback_s: float, bin_s: float) -> tuple[float, ...]:
+    """Arrivals in each `bin_s` bin of the lookback ending at the newest read, oldest first.
+
+    Per pod, between consecutive reads of it: completions plus the queue's growth, in the bin where
+    the newer read falls (a pod's first read counts nothing: what it holds arrived before it was
+    read). Bins before the oldest read are left out, so a young history gives fewer bins.
+    """
+    if len(reads) < 2 or bin_s <= 0:
+        return ()
+    end = reads[-1].at_s
+    covered = min(lookback_s, end - reads[0].at_s)
+    n = int(covered / bin_s + 1e-9)
+    if n <= 0:
+        return ()
+    start = end - n * bin_s
+    counts = [0.0] * n
+    last: dict[str, TritonCounters] = {}
+    for read in reads:
+        k = n - 1 - int((end - read.at_s) / bin_s + 1e-9) if read.at_s > start else -1
+        for pod, now in read.pods.items():
+            then = last.get(pod)
+            last[pod] = now
+            if then is None or k < 0:
+                continue
+            counts[min(k, n - 1)] += _grown(now.success, then.success) + now.pending - then.pending
+    return tuple(max(0.0, x) for x in counts)
+
+
+def observation_from_reads(
+    reads: Sequence[PodRead],
+    *,
+    windows: ObservationWindows,
+    now_s: float,
+    latency: Mapping[str, PodLatency] | None = None,
+) -> Observation:
+    """The policy's Observation from a service's reads (oldest first) and its pods' latency summaries.
+
+    The pods are those of the newest read; `data_age_s` is `now_s` less its time. No read gives an
+    Observation without a request rate (MetricsMissing).
+    """
+    if not reads:
+        return Observation(at_s=now_s, request_rate=None, p99_ms=None)
+    counts = (
+        arrival_counts(reads, lookback_s=windows.arrival_lookback_s, bin_s=windows.arrival_bin_s)
+        if windows.arrival_lookback_s
+        else ()
+    )
+    return observation_from_pod_metrics(
+        pods=pod_metrics_from_reads(
+            reads, window_s=windows.window_s, recent_window_s=windows.recent_window_s, latency=latency
+        ),
+        window_s=windows.window_s,
+        now_s=now_s,
+        recent_window_s=windows.recent_window_s,
+        arrival_counts=counts,
+        arrival_bin_s=windows.arrival_bin_s if counts else None,
+    )

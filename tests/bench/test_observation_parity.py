@@ -1,0 +1,192 @@
+"""One loop: the benchmark's TailPilot observes exactly what the operator's own code observes.
+
+A simulated service (T5's load step, scale-ups included) is run with the benchmark's TailPilot. Every
+read period its pods' counters and Prometheus' latency summaries are recorded; then they are replayed
+to the operator's I/O code over real HTTP: each pod's Triton metrics page and Prometheus' query
+answer served by a local server, read by `PodSignals` and `LatencyBoard` and turned into an
+Observation by `Autoscaler._observe` with the service's spec (API defaults). Every decision's
+observation must be identical on both paths, field by field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
+from tailpilot.bench.simulator import FleetView, Target, simulate
+from tailpilot.bench.suite import Setup, baseline_params, make_controller, oracle_needs, sim_config, trace_of
+from tailpilot.bench.tailpilot_policy import CONTROL_PERIOD_S, TailPilot
+from tailpilot.bench.triton_metrics import latency_answer, metrics_page
+from tailpilot.controllers.autoscaler import Autoscaler
+from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.policy.from_spec import observation_windows
+from tailpilot.policy.signals import PodLatency, TritonCounters
+from tests.fakes import FakeClock
+
+NAMESPACE, NAME, MODEL = "shop", "resnet", "resnet"
+
+
+class Recorder:
+    """Wraps the benchmark's TailPilot; records what each read period gave it."""
+
+    def __init__(self, inner: TailPilot, *, scrape_s: float, window_s: float) -> None:
+        self.inner, self.tick_s = inner, inner.tick_s
+        self._scrape_s, self._window_s = scrape_s, window_s
+        self.ticks: list[tuple[float, dict[str, TritonCounters], dict[str, PodLatency], bool]] = []
+
+    def initial(self) -> Target:
+        return self.inner.initial()
+
+    def decide(self, view: FleetView) -> Target:
+        counters = view.pod_counters()
+        latency = view.scraped_latency(window_s=self._window_s, scrape_s=self._scrape_s)
+        decisions = len(self.inner.observations)
+        target = self.inner.decide(view)
+        self.ticks.append((view.now_s, counters, latency, len(self.inner.observations) > decisions))
+        return target
+
+
+class Pages:
+    """What the local server answers: each pod's metrics page, and Prometheus' latency answer."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, str] = {}
+        self.latency: dict[str, Any] = {}
+        self.queries: list[str] = []
+
+    def serve(self) -> ThreadingHTTPServer:
+        pages = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                url = httpx.URL(self.path)
+                if url.path == "/api/v1/query":
+                    pages.queries.append(url.params["query"])
+                    body, kind = json.dumps(pages.latency).encode(), "application/json"
+                else:  # /pods/<ip>/metrics
+                    body, kind = pages.pods[url.path.split("/")[2]].encode(), "text/plain; version=0.0.4"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # a read opens one connection per pod at once
+
+        server = Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+class ToLocalServer(httpx.AsyncBaseTransport):
+    """Sends a pod's metrics request (http://<pod IP>:8002/metrics) to the local server."""
+
+    def __init__(self, port: int) -> None:
+        self._port, self._inner = port, httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.port == c.TRITON_METRICS_PORT:
+            request.url = request.url.copy_with(
+                host="127.0.0.1", port=self._port, path=f"/pods/{request.url.host}/metrics"
+            )
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def pod_ip(pod: str) -> str:
+    index = int(pod.rsplit("-", 1)[1])
+    return f"10.1.{index // 256}.{index % 256}"
+
+
+@pytest.mark.slow
+def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stream():
+    setup = Setup(profile=load_profile(DEFAULT_PROFILE), slo_ms=880.0, duration_s=633.0, max_replicas=12)
+    _, needs = oracle_needs((setup, "T5-step"))
+    inner = make_controller(
+        setup, policy="tailpilot", ts=30.0, needs=needs, params=baseline_params(setup, needs[0].replicas)
+    )
+    assert isinstance(inner, TailPilot)
+    isvc = InferenceService.model_validate(
+        {
+            "apiVersion": f"{c.GROUP}/{c.VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": inner._spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        }
+    )
+    spec = isvc.spec
+    recorder = Recorder(
+        inner, scrape_s=spec.monitoring.scrape_interval_seconds, window_s=spec.slo.evaluation_window_seconds
+    )
+    result = simulate(
+        arrivals_s=trace_of(setup, "T5-step").arrivals,
+        config=sim_config(setup, "T5-step", startup_s=30.0),
+        controller=recorder,
+    )
+    assert any(new > old for _, old, new in result.actions), "the step must make the fleet grow"
+    assert not inner.errors
+
+    pages = Pages()
+    server = pages.serve()
+    clock = FakeClock()
+    windows = observation_windows(spec, control_period_s=CONTROL_PERIOD_S)
+
+    async def replay() -> list:
+        transport = ToLocalServer(server.server_address[1])
+        async with httpx.AsyncClient(transport=transport) as http:
+            signals = PodSignals(http=http, clock=clock)
+            autoscaler = Autoscaler(
+                kube=None,  # type: ignore[arg-type]  # _observe talks to the pods and Prometheus only
+                http=http,
+                metrics=OperatorMetrics(),
+                default_prometheus_url=None,
+                control_period_s=CONTROL_PERIOD_S,
+                clock=clock,
+                signals=signals,
+            )
+            observed = []
+            for at_s, counters, latency, decided in recorder.ticks:
+                clock.now = at_s
+                pages.pods = {pod_ip(p): metrics_page(x, model=MODEL) for p, x in counters.items()}
+                await signals.read(
+                    NAMESPACE,
+                    NAME,
+                    model=MODEL,
+                    pod_ips={p: pod_ip(p) for p in counters},
+                    keep_s=windows.keep_s,
+                )
+                if decided:
+                    pages.latency = latency_answer({(NAMESPACE, NAME): latency}, at_s=at_s)
+                    prometheus = f"http://127.0.0.1:{server.server_address[1]}"
+                    observed.append(await autoscaler._observe(isvc, prometheus, at_s))
+            return observed
+
+    try:
+        observed = asyncio.run(replay())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(observed) == len(inner.observations) >= 600 // CONTROL_PERIOD_S
+    for operator, bench in zip(observed, inner.observations, strict=True):
+        assert operator.rates_from == "Pods"
+        assert operator.model_copy(update={"rates_from": None}) == bench
+    # Every decision's observation had traffic, latency and a burst curve to compare.
+    assert all(o.request_rate and o.p99_ms and o.arrival_counts for o in observed[2:])
+    # One latency query a decision (the board's answer is older than its age limit each period).
+    assert len(pages.queries) == len(observed)

@@ -1,0 +1,121 @@
+"""The fast signals: the pods' cumulative Triton counters, read every few seconds, into an Observation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailpilot.policy.signals import (
+    ObservationWindows,
+    PodLatency,
+    PodRead,
+    ReadHistory,
+    TritonCounters,
+    arrival_counts,
+    observation_from_reads,
+    pod_metrics_from_reads,
+)
+
+
+def counters(success: float, pending: float = 0.0, **more: float) -> TritonCounters:
+    return TritonCounters(success=success, pending=pending, **more)
+
+
+def read(at_s: float, **pods: TritonCounters) -> PodRead:
+    return PodRead(at_s=at_s, pods=pods)
+
+
+def test_rates_are_counter_growth_per_second_between_the_newest_read_and_one_a_window_older():
+    reads = [
+        read(0.0, a=counters(0, exec_count=0, inference_count=0)),
+        read(10.0, a=counters(100, exec_count=20, inference_count=100, queue_duration_us=5e5)),
+        read(20.0, a=counters(300, exec_count=60, inference_count=300, queue_duration_us=1.5e6)),
+    ]
+    (pod,) = pod_metrics_from_reads(reads, window_s=10.0, recent_window_s=None)
+    assert pod.request_rate == pytest.approx(20.0)  # (300 - 100) / 10 s
+    assert pod.exec_count_rate == pytest.approx(4.0)
+    assert pod.queue_duration_us_rate == pytest.approx(1e5)
+    # A window longer than the history measures from the oldest read.
+    (whole,) = pod_metrics_from_reads(reads, window_s=60.0)
+    assert whole.request_rate == pytest.approx(15.0)
+
+
+def test_a_window_between_reads_measures_from_the_newest_read_before_its_start():
+    reads = [read(0.0, a=counters(0)), read(4.0, a=counters(40)), read(8.0, a=counters(120))]
+    # Window 6 s starts at 2 s: the read at 0 s is the newest at or before it.
+    (pod,) = pod_metrics_from_reads(reads, window_s=6.0)
+    assert pod.request_rate == pytest.approx(15.0)
+
+
+def test_a_restarted_pod_counts_from_zero_and_a_new_pod_gives_its_queue_but_no_rate():
+    reads = [read(0.0, a=counters(500)), read(5.0, a=counters(20), b=counters(7, pending=3))]
+    a, b = pod_metrics_from_reads(reads, window_s=60.0)
+    assert a.request_rate == pytest.approx(4.0)  # reset to 0, then 20 answered in 5 s
+    assert b.request_rate is None and b.pending_requests == 3.0
+
+
+def test_arrivals_per_bin_are_completions_plus_queue_growth_in_the_bin_of_the_newer_read():
+    reads = [
+        read(0.0, a=counters(0), b=counters(0)),
+        read(2.0, a=counters(10, pending=4), b=counters(6)),
+        read(4.0, a=counters(20, pending=0), b=counters(12)),
+        read(6.0, a=counters(20, pending=0), b=counters(30, pending=10), c=counters(50, pending=5)),
+    ]
+    # Bin (0,2]: 10+4 + 6; (2,4]: 10-4 + 6; (4,6]: 0 + 18+10; pod c's first read counts nothing.
+    assert arrival_counts(reads, lookback_s=60.0, bin_s=2.0) == (20.0, 12.0, 28.0)
+    # The lookback keeps the newest bins; a bin of 4 s sums two reads.
+    assert arrival_counts(reads, lookback_s=4.0, bin_s=2.0) == (12.0, 28.0)
+    assert arrival_counts(reads, lookback_s=60.0, bin_s=4.0) == (40.0,)
+    assert arrival_counts(reads[:1], lookback_s=60.0, bin_s=2.0) == ()
+
+
+def test_a_draining_queue_is_never_negative_arrivals():
+    reads = [read(0.0, a=counters(0, pending=30)), read(2.0, a=counters(5, pending=0))]
+    assert arrival_counts(reads, lookback_s=10.0, bin_s=2.0) == (0.0,)
+
+
+WINDOWS = ObservationWindows(window_s=60.0, recent_window_s=4.0, arrival_lookback_s=6.0, arrival_bin_s=2.0)
+
+
+def test_the_observation_sums_the_pods_rates_and_merges_prometheus_latency():
+    reads = [
+        read(100.0, a=counters(0, request_duration_us=0), b=counters(0, request_duration_us=0)),
+        read(102.0, a=counters(20, request_duration_us=4e5), b=counters(10, request_duration_us=2e5)),
+        read(
+            104.0,
+            a=counters(60, pending=2, request_duration_us=1.2e6),
+            b=counters(20, request_duration_us=4e5),
+        ),
+        read(
+            106.0,
+            a=counters(100, pending=4, request_duration_us=2e6),
+            b=counters(30, request_duration_us=6e5),
+        ),
+    ]
+    latency = {"a": PodLatency(p99_us=40_000.0), "b": PodLatency(p99_us=40_000.0)}
+    obs = observation_from_reads(reads, windows=WINDOWS, now_s=107.0, latency=latency)
+    assert obs.request_rate == pytest.approx(130 / 6)
+    assert obs.recent_request_rate == pytest.approx((80 + 20) / 4) and obs.recent_window_s == 4.0
+    assert obs.p99_ms == pytest.approx(40.0)
+    assert obs.queue_depth_per_replica == pytest.approx(2.0) and obs.ready_replicas == 2
+    assert obs.data_age_s == pytest.approx(1.0)
+    assert obs.arrival_counts == (30.0, 52.0, 52.0) and obs.arrival_bin_s == 2.0
+    # No latency from Prometheus: rates still, no P99.
+    blind = observation_from_reads(reads, windows=WINDOWS, now_s=107.0)
+    assert blind.p99_ms is None and blind.request_rate == obs.request_rate
+
+
+def test_no_read_is_missing_data_and_no_lookback_sizes_no_bursts():
+    assert observation_from_reads([], windows=WINDOWS, now_s=5.0).request_rate is None
+    reads = [read(0.0, a=counters(0)), read(2.0, a=counters(8))]
+    flat = ObservationWindows(window_s=60.0, recent_window_s=15.0, arrival_lookback_s=None)
+    obs = observation_from_reads(reads, windows=flat, now_s=2.0)
+    assert obs.arrival_counts == () and obs.arrival_bin_s is None and obs.request_rate == pytest.approx(4.0)
+
+
+def test_the_history_keeps_its_span_and_ignores_a_read_out_of_order():
+    history = ReadHistory(keep_s=10.0)
+    for t in (0.0, 4.0, 8.0, 12.0):
+        history.add(read(t, a=counters(t)))
+    history.add(read(11.0, a=counters(99)))
+    assert [r.at_s for r in history.reads] == [4.0, 8.0, 12.0]
+    assert history.newest is not None and history.newest.at_s == 12.0 and len(history) == 3
