@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from tailpilot.bench.goals import goal_table
 from tailpilot.bench.suite import TAILPILOT, TAILPILOT_OPTIMISTIC, Row, Setup, SuiteResult
 
 CSV_COLUMNS = (
@@ -185,6 +186,9 @@ def markdown(
             f"{c['replica_seconds']} | {c['oracle_ratio']} | {c['scale_actions']} | {c['flaps']} | "
             f"{c['recovery_s']} | {c['mean_batch']} |"
         )
+    goals = goal_table(result.rows)
+    if goals:
+        lines += ["", "## Goals at the operator's defaults (computed from the table)", "", *goals]
     findings = tailpilot_findings(result.rows)
     lines += ["", "## Where TailPilot's policy misses the SLO or is beaten (computed from the table)", ""]
     lines += [f"- {f}" for f in findings] if findings else ["- Nowhere in this run."]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import subprocess
 import sys
@@ -17,10 +18,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.report import markdown, plot_timelines, text_table, write_csv
 from tailpilot.bench.suite import EXPERIMENTAL_POLICIES, Setup, policy_names, run_suite
-from tailpilot.bench.traces import TRACE_NAMES
+from tailpilot.bench.traces import TRACE_NAMES, read_arrivals
 
 REPO = Path(__file__).resolve().parent.parent
 PLOT_TRACES = ("T5-step", "T6-spike", "T8-azure-code")
@@ -97,12 +101,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def trace_file_duration(arrivals: npt.NDArray[np.float64], *, given_s: float | None) -> tuple[float, str]:
+    """(run length, what was done) for an arrival file: its own length unless --duration-s says otherwise.
+
+    The file's length is its last arrival, rounded up to a whole second. A --duration-s shorter cuts
+    the file; a longer one pads it with silence (no arrivals, the fleet still paid for).
+    """
+    own = float(math.ceil(arrivals[-1])) if arrivals.size else 0.0
+    if given_s is None:
+        return own, f"runs the file's own length, {own:g} s ({arrivals.size} requests)"
+    if given_s < own:
+        kept = int(np.searchsorted(arrivals, given_s))
+        return (
+            given_s,
+            f"--duration-s {given_s:g} cuts the file's {own:g} s: {kept} of {arrivals.size} requests",
+        )
+    if given_s > own:
+        return (
+            given_s,
+            f"--duration-s {given_s:g} pads the file's {own:g} s with {given_s - own:g} s without arrivals",
+        )
+    return given_s, f"runs the file's own length, {own:g} s ({arrivals.size} requests)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     profile = load_profile(args.profile)
     slo = args.slo_ms or default_slo_ms(args.profile)
     duration = args.duration_s or (1200.0 if args.quick else 3600.0)
+    if args.trace is not None:
+        duration, note = trace_file_duration(read_arrivals(args.trace), given_s=args.duration_s)
+        print(f"{args.trace}: {note}")
     setup = Setup(
         profile=profile,
         slo_ms=slo,

@@ -1,4 +1,4 @@
-"""Arrival traces T1-T8 (seeded generators and replays) and a reader for anyone's arrival file.
+"""Arrival traces T1-T10 (seeded generators and replays) and a reader for anyone's arrival file.
 
 Every generator returns sorted arrival times in seconds in [0, duration).  Rates are
 given in requests/s; `build_trace` scales each trace to the fleet's capacity as documented
@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,8 @@ TRACE_NAMES = (
     "T6-spike",
     "T7-azure-conv",
     "T8-azure-code",
+    "T9-flash-crowd",
+    "T10-ramp",
 )
 
 
@@ -74,7 +76,7 @@ def piecewise_poisson(*, steps: Sequence[tuple[float, float]], rng: np.random.Ge
 
 
 def modulated_poisson(
-    *, rate_fn: RateFn, peak_rate: float, duration_s: float, rng: np.random.Generator
+    *, rate_fn: Callable[[Arrivals], Arrivals], peak_rate: float, duration_s: float, rng: np.random.Generator
 ) -> Arrivals:
     """Non-homogeneous Poisson arrivals by thinning (`rate_fn(t) <= peak_rate` everywhere)."""
     cand = poisson(rate=peak_rate, duration_s=duration_s, rng=rng)
@@ -100,6 +102,17 @@ class RateFn:
         for start, length, factor in self.bursts:
             rate = np.where((t >= start) & (t < start + length), rate * factor, rate)
         return np.asarray(rate, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class LinearRate:
+    """A rate linear between (time, rate) points, constant before the first and after the last."""
+
+    points: tuple[tuple[float, float], ...]
+
+    def __call__(self, t: Arrivals) -> Arrivals:
+        times, rates = zip(*self.points, strict=True)
+        return np.asarray(np.interp(t, times, rates), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -273,7 +286,47 @@ def build_trace(name: str, *, capacity_rps: float, duration_s: float, seed: int)
             arr[arr < duration_s],
             f"Azure LLM 2023 {name[9:]} replay, {raw.size} requests x{factor:.2f} (peak minute = 90%)",
         )
+    if name == "T9-flash-crowd":
+        base = peak / FLASH_FACTOR
+        points: list[tuple[float, float]] = [(0.0, base)]
+        for onset in flash_onsets(duration_s):
+            points += [
+                (onset, base),
+                (onset + FLASH_RISE_S, peak),
+                (onset + FLASH_RISE_S + FLASH_HOLD_S, peak),
+                (onset + FLASH_RISE_S + FLASH_HOLD_S + FLASH_FALL_S, base),
+            ]
+        return TraceSpec(
+            name,
+            modulated_poisson(
+                rate_fn=LinearRate(tuple(points)), peak_rate=peak, duration_s=duration_s, rng=rng
+            ),
+            f"Poisson {base:.1f}/s, x{FLASH_FACTOR:g} within {FLASH_RISE_S:g} s for {FLASH_HOLD_S:g} s, back "
+            f"over {FLASH_FALL_S:g} s, at {', '.join(f'{t:g}' for t in flash_onsets(duration_s))} s",
+        )
+    if name == "T10-ramp":
+        low = peak / 5
+        rise = (duration_s / 6, duration_s / 2)  # up over a third of the run, then down as slowly
+        fn = LinearRate(((rise[0], low), (rise[1], peak), (rise[1] + (rise[1] - rise[0]), low)))
+        return TraceSpec(
+            name,
+            modulated_poisson(rate_fn=fn, peak_rate=peak, duration_s=duration_s, rng=rng),
+            f"Poisson, {low:.1f}/s rising linearly to {peak:.1f}/s from {rise[0]:g} s to {rise[1]:g} s, "
+            f"back to {low:.1f}/s by {2 * rise[1] - rise[0]:g} s",
+        )
     raise ValueError(f"unknown trace {name!r}")
+
+
+#: T9: each flash crowd multiplies the base rate by this within `FLASH_RISE_S`, holds it, and fades.
+FLASH_FACTOR = 5.0
+FLASH_RISE_S = 20.0
+FLASH_HOLD_S = 120.0
+FLASH_FALL_S = 60.0
+
+
+def flash_onsets(duration_s: float) -> list[float]:
+    """T9's crowd onsets: four an hour (one per quarter of the run, a fifth of the way into it)."""
+    return [(k + 0.2) * duration_s / 4 for k in range(4)]
 
 
 def step_window(duration_s: float) -> tuple[float, float]:
@@ -292,4 +345,6 @@ def step_onsets(name: str, duration_s: float) -> list[float]:
         return [step_window(duration_s)[0]]
     if name == "T6-spike":
         return [spike_window(duration_s)[0]]
+    if name == "T9-flash-crowd":
+        return flash_onsets(duration_s)
     return []

@@ -111,6 +111,14 @@ PodDisruptionBudgets, ServiceMonitors and PrometheusRules. A namespaced Role all
 one Secret holding the webhook token (the generated one, or `webhook.tokenSecret.name`), when the
 webhook is enabled. With `rbac.create=false`, grant the same yourself.
 
+## Network
+
+The operator reads every Ready Triton pod's metrics page (port 8002) every 2 s, the autoscaler's
+rates, queues and arrivals, and pushes live batching changes to port 8000. Where NetworkPolicies
+isolate the serving namespaces, allow ingress from the operator's pods to those two ports. Without
+them the autoscaler falls back to Prometheus' rates (`status.observed.ratesFrom: Prometheus`,
+answered a scrape interval or two later) and batching stays as deployed.
+
 ## Tested as installed
 
 `tests/real_pods/test_chart_operator.py` runs `helm install` of this chart on the project's local

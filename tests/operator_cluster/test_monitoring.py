@@ -200,7 +200,7 @@ def test_backlog_rotation_rolls_the_label_in_before_the_service_selects_it_and_k
                 timeout=30,
                 description="a rotation check's gauge",
             )
-            assert "cannot read Triton metrics" in operator.log_file.read_text()
+            assert "cannot read the Triton metrics" in operator.log_file.read_text()
 
             # Off again: the Service stops selecting on the label at once (no rollout needed).
             set_rotation(False)
