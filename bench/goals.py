@@ -55,10 +55,10 @@ def goal_checks(rows: Sequence[Row]) -> list[GoalCheck]:
     """Every goal that the run's rows can decide (traces or policies not run are left out)."""
     keyed = _by_key(rows)
     checks: list[GoalCheck] = []
-    for (trace, ts, policy), row in sorted(keyed.items()):
-        if policy != TAILPILOT:
+    for row in rows:  # in the table's order of traces and Ts
+        if row.policy != TAILPILOT:
             continue
-        m = row.metrics
+        trace, ts, m = row.trace, row.ts_s, row.metrics
         if trace in STEADY_TRACES:
             checks.append(
                 GoalCheck(
