@@ -127,6 +127,7 @@ def trace_file_duration(arrivals: npt.NDArray[np.float64], *, given_s: float | N
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    commit = git_commit(REPO)  # before the run writes its files into the tree
     profile = load_profile(args.profile)
     slo = args.slo_ms or default_slo_ms(args.profile)
     duration = args.duration_s or (1200.0 if args.quick else 3600.0)
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             result,
             setup=setup,
             command=command.strip(),
-            commit=git_commit(REPO),
+            commit=commit,
             date=date,
             elapsed_s=time.monotonic() - started,
             plots=plots,
