@@ -87,6 +87,10 @@ bench-rotation: venv ## TailPilot with and without holding backlogged replicas o
 bench-surge: venv ## TailPilot with (its default) and without the surge check (~2 min)
 	$(PY) -P -m tailpilot.bench.run --no-write --policies tailpilot-no-surge,tailpilot,oracle-realizable
 
+.PHONY: bench-fast-loop
+bench-fast-loop: venv ## the operator's CPU for reading 500 services' pods every 2 s over real HTTP (~1 min)
+	$(PY) -P -m tailpilot.bench.fast_loop_cost --services 500 --pods 2 --seconds 30
+
 .PHONY: bench-bound
 bench-bound: venv ## what any causal policy must hold before T5's step and T6's spike, against the oracle (~10 s)
 	$(PY) -P -m tailpilot.bench.causal_bound

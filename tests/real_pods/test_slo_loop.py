@@ -1,8 +1,9 @@
 """The SLO loop end to end on real pods: a load step is answered by the operator, then undone.
 
-Real parts only: the build Job and Triton pods run on local-0, Prometheus discovers them through
-kubernetes_sd, the operator reads P99 and queue depth from it, and an open-loop load generator in
-its own process measures the client-side P99 against the pods' IPs.
+Real parts only: the build Job and Triton pods run on local-0, the operator reads the pods' Triton
+counters every 2 s and their P99 from Prometheus (which discovers them through kubernetes_sd), all
+at the API's defaults, and an open-loop load generator in its own process measures the client-side
+P99 against the pods' IPs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from tailpilot.bench import traces
+from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster
@@ -60,7 +62,9 @@ JUDGED_S = 60.0
 
 @pytest.fixture
 def monitored(monitored_operator: Callable[[float], MonitoredOperator]) -> MonitoredOperator:
-    return monitored_operator(4)
+    # The operator's default control period: the fast loop's surge check answers a step between
+    # decisions.
+    return monitored_operator(DEFAULT_CONTROL_PERIOD_S)
 
 
 def timeline(
@@ -182,7 +186,8 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     sent = np.asarray(result.sent_s, dtype=np.float64)
     latency = np.asarray(result.latency_s, dtype=np.float64)
     ok = np.asarray(result.status) == 200
-    decision = custom_object(real_api, ns, NAME)["status"]["lastDecision"]
+    final = custom_object(real_api, ns, NAME)["status"]
+    decision = final["lastDecision"]
     events = [
         e.reason if e.type != "Warning" else f"{e.reason}: {e.message}"
         for e in core.list_namespaced_event(
@@ -218,6 +223,8 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
         f"P99 {settled_p99:.0f} ms from {in_place_at + SETTLE_S:.0f} s, acted at {acted_at:.0f} s\n{story}"
     )
     assert result.ok >= 0.99 * len(result.status), dict(result.errors)
+    # The loop ran on the pods' own counters (the fast loop read them), not on Prometheus' rates.
+    assert (final.get("observed") or {}).get("ratesFrom") == "Pods", final.get("observed")
 
     # With the load gone, back to one replica once the stabilization window has passed.
     if peak_replicas == 1:

@@ -1,0 +1,175 @@
+"""What the fast loop costs the operator: reading N services' pods every 2 s, and their observations.
+
+Runs the operator's own reader (`tailpilot.controllers.pod_signals.PodSignals`) against real HTTP
+endpoints: a separate process serves Triton's metrics page (`bench/triton_metrics.py`, counters that
+grow with time) for every simulated pod on 127.0.0.1, and every pod IP is routed there. Each service
+is read every `READ_PERIOD_S` by its own task, as the operator's loops do, for `--seconds`; then
+`observation_from_reads` is timed on the histories the run built (what each decision adds).
+
+It measures the operator process only: its CPU seconds per wall second (`time.process_time`), the
+pod reads per second it completed, how late the periods ran, and the CPU time to build one
+observation from a full history (the 300 s burst lookback of reads).
+Not measured here: the pod LIST each read needs from the API server, and Prometheus.
+
+    python -P -m tailpilot.bench.fast_loop_cost --services 500 --pods 2 --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import statistics
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+from tailpilot.api import constants as c
+from tailpilot.bench.triton_metrics import metrics_page
+from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.policy.signals import (
+    READ_PERIOD_S,
+    ObservationWindows,
+    PodRead,
+    TritonCounters,
+    observation_from_reads,
+)
+
+MODEL = "model"
+
+
+def _serve(port_out: multiprocessing.connection.Connection) -> None:
+    """The endpoint process: every path answers a Triton page whose counters grow 20 requests/s."""
+    started = time.monotonic()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as Triton serves
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            answered = 20.0 * (time.monotonic() - started)
+            counters = TritonCounters(
+                success=answered,
+                pending=1.0,
+                inference_count=answered,
+                exec_count=answered / 2,
+                request_duration_us=answered * 40_000,
+                queue_duration_us=answered * 5_000,
+                compute_duration_us=answered * 30_000,
+            )
+            body = metrics_page(counters, model=MODEL).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 1024
+        daemon_threads = True
+
+    server = Server(("127.0.0.1", 0), Handler)
+    port_out.send(server.server_address[1])
+    server.serve_forever()
+
+
+class _ToEndpoint(httpx.AsyncBaseTransport):
+    def __init__(self, port: int) -> None:
+        self._port = port
+        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=256))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.port == c.TRITON_METRICS_PORT:
+            request.url = request.url.copy_with(host="127.0.0.1", port=self._port)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def _run(port: int, *, services: int, pods: int, seconds: float) -> dict[str, float]:
+    windows = ObservationWindows(window_s=60.0, recent_window_s=15.0, arrival_lookback_s=300.0)
+    lateness: list[float] = []
+    reads = 0
+    async with httpx.AsyncClient(transport=_ToEndpoint(port)) as http:
+        signals = PodSignals(http=http)
+        end = time.monotonic() + seconds
+
+        async def loop(index: int) -> None:
+            nonlocal reads
+            ips = {f"svc{index}-pod{p}": f"10.{index // 250}.{index % 250}.{p + 1}" for p in range(pods)}
+            due = time.monotonic() + READ_PERIOD_S * index / services  # spread, as loops start apart
+            while due < end:
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                lateness.append(time.monotonic() - due)
+                read = await signals.read(
+                    "bench", f"svc{index}", model=MODEL, pod_ips=ips, keep_s=windows.keep_s
+                )
+                reads += len(read.pods)
+                due += READ_PERIOD_S
+
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        await asyncio.gather(*(loop(i) for i in range(services)))
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    return {
+        "cpu_per_wall": cpu / wall,
+        "reads_per_s": reads / wall,
+        "wanted_reads_per_s": services * pods / READ_PERIOD_S,
+        "late_p50_s": statistics.median(lateness),
+        "late_max_s": max(lateness),
+        **_observation_cost(windows, pods=pods),
+    }
+
+
+def _observation_cost(windows: ObservationWindows, *, pods: int, repeats: int = 200) -> dict[str, float]:
+    """CPU time of one observation from a full history (the burst lookback's reads, every pod in each)."""
+    count = int(windows.keep_s / READ_PERIOD_S)
+    reads = [
+        PodRead(
+            at_s=k * READ_PERIOD_S,
+            pods={
+                f"pod{p}": TritonCounters(success=40.0 * k, pending=1.0, exec_count=20.0 * k)
+                for p in range(pods)
+            },
+        )
+        for k in range(count)
+    ]
+    started = time.process_time()
+    for _ in range(repeats):
+        observation_from_reads(reads, windows=windows, now_s=reads[-1].at_s)
+    return {"observation_ms": (time.process_time() - started) / repeats * 1000, "reads_per_history": count}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--services", type=int, default=500)
+    ap.add_argument("--pods", type=int, default=2, help="Ready pods per service")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    args = ap.parse_args(argv)
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    server = ctx.Process(target=_serve, args=(send,), daemon=True)
+    server.start()
+    try:
+        port = receive.recv()
+        r = asyncio.run(_run(port, services=args.services, pods=args.pods, seconds=args.seconds))
+    finally:
+        server.terminate()
+        server.join(timeout=10)
+    late = f"median {r['late_p50_s'] * 1000:.0f} ms, max {r['late_max_s'] * 1000:.0f} ms"
+    print(
+        f"{args.services} services x {args.pods} pods, "
+        f"read every {READ_PERIOD_S:g} s for {args.seconds:g} s:\n"
+        f"  operator CPU            {r['cpu_per_wall']:.2f} s per s (one core = 1.00)\n"
+        f"  pod reads completed     {r['reads_per_s']:.0f}/s of {r['wanted_reads_per_s']:.0f}/s wanted\n"
+        f"  periods late            {late}\n"
+        f"  one observation         {r['observation_ms']:.2f} ms CPU from {r['reads_per_history']:.0f} reads"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
