@@ -307,10 +307,10 @@ def build_trace(name: str, *, capacity_rps: float, duration_s: float, seed: int)
     if name == "T10-ramp":
         low = peak / 5
         rise = (duration_s / 6, duration_s / 2)  # up over a third of the run, then down as slowly
-        fn = LinearRate(((rise[0], low), (rise[1], peak), (rise[1] + (rise[1] - rise[0]), low)))
+        ramp = LinearRate(((rise[0], low), (rise[1], peak), (rise[1] + (rise[1] - rise[0]), low)))
         return TraceSpec(
             name,
-            modulated_poisson(rate_fn=fn, peak_rate=peak, duration_s=duration_s, rng=rng),
+            modulated_poisson(rate_fn=ramp, peak_rate=peak, duration_s=duration_s, rng=rng),
             f"Poisson, {low:.1f}/s rising linearly to {peak:.1f}/s from {rise[0]:g} s to {rise[1]:g} s, "
             f"back to {low:.1f}/s by {2 * rise[1] - rise[0]:g} s",
         )
