@@ -108,6 +108,10 @@ class FastChecker:
         self.signals.forget(namespace, name)
         self._over_in_a_row.pop((namespace, name), None)
 
+    async def close(self) -> None:
+        """Close the connections to the pods (the loops are stopped)."""
+        await self.signals.close()
+
     async def check(self, namespace: str, name: str) -> FastCheck:
         """One period: read the pods, then the rotation rule and the surge check where the spec asks."""
         key = (namespace, name)

@@ -113,6 +113,8 @@ class ServiceLoops:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.fast_checker is not None:
+            await self.fast_checker.close()
         if self.fast_checker is not None and checked:
             releases = [self.fast_checker.release(*key) for key in checked]
             # Bounded: a shutdown must not hang on an API server that does not answer.

@@ -199,7 +199,7 @@ def run(
     http = httpx.AsyncClient(timeout=10.0)
     # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
     # (rotation, surge check) read the same history.
-    signals = PodSignals(http=http, clock=clock)
+    signals = PodSignals(clock=clock)
     autoscaler = Autoscaler(
         kube=kube,
         http=http,

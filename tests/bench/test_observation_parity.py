@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
 import pytest
@@ -31,9 +28,10 @@ from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.signals import PodLatency, TritonCounters
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, PageServer
 
 NAMESPACE, NAME, MODEL = "shop", "resnet", "resnet"
+TEXT = "text/plain; version=0.0.4"
 
 
 class Recorder:
@@ -54,59 +52,6 @@ class Recorder:
         target = self.inner.decide(view)
         self.ticks.append((view.now_s, counters, latency, len(self.inner.observations) > decisions))
         return target
-
-
-class Pages:
-    """What the local server answers: each pod's metrics page, and Prometheus' latency answer."""
-
-    def __init__(self) -> None:
-        self.pods: dict[str, str] = {}
-        self.latency: dict[str, Any] = {}
-        self.queries: list[str] = []
-
-    def serve(self) -> ThreadingHTTPServer:
-        pages = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
-                url = httpx.URL(self.path)
-                if url.path == "/api/v1/query":
-                    pages.queries.append(url.params["query"])
-                    body, kind = json.dumps(pages.latency).encode(), "application/json"
-                else:  # /pods/<ip>/metrics
-                    body, kind = pages.pods[url.path.split("/")[2]].encode(), "text/plain; version=0.0.4"
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 128  # a read opens one connection per pod at once
-
-        server = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
-
-class ToLocalServer(httpx.AsyncBaseTransport):
-    """Sends a pod's metrics request (http://<pod IP>:8002/metrics) to the local server."""
-
-    def __init__(self, port: int) -> None:
-        self._port, self._inner = port, httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.port == c.TRITON_METRICS_PORT:
-            request.url = request.url.copy_with(
-                host="127.0.0.1", port=self._port, path=f"/pods/{request.url.host}/metrics"
-            )
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def pod_ip(pod: str) -> str:
@@ -142,15 +87,12 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
     assert any(new > old for _, old, new in result.actions), "the step must make the fleet grow"
     assert not inner.errors
 
-    pages = Pages()
-    server = pages.serve()
     clock = FakeClock()
     windows = observation_windows(spec, control_period_s=CONTROL_PERIOD_S)
 
-    async def replay() -> list:
-        transport = ToLocalServer(server.server_address[1])
-        async with httpx.AsyncClient(transport=transport) as http:
-            signals = PodSignals(http=http, clock=clock)
+    async def replay(server: PageServer) -> list:
+        async with httpx.AsyncClient() as http:
+            signals = PodSignals(clock=clock, url_of=lambda ip: f"{server.url}/pods/{ip}/metrics")
             autoscaler = Autoscaler(
                 kube=None,  # type: ignore[arg-type]  # _observe talks to the pods and Prometheus only
                 http=http,
@@ -163,7 +105,8 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
             observed = []
             for at_s, counters, latency, decided in recorder.ticks:
                 clock.now = at_s
-                pages.pods = {pod_ip(p): metrics_page(x, model=MODEL) for p, x in counters.items()}
+                for pod, values in counters.items():
+                    server.pages[f"/pods/{pod_ip(pod)}/metrics"] = (TEXT, metrics_page(values, model=MODEL))
                 await signals.read(
                     NAMESPACE,
                     NAME,
@@ -172,16 +115,15 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
                     keep_s=windows.keep_s,
                 )
                 if decided:
-                    pages.latency = latency_answer({(NAMESPACE, NAME): latency}, at_s=at_s)
-                    prometheus = f"http://127.0.0.1:{server.server_address[1]}"
-                    observed.append(await autoscaler._observe(isvc, prometheus, at_s))
+                    answer = latency_answer({(NAMESPACE, NAME): latency}, at_s=at_s)
+                    server.pages["/api/v1/query"] = ("application/json", json.dumps(answer))
+                    observed.append(await autoscaler._observe(isvc, server.url, at_s))
+            await signals.close()
             return observed
 
-    try:
-        observed = asyncio.run(replay())
-    finally:
-        server.shutdown()
-        server.server_close()
+    with PageServer() as server:
+        observed = asyncio.run(replay(server))
+        queries = server.hits.get("/api/v1/query", 0)
     assert len(observed) == len(inner.observations) >= 600 // CONTROL_PERIOD_S
     for operator, bench in zip(observed, inner.observations, strict=True):
         assert operator.rates_from == "Pods"
@@ -189,4 +131,4 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
     # Every decision's observation had traffic, latency and a burst curve to compare.
     assert all(o.request_rate and o.p99_ms and o.arrival_counts for o in observed[2:])
     # One latency query a decision (the board's answer is older than its age limit each period).
-    assert len(pages.queries) == len(observed)
+    assert queries == len(observed)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import deque
 from typing import Any
 
-import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.fast_checks import FastChecker, label_changes
@@ -16,7 +17,7 @@ from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
 from tailpilot.policy.signals import PodRead, TritonCounters, arrival_rate_per_s, completion_rate_per_s
 from tests.controllers.triton_fixtures import echo_service
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, PageServer
 
 # Triton's exposition format (as served on :8002/metrics), two versions of the model and another model.
 PAGE = """# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -60,6 +61,62 @@ def test_every_counter_the_observation_needs_is_read_from_the_page():
         queue_duration_us=1200,
         compute_duration_us=3000,
     )
+
+
+def reference_counters(text: str, *, model: str) -> TritonCounters | None:
+    """The same sums through prometheus_client's full exposition-format parser."""
+    fields = {
+        "nv_inference_request_success": "success",
+        "nv_inference_request_failure": "failure",
+        "nv_inference_count": "inference_count",
+        "nv_inference_exec_count": "exec_count",
+        "nv_inference_request_duration_us": "request_duration_us",
+        "nv_inference_queue_duration_us": "queue_duration_us",
+        "nv_inference_compute_infer_duration_us": "compute_duration_us",
+        "nv_inference_pending_request_count": "pending",
+    }
+    sums = dict.fromkeys(fields.values(), 0.0)
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            field = fields.get(s.name.removesuffix("_total"))
+            if field and s.labels.get("model") == model:
+                sums[field] += s.value
+                seen = True
+    return TritonCounters(**sums) if seen else None
+
+
+def test_the_fast_parser_reads_what_the_full_parser_reads_on_a_busy_page():
+    rng = random.Random(5)
+    models = ["echo", "resnet", 'we"ird\\name', "echo-2"]
+    lines = [
+        "# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)",
+        "# TYPE nv_gpu_utilization gauge",
+        'nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5',
+        "nv_cpu_utilization 0.25",
+        'nv_inference_request_summary_us{model="echo",version="1",quantile="0.99"} 1234.5',
+        'nv_inference_request_summary_us_count{model="echo",version="1"} 99',
+    ]
+    metrics = [
+        ("nv_inference_request_success", "counter"),
+        ("nv_inference_request_failure", "counter"),
+        ("nv_inference_count", "counter"),
+        ("nv_inference_exec_count", "counter"),
+        ("nv_inference_request_duration_us", "counter"),
+        ("nv_inference_queue_duration_us", "counter"),
+        ("nv_inference_compute_infer_duration_us", "counter"),
+        ("nv_inference_pending_request_count", "gauge"),
+    ]
+    for metric, kind in metrics:
+        lines += [f"# HELP {metric} something", f"# TYPE {metric} {kind}"]
+        for model in models:
+            escaped = model.replace("\\", "\\\\").replace('"', '\\"')
+            for version in ("1", "2"):
+                value = rng.choice([0, 1, rng.uniform(0, 1e9), 12345678901.0])
+                lines.append(f'{metric}{{model="{escaped}",version="{version}"}} {value!r}')
+    page = "\n".join(lines) + "\n"
+    for model in [*models, "absent"]:
+        assert parse_triton_counters(page, model=model) == reference_counters(page, model=model), model
 
 
 def sample(at_s: float, **pods: tuple[float, float]) -> PodRead:
@@ -155,34 +212,32 @@ def surge_checks(
         {"metadata": {"name": "echo-a", "labels": {}}, "status": {"podIP": "10.0.0.7", "conditions": [READY]}}
     ]
     kube = FakeKube(body, pods)
-    clock: dict[str, Any] = {"reading": (0.0, 0.0), "reads": 0}
+    path = "/pods/10.0.0.7/metrics"
 
-    def page(request: httpx.Request) -> httpx.Response:
-        assert str(request.url) == "http://10.0.0.7:8002/metrics"
-        clock["reads"] += 1
-        success, pending = clock["reading"]
-        return httpx.Response(
-            200,
-            text=f'nv_inference_request_success{{model="echo",version="1"}} {success}\n'
-            f'nv_inference_pending_request_count{{model="echo",version="1"}} {pending}\n',
+    async def run(server: PageServer) -> list:
+        fake_clock = FakeClock()
+        signals = PodSignals(clock=fake_clock, url_of=lambda ip: f"{server.url}/pods/{ip}/metrics")
+        checker = FastChecker(
+            kube=kube,  # type: ignore[arg-type]
+            signals=signals,
+            metrics=OperatorMetrics(),
+            clock=fake_clock,
         )
-
-    async def run() -> list:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(page)) as http:
-            fake_clock = FakeClock()
-            checker = FastChecker(
-                kube=kube,  # type: ignore[arg-type]
-                signals=PodSignals(http=http, clock=fake_clock),
-                metrics=OperatorMetrics(),
-                clock=fake_clock,
+        results = []
+        for i, (success, pending) in enumerate(counters):
+            fake_clock.now = 3.0 * i
+            server.pages[path] = (
+                "text/plain; version=0.0.4",
+                f'nv_inference_request_success{{model="echo",version="1"}} {success}\n'
+                f'nv_inference_pending_request_count{{model="echo",version="1"}} {pending}\n',
             )
-            results = []
-            for i, reading in enumerate(counters):
-                fake_clock.now, clock["reading"] = 3.0 * i, reading
-                results.append(await checker.check("ns", "echo"))
-            return results
+            results.append(await checker.check("ns", "echo"))
+        await checker.close()
+        return results
 
-    return asyncio.run(run()), kube, clock["reads"]
+    with PageServer() as server:
+        results = asyncio.run(run(server))
+    return results, kube, server.hits.get(path, 0)
 
 
 def test_arrivals_above_the_replicas_asked_for_in_two_checks_call_a_decision():
@@ -232,9 +287,8 @@ def rotation_service(labels: dict[str, str]) -> FakeKube:
 
 def release(kube: FakeKube, metrics: OperatorMetrics) -> frozenset[str]:
     async def run() -> frozenset[str]:
-        async with httpx.AsyncClient() as http:
-            checker = FastChecker(kube=kube, signals=PodSignals(http=http), metrics=metrics)  # type: ignore[arg-type]
-            return await checker.release("ns", "echo")
+        checker = FastChecker(kube=kube, signals=PodSignals(), metrics=metrics)  # type: ignore[arg-type]
+        return await checker.release("ns", "echo")
 
     return asyncio.run(run())
 

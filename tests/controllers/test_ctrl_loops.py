@@ -64,6 +64,7 @@ class ReleasingFastChecker:
     def __init__(self) -> None:
         self.checks = 0
         self.released: list[tuple[str, str]] = []
+        self.closed = False
 
     async def check(self, namespace: str, name: str) -> FastCheck:
         self.checks += 1
@@ -72,6 +73,9 @@ class ReleasingFastChecker:
     async def release(self, namespace: str, name: str) -> frozenset[str]:
         self.released.append((namespace, name))
         return frozenset()
+
+    async def close(self) -> None:
+        self.closed = True
 
     def forget(self, namespace: str, name: str) -> None:
         pass
@@ -90,3 +94,4 @@ def test_shutdown_puts_held_pods_back_for_every_service_with_fast_checks_only():
     asyncio.run(scenario())
     assert checker.checks == 1
     assert checker.released == [("ns", "rotating")]
+    assert checker.closed

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from kubernetes import client
 
@@ -34,21 +33,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.triton, pytest.mark.slow]
 NAME = triton_fixtures.MODEL  # the InferenceService is named after the model
 BASE_MS = 50.0  # the echo model sleeps ~50 ms a request: one replica answers ~19 requests/s
 PODS = ("echo-a", "echo-b", "echo-c")
-
-
-class PodRoutes(httpx.AsyncBaseTransport):
-    """Sends each request for a pod's IP to the Triton standing in for that pod."""
-
-    def __init__(self, metrics_ports: dict[str, int]) -> None:
-        self._ports = metrics_ports
-        self._inner = httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request.url = request.url.copy_with(host="127.0.0.1", port=self._ports[request.url.host])
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def service(namespace: str) -> dict:
@@ -139,8 +123,10 @@ def test_a_backlogged_pod_leaves_the_service_while_fresh_ones_carry_the_load_the
         )
 
         async def scenario() -> None:
-            async with httpx.AsyncClient(transport=PodRoutes(routes)) as http:
-                checker = FastChecker(kube=Kube(k8s), signals=PodSignals(http=http), metrics=metrics)
+            # Each pod's IP goes to the Triton standing in for that pod.
+            signals = PodSignals(url_of=lambda ip: f"http://127.0.0.1:{routes[ip]}/metrics")
+            checker = FastChecker(kube=Kube(k8s), signals=signals, metrics=metrics)
+            try:
                 with load:
                     held = await check_until(checker, namespace, lambda h: bool(h), checks=20)
                     assert held == {"echo-a"}
@@ -156,6 +142,8 @@ def test_a_backlogged_pod_leaves_the_service_while_fresh_ones_carry_the_load_the
                     ), text
                 # The load is over: a's queue drains and it goes back, the same checker still running.
                 await check_until(checker, namespace, lambda h: not h, checks=20)
+            finally:
+                await checker.close()
 
         asyncio.run(scenario())
         assert set(rotation_labels(core, namespace).values()) == {c.ROTATION_IN}
