@@ -27,7 +27,7 @@ from tailpilot.bench.suite import EXPERIMENTAL_POLICIES, Setup, policy_names, ru
 from tailpilot.bench.traces import TRACE_NAMES, read_arrivals
 
 REPO = Path(__file__).resolve().parent.parent
-PLOT_TRACES = ("T5-step", "T6-spike", "T8-azure-code")
+PLOT_TRACES = ("T5-step", "T6-spike", "T8-azure-code", "T9-flash-crowd")
 QUICK_TRACES = ("T1-poisson", "T5-step", "T6-spike", "T8-azure-code")
 
 
