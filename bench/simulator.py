@@ -599,9 +599,7 @@ class FleetView:
         out = {}
         for w in self._pod_windows(end_s=scraped_at, window_s=window_s):
             if w.request_summary_us:
-                q = w.request_summary_us
-                others = tuple((k, v) for k, v in q.items() if k != 0.99)
-                out[w.pod] = PodLatency(p99_us=q.get(0.99), quantiles_us=others)
+                out[w.pod] = PodLatency.of(w.request_summary_us.items())
         return out
 
     def pending_by_replica(self) -> dict[str, float]:

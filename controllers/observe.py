@@ -266,10 +266,10 @@ def pod_metrics_from_results(
     for pod in sorted(fields):
         if "last_sample" in results and pod not in current:
             continue
-        qs = sorted(quantiles.get(pod, []))
-        p99 = next((v for q, v in qs if abs(q - 0.99) < 1e-9), None)
-        others = tuple((q, v) for q, v in qs if abs(q - 0.99) >= 1e-9)
-        pods.append(PodMetrics(pod=pod, p99_us=p99, quantiles_us=others, **fields[pod]))
+        summary = PodLatency.of(quantiles.get(pod, []))
+        pods.append(
+            PodMetrics(pod=pod, p99_us=summary.p99_us, quantiles_us=summary.quantiles_us, **fields[pod])
+        )
     return pods
 
 
@@ -306,10 +306,7 @@ def latency_by_service(
         points.setdefault(key, []).append((q, value))
     out: dict[tuple[str, str], dict[str, PodLatency]] = {}
     for (namespace, service, pod), qs in points.items():
-        qs.sort()
-        p99 = next((v for q, v in qs if abs(q - 0.99) < 1e-9), None)
-        others = tuple((q, v) for q, v in qs if abs(q - 0.99) >= 1e-9)
-        out.setdefault((namespace, service), {})[pod] = PodLatency(p99_us=p99, quantiles_us=others)
+        out.setdefault((namespace, service), {})[pod] = PodLatency.of(qs)
     return out
 
 

@@ -98,6 +98,13 @@ class PodLatency:
     p99_us: float | None
     quantiles_us: tuple[tuple[float, float], ...] = ()
 
+    @classmethod
+    def of(cls, points: Iterable[tuple[float, float]]) -> PodLatency:
+        """From (quantile, microseconds) points in any order: the 0.99 one apart, the rest ascending."""
+        ordered = sorted(points)
+        p99 = next((v for q, v in ordered if abs(q - 0.99) < 1e-9), None)
+        return cls(p99_us=p99, quantiles_us=tuple((q, v) for q, v in ordered if abs(q - 0.99) >= 1e-9))
+
 
 @dataclass(frozen=True, slots=True)
 class ObservationWindows:
