@@ -509,28 +509,6 @@ class FleetView:
         busy = s.busy_cum[-1] - s.busy_cum[j0]
         return min(1.0, busy / cap) if cap > 0 else 0.0
 
-    def arrival_counts(self, lookback_s: float) -> tuple[tuple[float, ...], float]:
-        """(requests that arrived in each scrape interval of the lookback, oldest first; the interval).
-
-        What Prometheus gives from the fleet's success counter and pending gauge: completions in
-        the interval plus the growth of the pending queue (never below zero).
-        """
-        sim = self._sim
-        s, comp, done = sim._samples, sim._completed, sim._done
-        sl = self._sample_slice(lookback_s + sim._cfg.scrape_s)  # k bins need k + 1 samples
-        first = max(1, sl.start)
-        counts = []
-        for j in range(first, sl.stop):
-            lo = bisect.bisect_right(comp, s.t[j - 1], key=done.__getitem__)
-            hi = bisect.bisect_right(comp, s.t[j], key=done.__getitem__)
-            counts.append(float(max(0, hi - lo + s.queued[j] - s.queued[j - 1])))
-        return tuple(counts), sim._cfg.scrape_s
-
-    def arrival_rate(self, lookback_s: float) -> float | None:
-        """Requests per second that arrived over the lookback (`arrival_counts`); None before a scrape."""
-        counts, bin_s = self.arrival_counts(lookback_s)
-        return sum(counts) / (len(counts) * bin_s) if counts else None
-
     def pod_windows(self, window_s: float) -> list[PodWindow]:
         """Per-pod Triton metrics over the last `window_s` (counter deltas, summary quantiles)."""
         return self._pod_windows(end_s=self.now_s, window_s=window_s)
@@ -601,10 +579,6 @@ class FleetView:
             if w.request_summary_us:
                 out[w.pod] = PodLatency.of(w.request_summary_us.items())
         return out
-
-    def pending_by_replica(self) -> dict[str, float]:
-        """Each ready replica's `nv_inference_pending_request_count` now."""
-        return {_pod_name(r.idx): float(len(r.queue)) for r in self._sim._serving}
 
     def observation(self, window_s: float) -> Observation:
         """Service-level observation merged from per-pod metrics, as the controller builds it."""

@@ -10,6 +10,7 @@ from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.bench.baselines import Static
 from tailpilot.bench.batcher import batch_to_send
 from tailpilot.bench.simulator import FleetView, SimConfig, SimResult, Target, simulate
+from tailpilot.policy.signals import PodRead, arrival_counts
 
 # 100 ms per batch whatever its size, no jitter: every time below is exact.
 FLAT = ServiceTimeModel(intercept_ms=100.0, per_item_ms=0.0, jitter_cv=0.0)
@@ -120,21 +121,20 @@ def test_batching_change_applies_to_new_batches_after_reload():
 
 
 class _Recorder(Static):
-    """A static fleet that records what the arrival curve reads at each tick."""
+    """A static fleet that reads its pods' counters every second, as the operator's fast loop does."""
 
-    tick_s = 10.0
+    tick_s = 1.0
 
     def __init__(self, *, replicas: int, batching: BatchingConfig) -> None:
         super().__init__(replicas=replicas, batching=batching)
-        self.seen: list[tuple[float, tuple[float, ...], float]] = []
+        self.reads: list[PodRead] = []
 
     def decide(self, view: FleetView) -> Target:
-        counts, bin_s = view.arrival_counts(10.0)
-        self.seen.append((view.now_s, counts, bin_s))
+        self.reads.append(PodRead(at_s=view.now_s, pods=view.pod_counters()))
         return super().decide(view)
 
 
-def test_arrival_counts_are_completions_plus_queue_growth_per_scrape():
+def test_arrival_counts_are_completions_plus_queue_growth_per_read():
     # One replica at max batch 1 (10 req/s) gets 20 req/s for 2 s from t = 3.5: the queue holds
     # what it cannot serve yet, and the counts still show the arrivals, not the completions.
     arrivals = [3.5 + i * 0.05 for i in range(40)]
@@ -144,9 +144,10 @@ def test_arrival_counts_are_completions_plus_queue_growth_per_scrape():
         config=SimConfig(service=FLAT, duration_s=12.0, startup_s=0.0),
         controller=recorder,
     )
-    now, counts, bin_s = recorder.seen[0]
-    assert (now, bin_s) == (10.0, 1.0)
-    assert len(counts) == 9  # scrapes at 1..10 s: the bins between them, oldest first
+    reads = [r for r in recorder.reads if r.at_s <= 10.0]
+    counts = arrival_counts(reads, lookback_s=10.0, bin_s=1.0)
+    assert reads[-1].at_s == 10.0
+    assert len(counts) == 9  # reads at 1..10 s: the bins between them, oldest first
     # A request runs 100 ms before it counts as done and Triton's pending gauge leaves out the one
     # executing, so a bin is off by at most one at each edge; in all, the 40 arrivals.
     assert counts[:2] == (0.0, 0.0)
@@ -171,7 +172,7 @@ class _HoldReplicaZeroOut:
         return self.initial()
 
     def rotation(self, view: FleetView) -> frozenset[str]:
-        assert set(view.pending_by_replica()) == {"replica-0", "replica-1"}
+        assert set(view.pod_counters()) == {"replica-0", "replica-1"}
         self.served.append((view.now_s, {w.pod: w.success_count for w in view.pod_windows(1.0)}))
         return frozenset({"replica-0"})
 
