@@ -9,9 +9,9 @@ Triton counters (`nv_inference_request_success`, `nv_inference_count`,
 be averaged; the service-level P99 is the 0.99 point of the mixture of the per-pod
 quantile curves (each linear between its quantile points) weighted by request count.
 
-`merge_pod_windows` is the benchmark's own adapter; when `tailpilot.policy` exposes
-`observation_from_pod_metrics`, `tailpilot.bench.tailpilot_policy` feeds the policy through
-that function instead so the controller's own merge is what gets tested.
+`merge_pod_windows` is the benchmark's own merge, for the baselines that read a service-level
+observation (compute time per request); TailPilot in the benchmark reads the pods' cumulative
+counters through the operator's own code instead (`tailpilot.bench.tailpilot_policy`).
 """
 
 from __future__ import annotations

@@ -15,43 +15,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailpilot.api import constants as c
+from tailpilot.controllers.observe import PENDING_GAUGE
+from tailpilot.controllers.pod_signals import FIELD_OF_METRIC
 from tailpilot.policy.signals import PodLatency, TritonCounters
-
-#: Triton metric -> TritonCounters field, in the order Triton prints them.
-_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
-    ("nv_inference_request_success", "success", "counter", "Number of successful inference requests"),
-    ("nv_inference_request_failure", "failure", "counter", "Number of failed inference requests"),
-    ("nv_inference_count", "inference_count", "counter", "Number of inferences performed"),
-    ("nv_inference_exec_count", "exec_count", "counter", "Number of model executions performed"),
-    (
-        "nv_inference_request_duration_us",
-        "request_duration_us",
-        "counter",
-        "Cumulative inference request duration in microseconds",
-    ),
-    (
-        "nv_inference_queue_duration_us",
-        "queue_duration_us",
-        "counter",
-        "Cumulative inference queuing duration",
-    ),
-    (
-        "nv_inference_compute_infer_duration_us",
-        "compute_duration_us",
-        "counter",
-        "Cumulative compute inference duration in microseconds",
-    ),
-    ("nv_inference_pending_request_count", "pending", "gauge", "Instantaneous number of pending requests"),
-)
 
 
 def metrics_page(counters: TritonCounters, *, model: str, version: str = "1") -> str:
     """Triton's metrics page for one pod serving `model`."""
     labels = f'model="{model}",version="{version}"'
     lines = []
-    for metric, field, kind, text in _FAMILIES:
+    # Exactly the metrics the operator's reader parses, so the two cannot drift apart.
+    for metric, field in FIELD_OF_METRIC.items():
+        kind = "gauge" if metric == PENDING_GAUGE else "counter"
         lines += [
-            f"# HELP {metric} {text}",
+            f"# HELP {metric} Triton's {field.replace('_', ' ')}",
             f"# TYPE {metric} {kind}",
             f"{metric}{{{labels}}} {getattr(counters, field)!r}",
         ]

@@ -55,7 +55,7 @@ def parse_triton_counters(text: str, *, model: str) -> TritonCounters | None:
         if not line.startswith("nv_inference_"):
             continue
         name, brace, rest = line.partition("{")
-        field = _FIELD_OF_METRIC.get(name.removesuffix("_total"))
+        field = FIELD_OF_METRIC.get(name.removesuffix("_total"))
         if field is None or not brace:
             continue
         labels, value = _labels_and_value(rest)
@@ -66,8 +66,8 @@ def parse_triton_counters(text: str, *, model: str) -> TritonCounters | None:
     return TritonCounters(**sums) if seen else None
 
 
-#: Metric name -> TritonCounters field, the pending gauge included.
-_FIELD_OF_METRIC: Mapping[str, str] = {**_COUNTER_OF_METRIC, PENDING_GAUGE: "pending"}
+#: Metric name -> TritonCounters field, the pending gauge included: every line a read needs.
+FIELD_OF_METRIC: Mapping[str, str] = {**_COUNTER_OF_METRIC, PENDING_GAUGE: "pending"}
 
 
 def _labels_and_value(rest: str) -> tuple[dict[str, str] | None, float]:
