@@ -109,7 +109,8 @@ class PodSignals:
 
     aiohttp rather than the operator's httpx client: this loop sends a GET per Ready pod every 2 s,
     and reading 500 services of 2 pods took a whole core with httpx, 0.17 of one with aiohttp
-    (`make bench-fast-loop`, docs/autoscaling.md section 6). The session is made on first use, in the running event loop.
+    (`make bench-fast-loop`, docs/autoscaling.md section 6). The session is made on first use, in
+    the running event loop.
     """
 
     clock: Clock = SYSTEM_CLOCK
