@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,9 +78,9 @@ log = logging.getLogger("tailpilot.autoscaler")
 
 _QUIET_ACTIONS = {ScalingAction.NONE, ScalingAction.HOLD}
 
-#: A read of the pods older than this is not used (the fast loop stopped or fell behind): the
-#: decision takes Prometheus' rates instead.
-FRESH_READ_S = 3 * READ_PERIOD_S
+#: A read of the pods older than this many read periods is not used (the fast loop stopped or fell
+#: behind): the decision takes Prometheus' rates instead.
+FRESH_READS = 3
 
 
 def slo_condition(observation: Observation, *, target_ms: float) -> ConditionUpdate:
@@ -238,7 +239,12 @@ class Autoscaler:
             PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
         state = state.with_actual(replicas=replicas, batching=batching)
-        observation = with_surge(await self._observe(isvc, inputs.prometheus_url, now), surge)
+        started = time.perf_counter()
+        observed = await self._observe(isvc, inputs.prometheus_url, now)
+        self.metrics.record_observation(
+            rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
+        )
+        observation = with_surge(observed, surge)
         fit = self._learn_service_time((namespace, name), status, observation, state)
         profile = inputs.profile or learned_profile(fit, isvc=isvc, status=status)
         profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
@@ -330,13 +336,16 @@ class Autoscaler:
         namespace, name = isvc.namespace, isvc.name
         history = self.signals.history(namespace, name) if self.signals is not None else None
         newest = history.newest if history is not None else None
-        fresh = newest is not None and newest.pods and now - newest.at_s <= FRESH_READ_S
+        period = self.signals.period_s if self.signals is not None else READ_PERIOD_S
+        fresh = newest is not None and newest.pods and now - newest.at_s <= FRESH_READS * period
         try:
             if history is not None and fresh:
                 latency = await self.latency.latency(
                     self.http, prometheus_url=prometheus_url, namespace=namespace, service=name, now_s=now
                 )
-                windows = observation_windows(isvc.spec, control_period_s=self.control_period_s)
+                windows = observation_windows(
+                    isvc.spec, control_period_s=self.control_period_s, read_period_s=period
+                )
                 observation = observation_from_reads(
                     history.reads, windows=windows, now_s=now, latency=latency
                 )

@@ -2,7 +2,8 @@
 
 Each period, for every service the autoscaler drives (and every one with backlogRotation):
 
-- the ready pods and their `tailpilot.io/rotation` label, from the API server;
+- the ready pods and their `tailpilot.io/rotation` label, as the operator's watches delivered them
+  (`tailpilot.controllers.watched`: no request to the API server per period);
 - one read of their Triton metrics pages (`tailpilot.controllers.pod_signals.PodSignals`), kept in
   the service's read history: the autoscaler's Observation is built from it at each decision;
 - then, each turned on by its own field of spec.autoscaling, the two rules that act between
@@ -43,6 +44,7 @@ from tailpilot.controllers.status import (
     restore_learned,
     service_without_status,
 )
+from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
@@ -100,6 +102,8 @@ class FastChecker:
     control_period_s: float = DEFAULT_CONTROL_PERIOD_S
     clock: Clock = SYSTEM_CLOCK
     surge_config: SurgeConfig = field(default_factory=SurgeConfig)
+    #: The service and its pods as the watches delivered them; None: a GET and a LIST per check.
+    objects: WatchedObjects | None = None
     #: Checks running whose arrivals exceeded the capacity of the replicas asked for.
     _over_in_a_row: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -115,7 +119,7 @@ class FastChecker:
     async def check(self, namespace: str, name: str) -> FastCheck:
         """One period: read the pods, then the rotation rule and the surge check where the spec asks."""
         key = (namespace, name)
-        body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+        body = await self._service(namespace, name)
         if body is None:
             return FastCheck()
         try:
@@ -125,7 +129,7 @@ class FastChecker:
         autoscaling = isvc.spec.autoscaling
         if not (autoscaling.enabled or autoscaling.fast_checks()):
             return FastCheck()  # nothing would use the reads
-        pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
+        pods = await self._pods(namespace, name)
         # Only pods carrying the label take part in the rotation: during the rollout that adds it,
         # the others are what the Service selects on. Every serving pod's arrivals count.
         labels: dict[str, str] = {}
@@ -138,9 +142,14 @@ class FastChecker:
                 ips[pod_name] = ip
                 if value is not None:
                     labels[pod_name] = value
-        windows = observation_windows(isvc.spec, control_period_s=self.control_period_s)
+        windows = observation_windows(
+            isvc.spec, control_period_s=self.control_period_s, read_period_s=self.signals.period_s
+        )
         read = await self.signals.read(
             namespace, name, model=isvc.spec.model_name(isvc.name), pod_ips=ips, keep_s=windows.keep_s
+        )
+        self.metrics.record_pod_read(
+            read=len(read.pods), failed=len(ips) - len(read.pods), period_s=self.signals.period_s
         )
         status = decode_status(body.get("status"))
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
@@ -163,6 +172,16 @@ class FastChecker:
         )
         surge = self._surge(key, reads, capacity, replicas) if autoscaling.surge_checks() else None
         return FastCheck(held_out=held, surge=surge)
+
+    async def _service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.objects is not None:
+            return await self.objects.service(namespace, name)
+        return await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+
+    async def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        if self.objects is not None:
+            return await self.objects.pods(namespace, name)
+        return await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
 
     async def release(self, namespace: str, name: str) -> frozenset[str]:
         """Put every held pod of a service back in the Service (the operator is stopping).

@@ -24,7 +24,7 @@ from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.policy.signals import READ_PERIOD_S
+from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.handlers")
@@ -172,7 +172,7 @@ class ServiceLoops:
                 self.surge(key, (await self.fast_checker.check(namespace, name)).surge)
             except Exception:  # noqa: BLE001 - one failed check must not end the checks
                 log.exception("fast check of %s/%s failed; retrying", namespace, name)
-            await asyncio.sleep(READ_PERIOD_S)
+            await asyncio.sleep(self.fast_checker.signals.period_s)
 
     def surge(self, key: tuple[str, str], reading: SurgeReading | None) -> None:
         """A fast check saw a surge: decide now (the decision takes the reading), not at the period's end."""
@@ -202,8 +202,13 @@ class ServiceLoops:
         return period
 
 
-def register(registry: kopf.OperatorRegistry, *, loops: ServiceLoops) -> None:
-    """Register the handlers on an explicit registry (no module-level global state)."""
+def register(
+    registry: kopf.OperatorRegistry, *, loops: ServiceLoops, watched: WatchedObjects | None = None
+) -> None:
+    """Register the handlers on an explicit registry (no module-level global state).
+
+    `watched` keeps every InferenceService and Triton pod the watches deliver, for the fast loop.
+    """
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -212,7 +217,15 @@ def register(registry: kopf.OperatorRegistry, *, loops: ServiceLoops) -> None:
         return kopf.login_via_client(**kwargs)
 
     @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry)
-    async def on_service_event(type: str | None, name: str, namespace: str | None, **_: Any) -> None:  # noqa: A002
+    async def on_service_event(
+        type: str | None,  # noqa: A002 - kopf's keyword
+        name: str,
+        namespace: str | None,
+        event: Mapping[str, Any],
+        **_: Any,
+    ) -> None:
+        if watched is not None:
+            watched.on_service_event(type, event.get("object") or {})
         if type == "DELETED":
             loops.stop(namespace or "default", name)
         else:  # initial listing (None), ADDED, MODIFIED
@@ -223,8 +236,20 @@ def register(registry: kopf.OperatorRegistry, *, loops: ServiceLoops) -> None:
     async def on_child_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
         loops.wake(namespace, labels.get(c.LABEL_ISVC))
 
+    async def on_pod_event(
+        type: str | None,  # noqa: A002 - kopf's keyword
+        event: Mapping[str, Any],
+        labels: Mapping[str, str],
+        namespace: str | None,
+        **_: Any,
+    ) -> None:
+        if watched is not None:
+            watched.on_pod_event(type, event.get("object") or {})
+        loops.wake(namespace, labels.get(c.LABEL_ISVC))
+
     for group, plural in CHILD_RESOURCES:
-        kopf.on.event(group, "v1", plural, labels=managed, registry=registry)(on_child_event)
+        handler = on_pod_event if (group, plural) == ("", "pods") else on_child_event
+        kopf.on.event(group, "v1", plural, labels=managed, registry=registry)(handler)
 
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:

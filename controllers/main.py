@@ -29,7 +29,9 @@ from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings
+from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.manifests.settings import ManifestSettings, settings_from_env
+from tailpilot.policy.signals import DEFAULT_READS_PER_S
 
 DEFAULT_BUILDER_IMAGE = "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
 
@@ -110,6 +112,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         type=float,
         default=float(env("TAILPILOT_CONTROL_PERIOD_SECONDS", str(DEFAULT_CONTROL_PERIOD_S))),
         help="how often the autoscaler evaluates each Ready service",
+    )
+    parser.add_argument(
+        "--pod-reads-per-second",
+        type=float,
+        default=float(env("TAILPILOT_POD_READS_PER_SECOND", str(DEFAULT_READS_PER_S))),
+        help="the fast loop's budget of Triton metrics reads per second, all services together; "
+        "beyond it every service's pods are read less often than every 2 s (0: no budget)",
     )
     parser.add_argument(
         "--metrics-port",
@@ -199,7 +208,7 @@ def run(
     http = httpx.AsyncClient(timeout=10.0)
     # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
     # (rotation, surge check) read the same history.
-    signals = PodSignals(clock=clock)
+    signals = PodSignals(clock=clock, reads_per_s=args.pod_reads_per_second)
     autoscaler = Autoscaler(
         kube=kube,
         http=http,
@@ -209,12 +218,15 @@ def run(
         clock=clock,
         signals=signals,
     )
+    # The watches' objects, so the fast loop sends no request to the API server per period.
+    watched = WatchedObjects(kube=kube, clock=clock)
     fast_checker = FastChecker(
         kube=kube,
         signals=signals,
         metrics=metrics,
         control_period_s=args.control_period_seconds,
         clock=clock,
+        objects=watched,
     )
     loops = ServiceLoops(
         reconciler=reconciler,
@@ -223,7 +235,7 @@ def run(
         fast_checker=fast_checker,
         clock=clock,
     )
-    register(registry, loops=loops)
+    register(registry, loops=loops, watched=watched)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
     if args.webhook_port:

@@ -9,7 +9,7 @@ registry=...)` or `render()` from any HTTP handler.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from tailpilot.api.autoscaling import Decision
@@ -76,6 +76,27 @@ class OperatorMetrics:
             registry=self.registry,
         )
 
+        self.pod_read_period = Gauge(
+            "tailpilot_pod_read_period_seconds",
+            "Seconds between two reads of a service's pods: 2, longer when the pod read budget "
+            "(--pod-reads-per-second) would be exceeded.",
+            registry=self.registry,
+        )
+        self.pods_read = Counter(
+            "tailpilot_pod_reads",
+            "Reads of Triton pods' metrics pages by the fast loop, by result (ok, failed).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.observation_seconds = Histogram(
+            "tailpilot_observation_seconds",
+            "Time to build one decision's Observation (the Prometheus queries included), by where "
+            "its rates came from (Pods, Prometheus).",
+            ["rates_from"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=self.registry,
+        )
+
     def record_decision(
         self, *, namespace: str, service: str, decision: Decision, observed_p99_ms: float | None
     ) -> None:
@@ -86,6 +107,16 @@ class OperatorMetrics:
             self.predicted_p99.labels(namespace, service).set(decision.predicted_p99_ms)
         if observed_p99_ms is not None:
             self.observed_p99.labels(namespace, service).set(observed_p99_ms)
+
+    def record_pod_read(self, *, read: int, failed: int, period_s: float) -> None:
+        """Count one fast-loop read of a service's pods and set the read period in force."""
+        self.pods_read.labels("ok").inc(read)
+        self.pods_read.labels("failed").inc(failed)
+        self.pod_read_period.set(period_s)
+
+    def record_observation(self, *, rates_from: str, seconds: float) -> None:
+        """Time one decision's Observation."""
+        self.observation_seconds.labels(rates_from).observe(seconds)
 
     def record_held_out(self, *, namespace: str, service: str, replicas: int) -> None:
         """Set how many replicas the rotation check holds out of the Service."""

@@ -24,7 +24,15 @@ import aiohttp
 from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.observe import PENDING_GAUGE, RATE_COUNTERS
-from tailpilot.policy.signals import RATE_FIELDS, PodRead, ReadHistory, TritonCounters
+from tailpilot.policy.signals import (
+    DEFAULT_READS_PER_S,
+    RATE_FIELDS,
+    READ_PERIOD_S,
+    PodRead,
+    ReadHistory,
+    TritonCounters,
+    read_period_s,
+)
 
 log = logging.getLogger("tailpilot.signals")
 
@@ -118,13 +126,37 @@ class PodSignals:
     url_of: Callable[[str], str] = pod_metrics_url
     _session: aiohttp.ClientSession | None = None
     _histories: dict[tuple[str, str], ReadHistory] = field(default_factory=dict)
+    #: Pod reads per second at most, all services together (`read_period_s`).
+    reads_per_s: float = DEFAULT_READS_PER_S
     #: Pods whose page the last read could not fetch (logged when that changes, not every period).
     _unreadable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    #: Pods each service's last read asked for: what one period of all the loops reads.
+    _pods_asked: dict[tuple[str, str], int] = field(default_factory=dict)
+    _period_s: float = READ_PERIOD_S
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a service's reads (deleted, or no longer served)."""
         self._histories.pop((namespace, name), None)
         self._unreadable.pop((namespace, name), None)
+        self._pods_asked.pop((namespace, name), None)
+
+    @property
+    def period_s(self) -> float:
+        """Seconds between two reads of a service: `READ_PERIOD_S`, longer beyond the read budget."""
+        return self._period_s
+
+    def _budget(self) -> None:
+        pods = sum(self._pods_asked.values())
+        period = read_period_s(pods, reads_per_s=self.reads_per_s)
+        if period != self._period_s:
+            log.warning(
+                "reading %d pods every %.1f s (was %.1f s): the budget is %.0f pod reads/s",
+                pods,
+                period,
+                self._period_s,
+                self.reads_per_s,
+            )
+            self._period_s = period
 
     def history(self, namespace: str, name: str) -> ReadHistory | None:
         """The service's reads, or None before its first."""
@@ -140,6 +172,8 @@ class PodSignals:
         self, namespace: str, name: str, *, model: str, pod_ips: Mapping[str, str], keep_s: float
     ) -> PodRead:
         """Read the pods (name -> IP) now, add the read to the service's history and return it."""
+        self._pods_asked[(namespace, name)] = len(pod_ips)
+        self._budget()
         counters = await self._fetch(pod_ips, model=model)
         self._note_unreadable((namespace, name), frozenset(pod_ips) - set(counters))
         read = PodRead(at_s=self.clock.time(), pods=counters)

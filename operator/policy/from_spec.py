@@ -41,17 +41,20 @@ def arrival_lookback_s(spec: InferenceServiceSpec) -> float | None:
     return float(autoscaling.scale_down_stabilization_seconds) if autoscaling.absorb_bursts else None
 
 
-def observation_windows(spec: InferenceServiceSpec, *, control_period_s: float) -> ObservationWindows:
+def observation_windows(
+    spec: InferenceServiceSpec, *, control_period_s: float, read_period_s: float = READ_PERIOD_S
+) -> ObservationWindows:
     """The windows the pods' reads are turned into an Observation over.
 
     The recent rate is one control period: what changed since the last decision. Arrivals are binned
-    by the read period: a burst of a few seconds stays a burst.
+    by the read period in force: a burst of a few seconds stays a burst, and a bin shorter than the
+    period would read as empty bins and double ones.
     """
     return ObservationWindows(
         window_s=float(spec.slo.evaluation_window_seconds),
-        recent_window_s=control_period_s,
+        recent_window_s=max(control_period_s, read_period_s),
         arrival_lookback_s=arrival_lookback_s(spec),
-        arrival_bin_s=READ_PERIOD_S,
+        arrival_bin_s=read_period_s,
     )
 
 

@@ -15,6 +15,7 @@ from tailpilot.controllers.fast_checks import FastChecker, label_changes
 from tailpilot.controllers.kubeapi import ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
+from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.signals import PodRead, TritonCounters, arrival_rate_per_s, completion_rate_per_s
 from tests.controllers.triton_fixtures import echo_service
 from tests.fakes import FakeClock, PageServer
@@ -186,11 +187,14 @@ class FakeKube:
         self.body, self.pods = body, pods
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.events: list[str] = []
+        self.reads = 0
 
     def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
         return self.body
 
     def list(self, resource: Any, namespace: str, *, label_selector: str) -> list[dict[str, Any]]:
+        self.reads += 1
         return self.pods
 
     def merge_patch(self, resource: Any, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -201,7 +205,7 @@ class FakeKube:
 
 
 def surge_checks(
-    autoscaling: dict[str, Any], counters: list[tuple[float, float]]
+    autoscaling: dict[str, Any], counters: list[tuple[float, float]], *, watched: bool = False
 ) -> tuple[list, FakeKube, int]:
     """Run one fast check per (success, pending) reading of the one pod, 3 s apart (as the earlier period)."""
     body = {
@@ -222,6 +226,7 @@ def surge_checks(
             signals=signals,
             metrics=OperatorMetrics(),
             clock=fake_clock,
+            objects=WatchedObjects(kube=kube, clock=fake_clock) if watched else None,  # type: ignore[arg-type]
         )
         results = []
         for i, (success, pending) in enumerate(counters):
@@ -252,6 +257,14 @@ def test_arrivals_above_the_replicas_asked_for_in_two_checks_call_a_decision():
     assert surge.capacity_per_s == pytest.approx(1000 / 52.3, rel=1e-3) and surge.replicas == 1
     # Rotation is off: no pod is relabelled, nothing is held.
     assert kube.patches == [] and all(r.held_out == frozenset() for r in results)
+
+
+def test_with_the_watches_store_the_checks_ask_the_api_server_once_not_every_period():
+    steep = [(0.0, 0.0), (60.0, 30.0), (120.0, 60.0), (180.0, 90.0)]
+    direct, direct_kube, _ = surge_checks({"surgeResponse": True}, steep)
+    stored, stored_kube, _ = surge_checks({"surgeResponse": True}, steep, watched=True)
+    assert stored == direct and any(r.surge for r in stored)
+    assert direct_kube.reads == 2 * len(steep) and stored_kube.reads == 2
 
 
 def test_no_decision_while_the_arrivals_fit_or_when_the_field_is_off():
@@ -304,3 +317,32 @@ def test_held_pods_go_back_in_the_service_when_the_operator_stops():
     quiet = rotation_service({"echo-a": c.ROTATION_IN})
     assert release(quiet, OperatorMetrics()) == frozenset()
     assert quiet.patches == [] and quiet.events == []
+
+
+def test_past_the_read_budget_every_service_is_read_less_often_and_the_period_is_reported():
+    page = 'nv_inference_request_success{model="echo",version="1"} 5\n'
+
+    async def run(server: PageServer) -> list[float]:
+        signals = PodSignals(
+            clock=FakeClock(), url_of=lambda ip: f"{server.url}/pods/{ip}/metrics", reads_per_s=2.0
+        )
+        periods = []
+        for service, pods in (("a", 4), ("b", 2), ("c", 6)):
+            ips = {f"{service}-{i}": f"10.0.0.{i}" for i in range(pods)}
+            await signals.read("ns", service, model="echo", pod_ips=ips, keep_s=60.0)
+            periods.append(signals.period_s)
+        signals.forget("ns", "c")
+        await signals.read("ns", "a", model="echo", pod_ips={"a-0": "10.0.0.0"}, keep_s=60.0)
+        periods.append(signals.period_s)
+        await signals.close()
+        return periods
+
+    with PageServer() as server:
+        server.pages.update({f"/pods/10.0.0.{i}/metrics": ("text/plain", page) for i in range(6)})
+        # 4 pods at 2 reads/s: every 2 s; 6: every 3 s; 12: every 6 s; then 3 pods: back to 2 s.
+        assert asyncio.run(run(server)) == [2.0, 3.0, 6.0, 2.0]
+
+    metrics = OperatorMetrics()
+    metrics.record_pod_read(read=3, failed=1, period_s=6.0)
+    assert metrics.registry.get_sample_value("tailpilot_pod_read_period_seconds") == 6.0
+    assert metrics.registry.get_sample_value("tailpilot_pod_reads_total", {"result": "failed"}) == 1.0

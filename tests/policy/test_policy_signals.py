@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tailpilot.policy.signals import (
+    READ_PERIOD_S,
     ObservationWindows,
     PodLatency,
     PodRead,
@@ -13,6 +14,7 @@ from tailpilot.policy.signals import (
     arrival_counts,
     observation_from_reads,
     pod_metrics_from_reads,
+    read_period_s,
 )
 
 
@@ -119,3 +121,22 @@ def test_the_history_keeps_its_span_and_ignores_a_read_out_of_order():
     history.add(read(11.0, a=counters(99)))
     assert [r.at_s for r in history.reads] == [4.0, 8.0, 12.0]
     assert history.newest is not None and history.newest.at_s == 12.0 and len(history) == 3
+
+
+def test_the_read_period_stays_at_two_seconds_within_the_budget_and_grows_in_steps_beyond_it():
+    assert read_period_s(1000, reads_per_s=500) == READ_PERIOD_S  # 500 services of 2 pods
+    assert read_period_s(1001, reads_per_s=500) == 2.5  # never a period that would exceed it
+    assert read_period_s(2000, reads_per_s=500) == 4.0
+    assert read_period_s(2100, reads_per_s=500) == 4.5
+    assert read_period_s(10**6, reads_per_s=0) == READ_PERIOD_S  # no budget
+
+
+def test_arrivals_read_every_four_seconds_are_binned_by_that_period_not_by_two():
+    # Two pods at 10 requests/s each, read every 4 s: bins of the read period carry 80 each, where
+    # bins of 2 s would alternate empty and doubled (a burst that never was).
+    reads = [
+        PodRead(at_s=4.0 * i, pods={p: TritonCounters(success=40.0 * i, pending=0.0) for p in "ab"})
+        for i in range(6)
+    ]
+    assert arrival_counts(reads, lookback_s=20.0, bin_s=4.0) == (80.0,) * 5
+    assert arrival_counts(reads, lookback_s=20.0, bin_s=2.0) == (0.0, 80.0) * 5
