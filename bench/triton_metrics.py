@@ -15,13 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.observe import PENDING_GAUGE
+from tailpilot.controllers.observe import LATENCY_SUMMARY, PENDING_GAUGE
 from tailpilot.controllers.pod_signals import FIELD_OF_METRIC
 from tailpilot.policy.signals import PodLatency, TritonCounters
 
 
-def metrics_page(counters: TritonCounters, *, model: str, version: str = "1") -> str:
-    """Triton's metrics page for one pod serving `model`."""
+def metrics_page(
+    counters: TritonCounters, *, model: str, version: str = "1", latency: PodLatency | None = None
+) -> str:
+    """Triton's metrics page for one pod serving `model`, with its latency summary when given."""
     labels = f'model="{model}",version="{version}"'
     lines = []
     # Exactly the metrics the operator's reader parses, so the two cannot drift apart.
@@ -31,6 +33,15 @@ def metrics_page(counters: TritonCounters, *, model: str, version: str = "1") ->
             f"# HELP {metric} Triton's {field.replace('_', ' ')}",
             f"# TYPE {metric} {kind}",
             f"{metric}{{{labels}}} {getattr(counters, field)!r}",
+        ]
+    if latency is not None:
+        # What Prometheus scrapes for the operator's latency query (Triton's summary metric).
+        points = [*latency.quantiles_us, *([(0.99, latency.p99_us)] if latency.p99_us is not None else [])]
+        lines += [f"# HELP {LATENCY_SUMMARY} Triton's request latency", f"# TYPE {LATENCY_SUMMARY} summary"]
+        lines += [f'{LATENCY_SUMMARY}{{{labels},quantile="{q!r}"}} {v!r}' for q, v in sorted(points)]
+        lines += [
+            f"{LATENCY_SUMMARY}_count{{{labels}}} {counters.success!r}",
+            f"{LATENCY_SUMMARY}_sum{{{labels}}} {counters.request_duration_us!r}",
         ]
     return "\n".join(lines) + "\n"
 

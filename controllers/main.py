@@ -208,6 +208,8 @@ def run(
     http = httpx.AsyncClient(timeout=10.0)
     # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
     # (rotation, surge check) read the same history.
+    # The watches' objects, so neither the fast loop nor a decision asks the API server for them.
+    watched = WatchedObjects(kube=kube, clock=clock)
     signals = PodSignals(clock=clock, reads_per_s=args.pod_reads_per_second)
     autoscaler = Autoscaler(
         kube=kube,
@@ -217,9 +219,8 @@ def run(
         control_period_s=args.control_period_seconds,
         clock=clock,
         signals=signals,
+        objects=watched,
     )
-    # The watches' objects, so the fast loop sends no request to the API server per period.
-    watched = WatchedObjects(kube=kube, clock=clock)
     fast_checker = FastChecker(
         kube=kube,
         signals=signals,

@@ -220,6 +220,12 @@ class LocalPrometheus:
         self._proc.start(f"{self.url}/-/ready")
         return self
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id."""
+        assert self._proc is not None and self._proc.process is not None
+        return self._proc.process.pid
+
     def alertmanagers(self) -> list[str]:
         """URLs of the Alertmanagers Prometheus sends alerts to (/api/v1/alertmanagers)."""
         response = httpx.get(f"{self.url}/api/v1/alertmanagers", timeout=5)

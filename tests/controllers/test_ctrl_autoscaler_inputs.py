@@ -1,8 +1,12 @@
-"""The autoscaler's pure parts: the policy's knobs, recent-rate window and burst lookback from the spec."""
+"""The autoscaler's pure parts: the knobs and windows from the spec, and when a status is worth writing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from tailpilot.api.autoscaling import Observation
+from tailpilot.api.v1alpha1 import Condition, InferenceServiceStatus, ObservedStatus
+from tailpilot.controllers.autoscaler import significant_change
 from tailpilot.policy.from_spec import (
     arrival_lookback_s,
     observation_windows,
@@ -60,3 +64,29 @@ def test_a_surge_decision_reads_the_fast_checks_completions_as_the_recent_rate()
     # No data from Prometheus: the policy holds; the fast check does not stand in for it.
     missing = Observation(at_s=100.0, request_rate=None, p99_ms=None)
     assert with_surge(missing, surge) is missing
+
+
+def test_past_the_read_budget_arrivals_are_binned_by_the_longer_period():
+    windows = observation_windows(service().spec, control_period_s=15, read_period_s=4.0)
+    assert (windows.arrival_bin_s, windows.recent_window_s, windows.keep_s) == (4.0, 15, 304.0)
+
+
+def _status(message: str, reason: str = "Hold", p99_ms: float = 20.0) -> InferenceServiceStatus:
+    condition = Condition(
+        type="ScalingActive",
+        status="True",
+        reason=reason,
+        message=message,
+        last_transition_time=datetime(2026, 12, 1, tzinfo=UTC),
+        observed_generation=1,
+    )
+    return InferenceServiceStatus(
+        conditions=[condition], observed=ObservedStatus(p99_ms=p99_ms, request_rate=40.0)
+    )
+
+
+def test_a_condition_message_with_the_periods_figures_alone_is_no_reason_to_write_the_status():
+    before = _status("Hold: 39.8 requests/s fit 2 replicas")
+    assert not significant_change(before, _status("Hold: 40.1 requests/s fit 2 replicas"))
+    assert significant_change(before, _status("ScaleUp: 80 requests/s", reason="ScaleUp"))
+    assert significant_change(before, _status("Hold: 39.8 requests/s fit 2 replicas", p99_ms=23.0))
