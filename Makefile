@@ -116,7 +116,7 @@ bench-p99-estimate: tools ## the service P99 estimate vs client-side P99 (real T
 	$(VENV)/bin/pytest -q -p no:cacheprovider -s tests/controllers/test_ctrl_prometheus_live.py
 
 .PHONY: bench-scale
-bench-scale: tools ## 500 InferenceServices on a dedicated local cluster: time to Ready, RSS, writes at rest
+bench-scale: tools ## 500 InferenceServices of 2 pods on a dedicated local cluster with a real Prometheus: time to Ready, RSS, the fast loop's cost at rest (~20 min)
 	$(PY) -P -m tailpilot_e2e.bench_scale
 
 .PHONY: demo

@@ -52,13 +52,21 @@ from tailpilot.bench.traces import step_onsets
 #: The benchmark's goals: requests within the SLO, and 1-minute windows whose P99 is within it.
 REQUESTS_GOAL_PCT = 99.5
 WINDOWS_GOAL_PCT = 99.0
-#: Traces whose load steps up at a time the trace before it does not announce.
-STEP_TRACES = ("T5-step", "T6-spike")
+#: Traces whose requests goal differs: the flash crowds' is 97% of requests at Ts = 5 s.
+REQUESTS_GOAL_PCT_OF = {"T9-flash-crowd": 97.0}
+#: Traces whose load steps up at a time the trace before it does not announce. T9's crowds come
+#: every quarter of the run: only its first is unannounced to a policy that could learn the period.
+STEP_TRACES = ("T5-step", "T6-spike", "T9-flash-crowd")
 #: The held fleet serves this long before the step (queues as they are under the base load).
 WARM_S = 60.0
 #: After the reaction, the largest fleet serves this long; later requests count as within the SLO.
 DRAIN_S = 180.0
 MINUTE_S = 60.0
+
+
+def requests_goal_pct(trace: str) -> float:
+    """The share of a trace's requests the benchmark's goal asks within the SLO."""
+    return REQUESTS_GOAL_PCT_OF.get(trace, REQUESTS_GOAL_PCT)
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,8 @@ class HeldRun:
     pct_requests_in_slo: float
     pct_windows_in_slo: float
 
-    def meets_requests_goal(self) -> bool:
-        return self.pct_requests_in_slo >= REQUESTS_GOAL_PCT
+    def meets_requests_goal(self, goal_pct: float = REQUESTS_GOAL_PCT) -> bool:
+        return self.pct_requests_in_slo >= goal_pct
 
     def meets_windows_goal(self) -> bool:
         return self.pct_windows_in_slo >= WINDOWS_GOAL_PCT
@@ -185,7 +193,7 @@ def onset_bound(
     fewest: dict[str, int | None] = {"requests": None, "windows": None}
     for n in range(1, setup.max_replicas + 1):
         run = held_run(arrivals, onset_s=onset_s, ts_s=ts_s, replicas=n, setup=setup, seed=seed)
-        if fewest["requests"] is None and run.meets_requests_goal():
+        if fewest["requests"] is None and run.meets_requests_goal(requests_goal_pct(name)):
             fewest["requests"] = n
         if run.meets_windows_goal():
             fewest["windows"] = n
@@ -232,7 +240,7 @@ def _replicas(g: GoalBound) -> str:
 def text_table(rows: Sequence[OnsetBound]) -> str:
     head = (
         f"{'trace':<10} {'Ts':>4} {'step at':>7} {'oracle':>7} {'oracle n':>8} "
-        f"{'n >=99.5%':>9} {'x oracle':>8} {'strict':>6} {'n windows':>9} {'x oracle':>8} {'strict':>6}"
+        f"{'n >=goal':>9} {'x oracle':>8} {'strict':>6} {'n windows':>9} {'x oracle':>8} {'strict':>6}"
     )
     lines = [head, "-" * len(head)]
     for b in rows:
@@ -247,7 +255,8 @@ def text_table(rows: Sequence[OnsetBound]) -> str:
 
 LEGEND = """\
 oracle: the realizable oracle's replica-seconds; oracle n: its mean replicas before the step.
-n >=99.5%: fewest replicas paid for at the step for >= 99.5% of the trace's requests within the SLO;
+n >=goal: fewest replicas paid for at the step for the trace's requests goal within the SLO (99.5%;
+T9: 97%), counting every request outside that step's segment as within it;
 n windows: the same for >= 99% of its 1-minute windows.  x oracle: (oracle + those replicas held
 before the step where the oracle has fewer) / oracle; strict: those replicas before the step alone
 / oracle.  The benchmark's goal is <= 1.15x at the same time as both SLO goals."""
