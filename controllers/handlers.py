@@ -32,6 +32,8 @@ log = logging.getLogger("tailpilot.handlers")
 
 #: Seconds a shutdown waits for held pods to be put back in their Services.
 RELEASE_TIMEOUT_S = 10.0
+#: Seconds before a reconcile or decision that raised is tried again.
+RETRY_S = 5.0
 
 
 class ServiceLoops:
@@ -130,25 +132,36 @@ class ServiceLoops:
                     log.warning("%s/%s: held pods not put back at shutdown: %r", *key, result)
 
     async def _loop(self, namespace: str, name: str) -> None:
+        """Reconcile when woken or when the reconciler's requeue time comes; decide when the period comes.
+
+        A decision alone does not reconcile: with both on one timer, every control period cost a
+        full reconcile (five API reads), 33 reconciles/s at 500 services (`make bench-scale`). A
+        decision that changes the replicas wakes the loop, which reconciles at once.
+        """
         key = (namespace, name)
         wake = self._wakeups[key]
         loop = asyncio.get_running_loop()
+        woken, reconcile_due = True, 0.0
         while True:
             wake.clear()
             try:
-                result = await loop.run_in_executor(
-                    self._executor, self._reconciler.reconcile, namespace, name
-                )
-                delay = result.requeue_after
-                self._sync_fast_checks(key, wanted=result.fast_checks)
-                delay = min(delay, await self._control(namespace, name, wake))
+                if woken or self.clock.monotonic() >= reconcile_due:
+                    result = await loop.run_in_executor(
+                        self._executor, self._reconciler.reconcile, namespace, name
+                    )
+                    reconcile_due = self.clock.monotonic() + result.requeue_after
+                    self._sync_fast_checks(key, wanted=result.fast_checks)
+                control_in = await self._control(namespace, name, wake)
+                delay = min(reconcile_due - self.clock.monotonic(), control_in)
             except Exception:  # noqa: BLE001 - one bad pass must not end the loop
                 log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-                delay = 5.0
+                delay = RETRY_S
+                reconcile_due = self.clock.monotonic() + RETRY_S
             try:
                 await asyncio.wait_for(wake.wait(), timeout=max(0.0, delay))
+                woken = True
             except TimeoutError:
-                pass
+                woken = False
 
     def _sync_fast_checks(self, key: tuple[str, str], *, wanted: bool) -> None:
         """Run the fast checks of a service while it asks for them (and a fast checker exists)."""

@@ -43,6 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import MonitoringSpec
 from tailpilot.controllers.kubeapi import ready_pod_ip
+from tailpilot.controllers.main import parse_args as operator_flags
 from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
@@ -407,7 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", type=int, default=500)
     parser.add_argument("--pods", type=int, default=2, help="Ready Triton pods per service (minReplicas)")
     parser.add_argument("--rest-seconds", type=float, default=120, help="the measurement window at rest")
-    parser.add_argument("--resync-seconds", type=float, default=30)
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=operator_flags([]).resync_seconds,
+        help="the operator's resync period (default: its own default, as a platform team runs it)",
+    )
     parser.add_argument("--timeout", type=float, default=1200)
     args = parser.parse_args(argv)
 

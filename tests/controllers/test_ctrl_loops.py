@@ -95,3 +95,55 @@ def test_shutdown_puts_held_pods_back_for_every_service_with_fast_checks_only():
     assert checker.checks == 1
     assert checker.released == [("ns", "rotating")]
     assert checker.closed
+
+
+class CountingReconciler:
+    """Reconciles nothing, asks to be called again in 300 s, and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def reconcile(self, namespace: str, name: str) -> Any:
+        self.calls += 1
+        return type("Result", (), {"requeue_after": 300.0, "fast_checks": False})()
+
+
+class FastAutoscaler:
+    """Decides every 10 ms; sets `decided` after `wanted` decisions."""
+
+    def __init__(self, wanted: int) -> None:
+        self.steps, self.wanted = 0, wanted
+        self.decided = asyncio.Event()
+
+    async def step(self, namespace: str, name: str, **_: Any) -> tuple[float, bool]:
+        self.steps += 1
+        if self.steps >= self.wanted:
+            self.decided.set()
+        return 0.01, False
+
+    def forget(self, namespace: str, name: str) -> None:
+        pass
+
+
+def test_decisions_run_on_their_period_without_a_reconcile_each_and_a_wake_reconciles():
+    from concurrent.futures import ThreadPoolExecutor
+
+    reconciler = CountingReconciler()
+
+    async def scenario() -> tuple[int, int, int]:
+        autoscaler = FastAutoscaler(wanted=5)
+        with ThreadPoolExecutor(1) as executor:
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)  # type: ignore[arg-type]
+            loops.ensure("ns", "svc")
+            await asyncio.wait_for(autoscaler.decided.wait(), timeout=10)
+            after_decisions = reconciler.calls
+            autoscaler.decided.clear()
+            autoscaler.wanted = autoscaler.steps + 1
+            loops.wake("ns", "svc")  # a child changed: reconcile now (and the loop goes on deciding)
+            await asyncio.wait_for(autoscaler.decided.wait(), timeout=10)
+            await loops.stop_all()
+        return after_decisions, reconciler.calls, autoscaler.steps
+
+    after_decisions, total, steps = asyncio.run(scenario())
+    assert after_decisions == 1 and steps >= 6
+    assert total == 2
