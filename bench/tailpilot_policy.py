@@ -138,6 +138,7 @@ class TailPilot:
                 observation=with_surge(obs, surge),
                 state=self._state.with_actual(replicas=view.target_replicas, batching=view.batching),
                 now_s=now,
+                surge=surge is not None,
             )
         except (ArithmeticError, ValueError) as exc:
             self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; reads={len(self._history)}")

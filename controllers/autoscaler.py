@@ -288,6 +288,7 @@ class Autoscaler:
             state=state,
             now_s=now,
             alert_active=alert_active,
+            surge=surge is not None,
         )
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms

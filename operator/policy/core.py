@@ -29,7 +29,8 @@ form):
    current size (with a scale-up stabilization window: to the lowest recommendation of that
    window, when that is above the current size); scale down to the maximum recommendation of the
    stabilization window when `n_down` is below it; otherwise keep the size. Guardrails: step
-   limits, cooldowns (skipped for scale-up while an alert fires), no scale-down during an alert.
+   limits, cooldowns (skipped for scale-up while an alert fires or on a surge), no scale-down during
+   an alert.
    Batching is then the candidate that meets the target at the chosen size, keeping the current
    one whenever it qualifies, so batching (a live reload) moves before replicas do; a batching
    cooldown holds reloads.
@@ -105,6 +106,8 @@ class _Call:
     state: PolicyState
     now_s: float
     alert_active: bool
+    #: A fast check saw the arrivals above the capacity asked for, and called this decision.
+    surge: bool
     #: The observation's request rate (present: the data check passed).
     rate: float
     cands: tuple[_Candidate, ...]
@@ -206,6 +209,7 @@ def decide(
     state: PolicyState,
     now_s: float,
     alert_active: bool = False,
+    surge: bool = False,
 ) -> tuple[Decision, PolicyState]:
     """Decide the replicas and batching for the next control period.
 
@@ -217,6 +221,8 @@ def decide(
         now_s: The current time in seconds (the caller's clock; the policy reads none).
         alert_active: An SLO burn-rate alert is firing: larger margin, no scale-up
             cooldown, no scale-down while requests flow.
+        surge: A fast check called this decision: the arrivals exceeded the capacity of the
+            replicas asked for in consecutive reads (`tailpilot.policy.surge`). No scale-up cooldown.
 
     Returns:
         The decision and the state to pass to the next call.
@@ -233,6 +239,7 @@ def decide(
             state=state,
             now_s=now_s,
             alert_active=alert_active,
+            surge=surge,
             rate=observation.request_rate,
             cands=_allowed(config, profile, state),
             service=profile.service_time,
@@ -472,8 +479,11 @@ def _scale_up(call: _Call, rec: _Recommendation, up_floor: int) -> tuple[int, st
     and not at all while that is not above the current size.
 
     Why: the cooldown lets the last change show in the metrics before the next; an alert skips it,
-    since the SLO's budget is already burning. The stabilization window is the user's own choice of
-    how long a rise must last, so an alert does not skip it.
+    since the SLO's budget is already burning, and so does a surge: the pods' own counters already
+    show that the last change is short of the arrivals, and waiting only lets the queue grow
+    (`make bench` at defaults: T9 at Ts = 5 s from 90.8% to 93.7% of requests within the SLO with 6%
+    fewer replica-seconds, T8 cheaper by 4-12%, every trace without surges unchanged). The
+    stabilization window is the user's own choice of how long a rise must last, so neither skips it.
     """
     current = call.state.replicas
     if rec.queue_forced:
@@ -484,7 +494,7 @@ def _scale_up(call: _Call, rec: _Recommendation, up_floor: int) -> tuple[int, st
     if wanted <= current:
         return current, reason, Reason.STABILIZING
     cooling = _since(call.state.timers.last_replica_change_s, call.now_s) < call.config.scale_up_cooldown_s
-    if cooling and not call.alert_active:
+    if cooling and not (call.alert_active or call.surge):
         return current, reason, Reason.COOLDOWN
     return min(wanted, current + call.config.max_scale_up_step), reason, ""
 

@@ -110,7 +110,7 @@ class Plant:
             mean_batch_size=1.0 if self.report_compute else None,
         )
 
-    def step(self, rate: float, *, alert: bool = False) -> Decision:
+    def step(self, rate: float, *, alert: bool = False, surge: bool = False) -> Decision:
         decision, self.state = decide(
             config=self.config,
             profile=self.profile,
@@ -118,6 +118,7 @@ class Plant:
             state=self.state,
             now_s=self.clock.now,
             alert_active=alert,
+            surge=surge,
         )
         self.decisions.append(decision)
         self.clock.advance(self.config.control_period_s)

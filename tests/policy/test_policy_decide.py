@@ -360,6 +360,17 @@ def test_up_cooldown_and_alert_skips_it():
     assert forced.replicas == held.replicas + 1
 
 
+def test_a_surge_decision_skips_the_up_cooldown_but_not_the_step_limit():
+    plant = make_plant(replicas=1, max_scale_up_step=1)
+    first = plant.step(5000.0)
+    plant.clock.now = first.at_s + 1.0
+    held = plant.step(5000.0)
+    assert held.reason == Reason.COOLDOWN
+    plant.clock.now = held.at_s + 1.0  # still within the cooldown of the first scale-up
+    surged = plant.step(5000.0, surge=True)  # a fast check saw the arrivals above the capacity
+    assert surged.replicas == first.replicas + 1  # one step: the step limit still holds
+
+
 def test_alert_uses_a_larger_margin_and_blocks_scale_down():
     plant = make_plant(replicas=3)
     normal = plant.step(3000.0)
