@@ -98,7 +98,7 @@ class TailPilot:
         return self._history
 
     def decide(self, view: FleetView) -> Target:
-        self._history.add(PodRead(at_s=view.now_s, pods=view.pod_counters()))
+        self._history.add(PodRead.sampled(view.now_s, view.pod_counters()))
         if view.now_s + 1e-9 >= self._next_decision_s:
             # Due every control period, as the operator's loop is; decided at the first read at or
             # after it (a read period does not divide a control period).

@@ -52,6 +52,7 @@ from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
 from tailpilot.policy.signals import (
     ARRIVAL_SPAN_S,
+    MAX_PODS_PER_READ,
     PodRead,
     TritonCounters,
     arrival_rate_per_s,
@@ -148,8 +149,9 @@ class FastChecker:
         read = await self.signals.read(
             namespace, name, model=isvc.spec.model_name(isvc.name), pod_ips=ips, keep_s=windows.keep_s
         )
+        asked = min(len(ips), MAX_PODS_PER_READ)  # a large service is read through a sample
         self.metrics.record_pod_read(
-            read=len(read.pods), failed=len(ips) - len(read.pods), period_s=self.signals.period_s
+            read=len(read.pods), failed=asked - len(read.pods), period_s=self.signals.period_s
         )
         status = decode_status(body.get("status"))
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)

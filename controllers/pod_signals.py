@@ -32,6 +32,7 @@ from tailpilot.policy.signals import (
     ReadHistory,
     TritonCounters,
     read_period_s,
+    sample_pods,
 )
 
 log = logging.getLogger("tailpilot.signals")
@@ -171,12 +172,18 @@ class PodSignals:
     async def read(
         self, namespace: str, name: str, *, model: str, pod_ips: Mapping[str, str], keep_s: float
     ) -> PodRead:
-        """Read the pods (name -> IP) now, add the read to the service's history and return it."""
-        self._pods_asked[(namespace, name)] = len(pod_ips)
+        """Read the pods (name -> IP) now, add the read to the service's history and return it.
+
+        A service of more than `MAX_PODS_PER_READ` Ready pods is read through a stable sample of
+        them (`sample_pods`); the read says how many pods it stands for.
+        """
+        asked = {pod: pod_ips[pod] for pod in sample_pods(list(pod_ips))}
+        self._pods_asked[(namespace, name)] = len(asked)
         self._budget()
-        counters = await self._fetch(pod_ips, model=model)
-        self._note_unreadable((namespace, name), frozenset(pod_ips) - set(counters))
-        read = PodRead(at_s=self.clock.time(), pods=counters)
+        counters = await self._fetch(asked, model=model)
+        self._note_unreadable((namespace, name), frozenset(asked) - set(counters))
+        serving = len(pod_ips) if len(asked) < len(pod_ips) else None
+        read = PodRead(at_s=self.clock.time(), pods=counters, serving=serving)
         history = self._histories.get((namespace, name))
         if history is None or history.keep_s != keep_s:
             kept = history.reads if history is not None else ()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ ARRIVAL_SPAN_S: Final = 5.0
 DEFAULT_READS_PER_S: Final = 500.0
 #: A longer read period is a multiple of this (a steady bin for the arrival curve, not a jitter).
 _PERIOD_STEP_S: Final = 0.5
+#: Pods one read of a service asks at most: a larger service is read through a sample of them.
+MAX_PODS_PER_READ: Final = 32
 
 
 def read_period_s(pods: int, *, reads_per_s: float = DEFAULT_READS_PER_S) -> float:
@@ -98,10 +101,41 @@ RATE_FIELDS: Final[Mapping[str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class PodRead:
-    """One read of a service's pods: the counters of every pod that answered, at `at_s`."""
+    """One read of a service's pods: the counters of every pod that answered, at `at_s`.
+
+    `serving`: how many Ready pods the read stands for when it read a sample of them
+    (`sample_pods`); None when it asked every one.
+    """
 
     at_s: float
     pods: Mapping[str, TritonCounters]
+    serving: int | None = None
+
+    @classmethod
+    def sampled(
+        cls, at_s: float, counters: Mapping[str, TritonCounters], *, limit: int = MAX_PODS_PER_READ
+    ) -> PodRead:
+        """A read of `sample_pods` of these pods' counters (where all were at hand, as in a simulator)."""
+        names = sample_pods(list(counters), limit=limit)
+        serving = len(counters) if len(names) < len(counters) else None
+        return cls(at_s=at_s, pods={name: counters[name] for name in names}, serving=serving)
+
+
+def _sample_key(pod: str) -> int:
+    return zlib.crc32(pod.encode())
+
+
+def sample_pods(pods: Sequence[str], *, limit: int = MAX_PODS_PER_READ) -> tuple[str, ...]:
+    """The pods one read of a service asks: every one up to `limit`, else the `limit` of lowest hash.
+
+    A stable sample rather than a rotating one: a pod's rates are its counters' growth between
+    consecutive reads of it, so a pod in the sample stays there while it serves, and one leaving
+    makes room for the next by hash. The sample's totals are scaled to the pods it stands for
+    (`observation_from_reads`); its per-request and per-replica figures are taken as the fleet's.
+    """
+    if len(pods) <= limit:
+        return tuple(sorted(pods))
+    return tuple(sorted(sorted(pods, key=_sample_key)[:limit]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +209,13 @@ class ReadHistory:
         return len(self._reads)
 
 
+def _sample_factor(read: PodRead) -> float:
+    """Serving pods per pod that answered a sampled read (1 when the read asked every pod)."""
+    if read.serving is None or not read.pods or read.serving <= len(read.pods):
+        return 1.0
+    return read.serving / len(read.pods)
+
+
 def _grown(new: float, old: float) -> float:
     """Counter growth; a counter below its earlier value was reset (a restart) and counts from zero."""
     return new - old if new >= old else new
@@ -206,7 +247,7 @@ def arrival_rate_per_s(reads: Iterable[PodRead], *, span_s: float) -> float | No
     for pod, now in newest.pods.items():
         then = base.pods.get(pod, _ZERO)
         arrivals += _grown(now.success, then.success) + now.pending - then.pending
-    return max(0.0, arrivals) / (newest.at_s - base.at_s)
+    return max(0.0, arrivals) * _sample_factor(newest) / (newest.at_s - base.at_s)
 
 
 def completion_rate_per_s(reads: Iterable[PodRead], *, span_s: float) -> float | None:
@@ -216,7 +257,7 @@ def completion_rate_per_s(reads: Iterable[PodRead], *, span_s: float) -> float |
         return None
     base, newest = pair
     done = sum(_grown(now.success, base.pods.get(pod, _ZERO).success) for pod, now in newest.pods.items())
-    return done / (newest.at_s - base.at_s)
+    return done * _sample_factor(newest) / (newest.at_s - base.at_s)
 
 
 def _pod_reads(reads: Sequence[PodRead], pod: str, since_s: float) -> tuple[float, TritonCounters] | None:
@@ -328,7 +369,7 @@ def observation_from_reads(
         if windows.arrival_lookback_s
         else ()
     )
-    return observation_from_pod_metrics(
+    observation = observation_from_pod_metrics(
         pods=pod_metrics_from_reads(
             reads, window_s=windows.window_s, recent_window_s=windows.recent_window_s, latency=latency
         ),
@@ -337,4 +378,32 @@ def observation_from_reads(
         recent_window_s=windows.recent_window_s,
         arrival_counts=counts,
         arrival_bin_s=windows.arrival_bin_s if counts else None,
+    )
+    return scaled_to_serving(observation, reads[-1])
+
+
+def scaled_to_serving(observation: Observation, newest: PodRead) -> Observation:
+    """An observation of a sampled read, scaled to the pods the sample stands for.
+
+    Totals (request, failure and recent rates, the arrival curve) are multiplied by the serving pods
+    over the pods that answered (a sampled pod that did not answer counts as one like the others);
+    the replicas are the serving pods; per-request and per-replica figures stay the sample's. The
+    newest read's ratio scales the whole arrival curve: a sample's pods are stable, and the ratio
+    moves only when the fleet does.
+    """
+    factor = _sample_factor(newest)
+    if factor == 1.0:
+        return observation
+
+    def times(value: float | None) -> float | None:
+        return None if value is None else value * factor
+
+    return observation.model_copy(
+        update={
+            "request_rate": times(observation.request_rate),
+            "failure_rate": times(observation.failure_rate),
+            "recent_request_rate": times(observation.recent_request_rate),
+            "arrival_counts": tuple(count * factor for count in observation.arrival_counts),
+            "ready_replicas": max(observation.ready_replicas, newest.serving or 0),
+        }
     )

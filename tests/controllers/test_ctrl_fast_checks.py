@@ -16,7 +16,14 @@ from tailpilot.controllers.kubeapi import ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
 from tailpilot.controllers.watched import WatchedObjects
-from tailpilot.policy.signals import PodRead, TritonCounters, arrival_rate_per_s, completion_rate_per_s
+from tailpilot.policy.signals import (
+    MAX_PODS_PER_READ,
+    PodRead,
+    TritonCounters,
+    arrival_rate_per_s,
+    completion_rate_per_s,
+    sample_pods,
+)
 from tests.controllers.triton_fixtures import echo_service
 from tests.fakes import FakeClock, PageServer
 
@@ -346,3 +353,21 @@ def test_past_the_read_budget_every_service_is_read_less_often_and_the_period_is
     metrics.record_pod_read(read=3, failed=1, period_s=6.0)
     assert metrics.registry.get_sample_value("tailpilot_pod_read_period_seconds") == 6.0
     assert metrics.registry.get_sample_value("tailpilot_pod_reads_total", {"result": "failed"}) == 1.0
+
+
+def test_a_service_of_more_pods_than_a_read_asks_is_read_through_its_sample():
+    page = 'nv_inference_request_success{model="echo",version="1"} 5\n'
+    ips = {f"echo-{i:02d}": f"10.0.1.{i}" for i in range(40)}
+
+    async def run(server: PageServer) -> Any:
+        signals = PodSignals(clock=FakeClock(), url_of=lambda ip: f"{server.url}/pods/{ip}/metrics")
+        read = await signals.read("ns", "echo", model="echo", pod_ips=ips, keep_s=60.0)
+        await signals.close()
+        return read
+
+    with PageServer() as server:
+        server.pages.update({f"/pods/{ip}/metrics": ("text/plain", page) for ip in ips.values()})
+        read = asyncio.run(run(server))
+        asked = {path for path, hits in server.hits.items() if hits}
+    assert len(read.pods) == MAX_PODS_PER_READ == len(asked) and read.serving == 40
+    assert set(read.pods) == set(sample_pods(list(ips)))

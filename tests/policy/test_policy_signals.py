@@ -12,9 +12,12 @@ from tailpilot.policy.signals import (
     ReadHistory,
     TritonCounters,
     arrival_counts,
+    arrival_rate_per_s,
+    completion_rate_per_s,
     observation_from_reads,
     pod_metrics_from_reads,
     read_period_s,
+    sample_pods,
 )
 
 
@@ -140,3 +143,35 @@ def test_arrivals_read_every_four_seconds_are_binned_by_that_period_not_by_two()
     ]
     assert arrival_counts(reads, lookback_s=20.0, bin_s=4.0) == (80.0,) * 5
     assert arrival_counts(reads, lookback_s=20.0, bin_s=2.0) == (0.0, 80.0) * 5
+
+
+def test_a_large_service_is_read_through_a_stable_bounded_sample():
+    pods = [f"svc-{i:03d}" for i in range(100)]
+    sample = sample_pods(pods, limit=32)
+    assert len(sample) == 32 and set(sample) <= set(pods)
+    assert sample_pods(list(reversed(pods)), limit=32) == sample  # the order pods come in is irrelevant
+    # A pod leaving the sample makes room for one other; the rest stay (their rates need them).
+    gone = sample[0]
+    after = sample_pods([p for p in pods if p != gone], limit=32)
+    assert len(set(after) - set(sample)) == 1 and set(sample) - set(after) == {gone}
+    assert sample_pods(pods[:5], limit=32) == tuple(pods[:5])
+
+
+def test_a_sampled_read_stands_for_every_serving_pod():
+    # 64 pods, each 10 requests/s and a queue growing 1/s; the read asks 32 of them.
+    def counters(t: float) -> dict[str, TritonCounters]:
+        return {f"p{i:02d}": TritonCounters(success=10.0 * t, pending=1.0 * t) for i in range(64)}
+
+    full = [PodRead(at_s=t, pods=counters(t)) for t in (0.0, 2.0, 4.0, 6.0)]
+    sampled = [PodRead.sampled(t, counters(t), limit=32) for t in (0.0, 2.0, 4.0, 6.0)]
+    assert all(len(r.pods) == 32 and r.serving == 64 for r in sampled)
+    windows = ObservationWindows(window_s=6.0, recent_window_s=4.0, arrival_lookback_s=6.0)
+    whole = observation_from_reads(full, windows=windows, now_s=6.0)
+    sample = observation_from_reads(sampled, windows=windows, now_s=6.0)
+    assert sample.request_rate == pytest.approx(whole.request_rate) == pytest.approx(640.0)
+    assert sample.recent_request_rate == pytest.approx(whole.recent_request_rate)
+    assert sample.arrival_counts == pytest.approx(whole.arrival_counts)
+    assert sample.ready_replicas == whole.ready_replicas == 64
+    assert sample.queue_depth_per_replica == pytest.approx(whole.queue_depth_per_replica)
+    assert arrival_rate_per_s(sampled, span_s=4.0) == pytest.approx(704.0)  # completions + queue growth
+    assert completion_rate_per_s(sampled, span_s=4.0) == pytest.approx(640.0)
