@@ -92,7 +92,7 @@ bench-fast-loop: venv ## the operator's CPU for reading 500 services' pods every
 	$(PY) -P -m tailpilot.bench.fast_loop_cost --services 500 --pods 2 --seconds 30
 
 .PHONY: bench-bound
-bench-bound: venv ## what any causal policy must hold before T5's step and T6's spike, against the oracle (~10 s)
+bench-bound: venv ## what any causal policy must hold before T5's step, T6's spike and T9's crowds, against the oracle (~15 s)
 	$(PY) -P -m tailpilot.bench.causal_bound
 
 .PHONY: bench-static

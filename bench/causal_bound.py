@@ -1,4 +1,4 @@
-"""What any causal policy must pay for an unannounced step in load (the benchmark's goals, T5 and T6).
+"""What any causal policy must pay for an unannounced step in load (the benchmark's goals, T5, T6, T9).
 
 `python -P -m tailpilot.bench.causal_bound` prints, for each trace with a load step and each
 start-up time Ts, the fewest replicas a fleet must already pay for when the step comes to meet
