@@ -175,14 +175,18 @@ class PodSignals:
         """Read the pods (name -> IP) now, add the read to the service's history and return it.
 
         A service of more than `MAX_PODS_PER_READ` Ready pods is read through a stable sample of
-        them (`sample_pods`); the read says how many pods it stands for.
+        them (`sample_pods`); the read says how many pods it stands for, and so does a read some
+        Ready pods did not answer (their arrivals are estimated from the others').
         """
         asked = {pod: pod_ips[pod] for pod in sample_pods(list(pod_ips))}
         self._pods_asked[(namespace, name)] = len(asked)
         self._budget()
         counters = await self._fetch(asked, model=model)
         self._note_unreadable((namespace, name), frozenset(asked) - set(counters))
-        serving = len(pod_ips) if len(asked) < len(pod_ips) else None
+        # A sample, or a Ready pod whose page could not be read: the read stands for every Ready
+        # pod, so the pods that answered count for those that did not. Summing only what answered
+        # would read as a fall in the load, and a scale-down on missing data.
+        serving = len(pod_ips) if len(counters) < len(pod_ips) else None
         read = PodRead(at_s=self.clock.time(), pods=counters, serving=serving)
         history = self._histories.get((namespace, name))
         if history is None or history.keep_s != keep_s:

@@ -371,3 +371,27 @@ def test_a_service_of_more_pods_than_a_read_asks_is_read_through_its_sample():
         asked = {path for path, hits in server.hits.items() if hits}
     assert len(read.pods) == MAX_PODS_PER_READ == len(asked) and read.serving == 40
     assert set(read.pods) == set(sample_pods(list(ips)))
+
+
+def test_the_pods_that_answer_count_for_a_ready_pod_that_did_not():
+    # Three Ready pods at 10 requests/s each; the third's page is missing (404) on every read.
+    def page(success: float) -> tuple[str, str]:
+        return ("text/plain", f'nv_inference_request_success{{model="echo",version="1"}} {success}\n')
+
+    ips = {"echo-a": "10.0.2.1", "echo-b": "10.0.2.2", "echo-c": "10.0.2.3"}
+
+    async def run(server: PageServer) -> Any:
+        clock = FakeClock()
+        signals = PodSignals(clock=clock, url_of=lambda ip: f"{server.url}/pods/{ip}/metrics")
+        for at in (0.0, 2.0):
+            clock.now = at
+            server.pages.update({f"/pods/{ip}/metrics": page(10.0 * at) for ip in list(ips.values())[:2]})
+            read = await signals.read("ns", "echo", model="echo", pod_ips=ips, keep_s=60.0)
+        await signals.close()
+        return signals.history("ns", "echo").reads, read
+
+    with PageServer() as server:
+        reads, newest = asyncio.run(run(server))
+    assert set(newest.pods) == {"echo-a", "echo-b"} and newest.serving == 3
+    # 20 requests/s answered by two pods stand for 30 from three, not a fall in the load.
+    assert completion_rate_per_s(reads, span_s=2.0) == pytest.approx(30.0)
