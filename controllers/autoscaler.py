@@ -53,7 +53,7 @@ from tailpilot.controllers.status import (
     service_without_status,
     status_patch,
 )
-from tailpilot.controllers.watched import WatchedObjects
+from tailpilot.controllers.watched import DirectReads, ObjectSource
 from tailpilot.manifests import placement, triton_model_config
 from tailpilot.manifests.meta import selector_string
 from tailpilot.policy import PolicyState, decide
@@ -219,7 +219,7 @@ class Autoscaler:
     signals: PodSignals | None = None
     latency: LatencyBoard = field(default_factory=LatencyBoard)
     #: The service as the watches delivered it; None: a GET per decision.
-    objects: WatchedObjects | None = None
+    objects: ObjectSource | None = None
     _states: dict[tuple[str, str], PolicyState] = field(default_factory=dict)
     #: Each service's evaluation windows for the online service-time fit, and the engine they
     #: measured (a new engine starts a new fit).
@@ -241,10 +241,7 @@ class Autoscaler:
         `surge`: a fast check saw arrivals above the fleet's capacity; its completion rate over its
         span replaces the recent request rate from Prometheus, whose scrapes are older.
         """
-        if self.objects is not None:
-            body = await self.objects.service(namespace, name)
-        else:
-            body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+        body = await (self.objects or DirectReads(self.kube)).service(namespace, name)
         inputs = await self._inputs(body)
         if inputs is None:
             return self.control_period_s, False

@@ -33,7 +33,7 @@ from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, ready_pod_ip
+from tailpilot.controllers.kubeapi import PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
@@ -44,15 +44,13 @@ from tailpilot.controllers.status import (
     restore_learned,
     service_without_status,
 )
-from tailpilot.controllers.watched import WatchedObjects
-from tailpilot.manifests.meta import selector_string
+from tailpilot.controllers.watched import DirectReads, ObjectSource
 from tailpilot.policy import PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
 from tailpilot.policy.signals import (
     ARRIVAL_SPAN_S,
-    MAX_PODS_PER_READ,
     PodRead,
     TritonCounters,
     arrival_rate_per_s,
@@ -104,7 +102,7 @@ class FastChecker:
     clock: Clock = SYSTEM_CLOCK
     surge_config: SurgeConfig = field(default_factory=SurgeConfig)
     #: The service and its pods as the watches delivered them; None: a GET and a LIST per check.
-    objects: WatchedObjects | None = None
+    objects: ObjectSource | None = None
     #: Checks running whose arrivals exceeded the capacity of the replicas asked for.
     _over_in_a_row: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -120,7 +118,7 @@ class FastChecker:
     async def check(self, namespace: str, name: str) -> FastCheck:
         """One period: read the pods, then the rotation rule and the surge check where the spec asks."""
         key = (namespace, name)
-        body = await self._service(namespace, name)
+        body = await self._objects.service(namespace, name)
         if body is None:
             return FastCheck()
         try:
@@ -130,7 +128,7 @@ class FastChecker:
         autoscaling = isvc.spec.autoscaling
         if not (autoscaling.enabled or autoscaling.fast_checks()):
             return FastCheck()  # nothing would use the reads
-        pods = await self._pods(namespace, name)
+        pods = await self._objects.pods(namespace, name)
         # Only pods carrying the label take part in the rotation: during the rollout that adds it,
         # the others are what the Service selects on. Every serving pod's arrivals count.
         labels: dict[str, str] = {}
@@ -149,9 +147,10 @@ class FastChecker:
         read = await self.signals.read(
             namespace, name, model=isvc.spec.model_name(isvc.name), pod_ips=ips, keep_s=windows.keep_s
         )
-        asked = min(len(ips), MAX_PODS_PER_READ)  # a large service is read through a sample
         self.metrics.record_pod_read(
-            read=len(read.pods), failed=asked - len(read.pods), period_s=self.signals.period_s
+            read=len(read.pods),
+            failed=len(self.signals.unreadable(namespace, name)),
+            period_s=self.signals.period_s,
         )
         status = decode_status(body.get("status"))
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
@@ -175,15 +174,9 @@ class FastChecker:
         surge = self._surge(key, reads, capacity, replicas) if autoscaling.surge_checks() else None
         return FastCheck(held_out=held, surge=surge)
 
-    async def _service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        if self.objects is not None:
-            return await self.objects.service(namespace, name)
-        return await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
-
-    async def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        if self.objects is not None:
-            return await self.objects.pods(namespace, name)
-        return await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
+    @property
+    def _objects(self) -> ObjectSource:
+        return self.objects or DirectReads(self.kube)
 
     async def release(self, namespace: str, name: str) -> frozenset[str]:
         """Put every held pod of a service back in the Service (the operator is stopping).
@@ -192,10 +185,11 @@ class FastChecker:
         running, nothing would, and the pod's capacity would stay unused until the next start.
         Returns the pods put back.
         """
-        body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+        now = DirectReads(self.kube)  # as they are now, not as a watch last delivered them
+        body = await now.service(namespace, name)
         if body is None:
             return frozenset()
-        pods = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector_string(name))
+        pods = await now.pods(namespace, name)
         # Every labelled pod, ready or not: a held pod that stopped being ready must go back too.
         labels = {pod["metadata"]["name"]: v for pod in pods if (v := _rotation_label(pod)) is not None}
         stopping = "the operator is stopping; no check would return them later"

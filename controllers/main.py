@@ -206,10 +206,10 @@ def run(
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
     metrics = OperatorMetrics()
     http = httpx.AsyncClient(timeout=10.0)
-    # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
-    # (rotation, surge check) read the same history.
     # The watches' objects, so neither the fast loop nor a decision asks the API server for them.
     watched = WatchedObjects(kube=kube, clock=clock)
+    # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
+    # (rotation, surge check) read the same history.
     signals = PodSignals(clock=clock, reads_per_s=args.pod_reads_per_second)
     autoscaler = Autoscaler(
         kube=kube,

@@ -131,23 +131,31 @@ class PodSignals:
     reads_per_s: float = DEFAULT_READS_PER_S
     #: Pods whose page the last read could not fetch (logged when that changes, not every period).
     _unreadable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    #: Pods each service's last read asked for: what one period of all the loops reads.
+    #: Pods each service's last read asked for, and their sum: what one period of all the loops reads.
     _pods_asked: dict[tuple[str, str], int] = field(default_factory=dict)
+    _pods_asked_total: int = 0
     _period_s: float = READ_PERIOD_S
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a service's reads (deleted, or no longer served)."""
         self._histories.pop((namespace, name), None)
         self._unreadable.pop((namespace, name), None)
-        self._pods_asked.pop((namespace, name), None)
+        self._pods_asked_total -= self._pods_asked.pop((namespace, name), 0)
 
     @property
     def period_s(self) -> float:
         """Seconds between two reads of a service: `READ_PERIOD_S`, longer beyond the read budget."""
         return self._period_s
 
-    def _budget(self) -> None:
-        pods = sum(self._pods_asked.values())
+    def unreadable(self, namespace: str, name: str) -> frozenset[str]:
+        """The pods the service's last read asked for and could not read."""
+        return self._unreadable.get((namespace, name), frozenset())
+
+    def _budget(self, key: tuple[str, str], asked: int) -> None:
+        """Count a read's pods in the budget; a new period when the total crosses a step."""
+        self._pods_asked_total += asked - self._pods_asked.get(key, 0)
+        self._pods_asked[key] = asked
+        pods = self._pods_asked_total
         period = read_period_s(pods, reads_per_s=self.reads_per_s)
         if period != self._period_s:
             log.warning(
@@ -179,8 +187,7 @@ class PodSignals:
         Ready pods did not answer (their arrivals are estimated from the others').
         """
         asked = {pod: pod_ips[pod] for pod in sample_pods(list(pod_ips))}
-        self._pods_asked[(namespace, name)] = len(asked)
-        self._budget()
+        self._budget((namespace, name), len(asked))
         counters = await self._fetch(asked, model=model)
         self._note_unreadable((namespace, name), frozenset(asked) - set(counters))
         # A sample, or a Ready pod whose page could not be read: the read stands for every Ready
@@ -224,7 +231,7 @@ class PodSignals:
             return await response.text()
 
     def _note_unreadable(self, key: tuple[str, str], pods: frozenset[str]) -> None:
-        """Warn when pods become unreadable: their arrivals are missed until Prometheus stands in."""
+        """Warn when pods become unreadable: their arrivals are estimated from the pods that answer."""
         before = self._unreadable.get(key, frozenset())
         if pods - before:
             log.warning(

@@ -12,7 +12,8 @@ Where the store cannot answer, it asks the API server and keeps the answer:
 - a service not seen yet (the watch's first listing is still running);
 - a service's pods not listed for `RELIST_S`: a watch that broke and listed again delivers no
   DELETED event for a pod deleted in between, so the pod set is listed afresh now and then, which
-  bounds how long such a pod can linger (its reads fail meanwhile and count nothing).
+  bounds how long such a pod can linger (its reads fail meanwhile, and the pods that answer
+  count for it: `tailpilot.controllers.pod_signals`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
@@ -36,6 +37,35 @@ _Key = tuple[str, str]
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = body.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+class ObjectSource(Protocol):
+    """Where the loops that run every few seconds get a service and its Triton pods."""
+
+    async def service(self, namespace: str, name: str) -> dict[str, Any] | None: ...  # noqa: D102
+
+    async def pods(self, namespace: str, service: str) -> list[dict[str, Any]]: ...  # noqa: D102
+
+
+@dataclass(frozen=True)
+class DirectReads:
+    """The same answers asked of the API server every time.
+
+    Where no watch feeds a store (tests), and where the objects must be seen as they are now (a
+    shutdown putting held pods back).
+    """
+
+    kube: Kube
+
+    async def service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The service's body now (None: it does not exist)."""
+        return await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+
+    async def pods(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        """The service's Triton pods now (those its selector selects)."""
+        return await asyncio.to_thread(
+            self.kube.list, PODS, namespace, label_selector=selector_string(service)
+        )
 
 
 @dataclass
@@ -99,7 +129,7 @@ class WatchedObjects:
         body = self._services.get(key)
         if body is None:
             self.requests += 1
-            body = await asyncio.to_thread(self.kube.get, ISVC, namespace, name)
+            body = await DirectReads(self.kube).service(namespace, name)
             if body is not None:
                 self._services.setdefault(key, body)
         return body
@@ -114,9 +144,7 @@ class WatchedObjects:
             self.requests += 1
             self._listing[key] = []
             try:
-                fresh = await asyncio.to_thread(
-                    self.kube.list, PODS, namespace, label_selector=selector_string(service)
-                )
+                fresh = await DirectReads(self.kube).pods(namespace, service)
             finally:
                 arrived = self._listing.pop(key)
             self._pods[key] = {str(_meta(p).get("name")): p for p in fresh}

@@ -52,6 +52,7 @@ from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalPrometheus
 from tailpilot_e2e.operator_harness import (
     RESNET_H100_PROFILE,
     OperatorProcess,
+    condition,
     create_engine_store,
     free_port,
     install_crds,
@@ -153,12 +154,7 @@ def count_ready(api: client.ApiClient) -> tuple[int, dict[str, int]]:
     items = client.CustomObjectsApi(api).list_namespaced_custom_object(
         "tailpilot.io", "v1alpha1", NAMESPACE, "inferenceservices"
     )["items"]
-    ready = sum(
-        1
-        for o in items
-        for c in (o.get("status") or {}).get("conditions", [])
-        if c["type"] == "Ready" and c["status"] == "True"
-    )
+    ready = sum(1 for o in items if (condition(o, "Ready") or {}).get("status") == "True")
     sources: dict[str, int] = {}
     for o in items:
         source = str(((o.get("status") or {}).get("observed") or {}).get("ratesFrom") or "none")
