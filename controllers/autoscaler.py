@@ -32,6 +32,15 @@ from tailpilot.controllers.batching import apply_batching
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
+from tailpilot.controllers.gpu_inventory import GpuInventory
+from tailpilot.controllers.gpu_products import (
+    choice_status,
+    chooses_product,
+    memory_of,
+    move_replicas,
+    options_of,
+    serving_spec,
+)
 from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import LatencyBoard, ObservationError, observe_service
@@ -63,6 +72,7 @@ from tailpilot.policy.from_spec import (
     policy_config,
     prometheus_recent_window_s,
 )
+from tailpilot.policy.gpu_choice import REASON_MOVE_DEFERRED, MoveMemory, choose_product
 from tailpilot.policy.service_fit import (
     FitQuality,
     ServiceFit,
@@ -186,7 +196,12 @@ def significant_change(old: InferenceServiceStatus, new: InferenceServiceStatus)
         or _moved(old_seen.p99_ms, new_seen.p99_ms)
         or _moved(old_seen.request_rate, new_seen.request_rate)
         or _reason(old) != _reason(new)
+        or _gpu_choice(old) != _gpu_choice(new)
     )
+
+
+def _gpu_choice(status: InferenceServiceStatus) -> tuple[str | None, str] | None:
+    return (status.gpu.product, status.gpu.reason) if status.gpu else None
 
 
 def _reason(status: InferenceServiceStatus) -> str | None:
@@ -203,6 +218,8 @@ class _Inputs:
     prometheus_url: str
     #: The engine's profile from the status; None: the service time is learned online.
     profile: EngineProfile | None
+    #: The spec lists several GPU products (`isvc` is pinned to the one serving).
+    chooses_product: bool = False
 
 
 @dataclass
@@ -226,11 +243,16 @@ class Autoscaler:
     _service_samples: dict[tuple[str, str], tuple[str, tuple[ServiceSample, ...]]] = field(
         default_factory=dict
     )
+    #: GPU nodes and their pods, for services listing several products; None: the replicas each
+    #: product can hold are those the last reconcile recorded.
+    inventory: GpuInventory | None = None
+    _gpu_memory: dict[tuple[str, str], MoveMemory] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
         self._states.pop((namespace, name), None)
         self._service_samples.pop((namespace, name), None)
+        self._gpu_memory.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
 
     async def step(
@@ -293,6 +315,17 @@ class Autoscaler:
         events: list[EventRecord] = list(profile_events)
         scale = False
         target = status
+        if inputs.chooses_product and not decision.dry_run:
+            target, moved = await self._choose_product(
+                inputs, observation, state, profile, replicas, now, events
+            )
+            if moved:
+                # The move is the decision: the replicas and batching the old product needed no longer apply.
+                self._states.pop((namespace, name), None)
+                self._service_samples.pop((namespace, name), None)
+                await self._write(inputs.body, target, [profile_condition], force=True)
+                await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
+                return self.control_period_s, True
         if not decision.dry_run and decision.batching != batching:
             applied = await self._rebatch(isvc, status, decision.batching, events)
             if applied:
@@ -340,6 +373,70 @@ class Autoscaler:
         if wrote or events:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
+
+    async def _choose_product(
+        self,
+        inputs: _Inputs,
+        observation: Observation,
+        state: PolicyState,
+        profile: EngineProfile,
+        replicas: int,
+        now: float,
+        events: list[EventRecord],
+    ) -> tuple[InferenceServiceStatus, bool]:
+        """The GPU product for the load now (`tailpilot.policy.gpu_choice`); (status with it, moved)."""
+        isvc, status = inputs.isvc, inputs.status
+        key = (isvc.namespace, isvc.name)
+        if status.gpu is None or observation.request_rate is None:
+            return status, False
+        candidates = list(status.gpu.candidates)
+        gpu = isvc.spec.runtime.gpu
+        if self.inventory is not None and gpu is not None:
+            inventory = self.inventory
+            tolerations = placement.tolerations(gpu=True, user=isvc.spec.runtime.tolerations)
+            candidates = [
+                x.model_copy(
+                    update={
+                        "replicas_available": await asyncio.to_thread(
+                            inventory.replicas_available,
+                            product=x.product,
+                            gpus_per_replica=gpu.count,
+                            tolerations=tolerations,
+                            service=key,
+                        )
+                    }
+                )
+                for x in candidates
+            ]
+        memory = self._gpu_memory.get(key) or memory_of(status.gpu, now=utc_now(self.clock), now_s=now)
+        config = policy_config(isvc.spec, control_period_s=self.control_period_s)
+        choice = choose_product(
+            options_of(isvc, candidates, serving_profile=profile),
+            current=status.gpu.product,
+            config=config,
+            rate_per_s=observation.request_rate,
+            batching=state.batching,
+            startup_s=state.learned.replica_startup_s or config.replica_startup_s,
+            now_s=now,
+            memory=memory,
+        )
+        self._gpu_memory[key] = choice.memory
+        chosen = choice_status(status.gpu, choice, candidates, now=utc_now(self.clock), replicas_now=replicas)
+        if not choice.moved:
+            if choice.reason != status.gpu.reason and choice.reason == REASON_MOVE_DEFERRED:
+                events.append(EventRecord("Normal", choice.reason, choice.message))
+            return status.model_copy(update={"gpu": chosen}), False
+        events.append(
+            EventRecord(
+                "Normal",
+                choice.reason,
+                f"moving from {status.gpu.product} to {choice.product}: {choice.message}",
+            )
+        )
+        moved = status.model_copy(
+            update={"gpu": chosen, "replicas": move_replicas(choice, replicas), "learned": None}
+        )
+        return moved, True
 
     async def _observe(self, isvc: InferenceService, prometheus_url: str, now: float) -> Observation:
         """The service's Observation: rates from its pods' reads, the P99 from Prometheus.
@@ -416,6 +513,8 @@ class Autoscaler:
         except ValidationError:
             return None
         status = decode_status(body.get("status"))
+        choosing = chooses_product(isvc)
+        isvc = serving_spec(isvc, status)
         serving = served_result(status) is not None and is_true(status.conditions, c.CONDITION_ROLLOUT_READY)
         if not isvc.spec.autoscaling.enabled or not serving:
             return None
@@ -430,7 +529,14 @@ class Autoscaler:
             )
             await self._write(body, status, [condition])
             return None
-        return _Inputs(body=body, isvc=isvc, status=status, prometheus_url=prometheus_url, profile=profile)
+        return _Inputs(
+            body=body,
+            isvc=isvc,
+            status=status,
+            prometheus_url=prometheus_url,
+            profile=profile,
+            chooses_product=choosing,
+        )
 
     async def _rebatch(
         self,

@@ -63,6 +63,7 @@ JOBS = Resource("batch", "v1", "jobs", "Job")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 ISVC = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 BY_KIND = {
@@ -134,10 +135,12 @@ class Kube:
             raise
 
     def list(
-        self, resource: Resource, namespace: str | None, *, label_selector: str = ""
+        self, resource: Resource, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
     ) -> list[dict[str, Any]]:
-        """Objects matching a label selector."""
+        """Objects matching the selectors; in every namespace when namespace is None."""
         query = [("labelSelector", label_selector)] if label_selector else []
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         return list(self._call("GET", resource.path(namespace), query=query)["items"])
 
     def apply(self, body: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:

@@ -23,12 +23,13 @@ from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.clock import SYSTEM_CLOCK
 from tailpilot.controllers.fast_checks import FastChecker
+from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.kubeapi import SECRETS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings
+from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.manifests.settings import ManifestSettings, settings_from_env
 from tailpilot.policy.signals import DEFAULT_READS_PER_S
@@ -88,6 +89,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         action="append",
         default=[],
         help="extra KEY=VALUE label on engine build pods (repeatable)",
+    )
+    parser.add_argument(
+        "--gpu-price",
+        action="append",
+        default=[],
+        help="PRODUCT=PRICE: price of one GPU of that product per hour (repeatable; over the JSON "
+        "object in TAILPILOT_GPU_PRICES), for services that list several products",
     )
     parser.add_argument("--prometheus-url", default=env("TAILPILOT_PROMETHEUS_URL"))
     parser.add_argument("--resync-seconds", type=float, default=float(env("TAILPILOT_RESYNC_SECONDS", "300")))
@@ -149,6 +157,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(list(argv))
+    try:
+        args.gpu_prices = parse_gpu_prices(env("TAILPILOT_GPU_PRICES", ""), args.gpu_price)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.webhook_port and not (args.webhook_token_secret or args.webhook_token_file):
         # The webhook never serves without a token: say so instead of silently not serving it.
         parser.error("--webhook-port needs --webhook-token-secret or --webhook-token-file")
@@ -189,6 +201,7 @@ def build_settings(args: argparse.Namespace) -> OperatorSettings:
         build_retry_base_seconds=args.build_retry_base_seconds,
         prometheus_url=args.prometheus_url,
         control_period_seconds=args.control_period_seconds,
+        gpu_prices=args.gpu_prices,
     )
 
 
@@ -201,7 +214,9 @@ def run(
     """Run the operator until stopped."""
     kube = Kube(_api_client())
     clock = SYSTEM_CLOCK  # one clock for every loop
-    reconciler = Reconciler(kube, build_settings(args), clock=clock)
+    # GPU nodes and the pods on them, listed at most every 30 s, for services listing several products.
+    inventory = GpuInventory(kube, clock=clock)
+    reconciler = Reconciler(kube, build_settings(args), clock=clock, inventory=inventory)
     registry = kopf.OperatorRegistry()
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
     metrics = OperatorMetrics()
@@ -220,6 +235,7 @@ def run(
         clock=clock,
         signals=signals,
         objects=watched,
+        inventory=inventory,
     )
     fast_checker = FastChecker(
         kube=kube,

@@ -32,10 +32,13 @@ from tailpilot.api.engine import BuildRequest, BuildResult, ProfileRequest, Prof
 from tailpilot.api.v1alpha1 import (
     BuildStatus,
     EngineStatus,
+    GpuCandidateStatus,
+    GpuChoiceStatus,
     InferenceService,
     InferenceServiceStatus,
     ProfileStatus,
     ProfilingStatus,
+    ServiceTimeStatus,
 )
 from tailpilot.api.validation import check_spec, format_problems
 from tailpilot.controllers import drift
@@ -50,6 +53,22 @@ from tailpilot.controllers.build_state import (
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, derive_ready, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
+from tailpilot.controllers.gpu_inventory import GpuInventory
+from tailpilot.controllers.gpu_products import (
+    PHASE_BUILDING,
+    PHASE_FAILED,
+    PHASE_NO_CAPACITY,
+    PHASE_PROFILED,
+    PHASE_PROFILING,
+    PHASE_SERVING,
+    SETTLED,
+    choice_condition,
+    choice_status,
+    chooses_product,
+    options_of,
+    price_of,
+    serving_product,
+)
 from tailpilot.controllers.kubeapi import DEPLOYMENTS, ISVC, JOBS, PODS, Kube, resource_of
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.controllers.status import (
@@ -66,10 +85,13 @@ from tailpilot.controllers.status import (
     status_patch,
 )
 from tailpilot.manifests import build_job as job_manifests
+from tailpilot.manifests import placement
 from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
 from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.service import rotation_selectable
+from tailpilot.policy.from_spec import policy_config
+from tailpilot.policy.gpu_choice import REASON_WAITING, MoveMemory, choose_product
 from tailpilot.policy.regression import compare_engines
 
 log = logging.getLogger("tailpilot.reconciler")
@@ -135,10 +157,19 @@ def rollout_condition(deployment: dict[str, Any] | None, replicas: int) -> Condi
 class Reconciler:
     """All cluster I/O of one reconcile pass; decisions come from pure functions."""
 
-    def __init__(self, kube: Kube, settings: OperatorSettings, *, clock: Clock = SYSTEM_CLOCK):
+    def __init__(
+        self,
+        kube: Kube,
+        settings: OperatorSettings,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        inventory: GpuInventory | None = None,
+    ):
         self.kube = kube
         self.settings = settings
         self.clock = clock
+        #: GPU nodes and the pods on them, for services listing several products.
+        self.inventory = inventory or GpuInventory(kube, clock=clock)
         self._monitoring_crds: bool | None = None
         #: Turned-off children known gone, per (service uid, kind, name): the spec generation that
         #: was checked. A pass looks one up again only after the spec changes, not on every pass.
@@ -162,6 +193,14 @@ class Reconciler:
         if problems:
             return self._invalid(body, status, generation, format_problems(problems))
 
+        gpu_condition: list[ConditionUpdate] = []
+        if chooses_product(isvc):
+            status, placed = self._gpu_candidates(isvc, status, events)
+            gpu_condition = [u for u in (choice_condition(status.gpu),) if u is not None]
+            if placed is None:
+                return self._choosing_product(body, status, generation, events, gpu_condition)
+            # From here on the service is what its pods run: one product.
+            isvc = isvc.on_product(placed)
         request = job_manifests.make_build_request(isvc=isvc)
         request_key = request.request_key()
         gate: list[ConditionUpdate] = []
@@ -178,10 +217,19 @@ class Reconciler:
                     "the spec no longer asks for the engine that was held",
                 )
             )
-        updates = [engine_cond, *gate]
+        updates = [engine_cond, *gate, *gpu_condition]
         children_written = 0
         if result is not None:
             rollout, children_written, status = self._rollout(isvc, status, result, events)
+            if rollout.status == c.STATUS_TRUE and status.gpu and status.gpu.replicas_after_move is not None:
+                # A move is complete: every pod runs on the new product; shrink to what it needs.
+                status = status.model_copy(
+                    update={
+                        "replicas": min(status.replicas or 1, status.gpu.replicas_after_move),
+                        "gpu": status.gpu.model_copy(update={"replicas_after_move": None}),
+                    }
+                )
+                requeue = min(requeue, 1.0)
             degraded = engine_cond.status != c.STATUS_TRUE
             updates.append(
                 ConditionUpdate(
@@ -394,7 +442,7 @@ class Reconciler:
         if not isvc.spec.engine.profile:
             return self._serve(isvc, status.model_copy(update={"profiling": None}), built, None, events)
         request = self._profile_request(isvc, built)
-        profiling, summary, done = self._profile_step(isvc, status, request, events)
+        profiling, summary, done = self._profile_step(isvc, status.profiling, request, events)
         status = status.model_copy(update={"profiling": profiling})
         if not done:
             detail = f"profile Job {profiling.job_name} measuring it on {request.hardware}"
@@ -427,6 +475,22 @@ class Reconciler:
         """Hold a new engine that predicts worse than the serving one; (EngineReady if held, status)."""
         serving, old = status.engine, status.profile
         # (The engine serving itself never gets here: _engine_built keeps it as is.)
+        if (
+            serving is not None
+            and old is not None
+            and summary is not None
+            and old.hardware != summary.hardware
+        ):
+            gate.append(
+                ConditionUpdate(
+                    c.CONDITION_ROLLOUT_BLOCKED,
+                    c.STATUS_FALSE,
+                    c.REASON_NOTHING_HELD,
+                    f"a move from {old.hardware} to {summary.hardware}: products are compared by the cost "
+                    "of holding the SLO (status.gpu), not engine against engine",
+                )
+            )
+            return None, status
         if serving is None or old is None or summary is None:
             gate.append(
                 ConditionUpdate(
@@ -536,6 +600,223 @@ class Reconciler:
             status.model_copy(update=update),
         )
 
+    # ---- GPU products ---------------------------------------------------------------------------------
+    def _gpu_candidates(
+        self, isvc: InferenceService, status: InferenceServiceStatus, events: list[EventRecord]
+    ) -> tuple[InferenceServiceStatus, str | None]:
+        """Build and profile each allowed product's engine; place the service once all are known.
+
+        Returns the status with `status.gpu` and the product serving (None: not placed yet). Engines
+        are built for every product up front, in parallel: a move then only waits for pods, and a
+        TensorRT plan runs only on the product it was built for. A product none of whose nodes has
+        a free GPU gets nothing built (NoCapacity) until one has.
+        """
+        gpu = isvc.spec.runtime.gpu
+        if gpu is None:  # chooses_product checked it
+            raise ValueError("a GPU product choice without spec.runtime.gpu")
+        previous = status.gpu
+        earlier = {x.product: x for x in (previous.candidates if previous else [])}
+        placed = serving_product(isvc, status)
+        tolerations = placement.tolerations(gpu=True, user=isvc.spec.runtime.tolerations)
+        candidates: list[GpuCandidateStatus] = []
+        for product in gpu.allowed_products():
+            available = self.inventory.replicas_available(
+                product=product,
+                gpus_per_replica=gpu.count,
+                tolerations=tolerations,
+                service=(isvc.namespace, isvc.name),
+            )
+            if product == placed:
+                candidate = self._serving_candidate(product, status, earlier.get(product))
+            else:
+                candidate = self._candidate(isvc.on_product(product), earlier.get(product), available, events)
+            candidates.append(
+                candidate.model_copy(
+                    update={
+                        "price_per_hour": price_of(isvc, product, self.settings.gpu_prices),
+                        "replicas_available": available,
+                    }
+                )
+            )
+        if placed is not None:
+            kept = (previous or GpuChoiceStatus()).model_copy(update={"candidates": candidates})
+            return status.model_copy(update={"gpu": kept}), placed
+        if not all(x.phase in SETTLED for x in candidates):
+            pending = ", ".join(
+                f"{x.product} {x.phase.lower()}" for x in candidates if x.phase not in SETTLED
+            )
+            waiting = (previous or GpuChoiceStatus()).model_copy(
+                update={
+                    "product": None,
+                    "reason": REASON_WAITING,
+                    "message": f"placed once every product's engine is profiled ({pending})",
+                    "candidates": candidates,
+                }
+            )
+            return status.model_copy(update={"gpu": waiting}), None
+        config = policy_config(isvc.spec, control_period_s=self.settings.control_period_seconds)
+        choice = choose_product(
+            options_of(isvc, candidates),
+            current=None,
+            config=config,
+            rate_per_s=(status.observed.request_rate if status.observed else None) or 0.0,
+            batching=batching_in_force(isvc, status),
+            startup_s=config.replica_startup_s,
+            now_s=self.clock.time(),
+            memory=MoveMemory(),
+        )
+        chosen = choice_status(
+            previous,
+            choice,
+            candidates,
+            now=utc_now(self.clock),
+            replicas_now=replicas_in_force(isvc, status),
+        )
+        if choice.product is not None:
+            events.append(
+                EventRecord("Normal", choice.reason, f"placed on {choice.product}: {choice.message}")
+            )
+        elif previous is None or previous.reason != choice.reason:
+            events.append(EventRecord("Warning", choice.reason, choice.message))
+        return status.model_copy(update={"gpu": chosen}), choice.product
+
+    def _serving_candidate(
+        self, product: str, status: InferenceServiceStatus, earlier: GpuCandidateStatus | None
+    ) -> GpuCandidateStatus:
+        """The product serving, from the engine and profile it serves with (once they are its own)."""
+        base = earlier or GpuCandidateStatus(product=product)
+        engine, profile = status.engine, status.profile
+        if engine is None or profile is None or profile.hardware != product:
+            return base.model_copy(update={"phase": PHASE_SERVING})
+        return base.model_copy(
+            update={
+                "phase": PHASE_SERVING,
+                "message": "",
+                "engine_key": engine.key,
+                "request_key": engine.request_key,
+                "profile_key": profile.key,
+                "service_time": profile.service_time,
+                "max_batch_size": max((p.batch_size for p in profile.points), default=None),
+            }
+        )
+
+    def _candidate(
+        self,
+        isvc: InferenceService,
+        earlier: GpuCandidateStatus | None,
+        available: int,
+        events: list[EventRecord],
+    ) -> GpuCandidateStatus:
+        """Build, then profile, the engine of a product not serving (`isvc` pinned to it)."""
+        request = job_manifests.make_build_request(isvc=isvc)
+        request_key = request.request_key()
+        product = request.target
+        base = (
+            earlier
+            if earlier is not None and earlier.request_key == request_key
+            else GpuCandidateStatus(product=product, request_key=request_key)
+        )
+        if base.phase == PHASE_SERVING:  # it served until a move away: its profile still holds
+            base = base.model_copy(update={"phase": PHASE_PROFILED if base.service_time else ""})
+        if base.phase in (PHASE_PROFILED, PHASE_FAILED):
+            return base
+        job_name = job_manifests.build_job_name(isvc_name=isvc.name, request_key=request_key)
+        job = self.kube.get(JOBS, isvc.namespace, job_name)
+        if job is None and available == 0:
+            return base.model_copy(
+                update={"phase": PHASE_NO_CAPACITY, "message": f"no node of {product} has a free GPU"}
+            )
+        pods = self.kube.list(PODS, isvc.namespace, label_selector=f"job-name={job_name}") if job else []
+        state = assess_build(job, pods)
+        if state.phase is BuildPhase.ABSENT:
+            self._create_build_job(isvc, request, 1, events)
+            return base.model_copy(update={"phase": PHASE_BUILDING, "message": f"build Job {job_name}"})
+        if state.phase is BuildPhase.RUNNING:
+            detail = state.waiting or state.message or "running"
+            return base.model_copy(
+                update={"phase": PHASE_BUILDING, "message": f"build Job {job_name}: {detail}"}
+            )
+        if state.phase is not BuildPhase.SUCCEEDED or state.result is None:
+            return base.model_copy(
+                update={"phase": PHASE_FAILED, "message": f"build failed: {state.message or state.reason}"}
+            )
+        built = engine_status(state.result, request_key=request_key, built_at=None)
+        if not isvc.spec.engine.profile:
+            return base.model_copy(
+                update={
+                    "phase": PHASE_FAILED,
+                    "engine_key": built.key,
+                    "message": "spec.engine.profile is false: nothing to compare the products with",
+                }
+            )
+        profile_request = self._profile_request(isvc, built)
+        profile_key = profile_request.profile_key()
+        earlier_step = (
+            ProfilingStatus(
+                profile_key=profile_key,
+                engine_key=built.key,
+                phase="Running" if base.phase == PHASE_PROFILING else "",
+            )
+            if base.profile_key == profile_key
+            else None
+        )
+        profiling, summary, done = self._profile_step(isvc, earlier_step, profile_request, events)
+        base = base.model_copy(update={"engine_key": built.key, "profile_key": profile_key})
+        if not done:
+            return base.model_copy(
+                update={
+                    "phase": PHASE_PROFILING,
+                    "message": f"profile Job {profiling.job_name}"
+                    + (f": {profiling.message}" if profiling.message else ""),
+                }
+            )
+        if summary is None:
+            return base.model_copy(
+                update={
+                    "phase": PHASE_FAILED,
+                    "message": f"profile failed: {profiling.reason}: {profiling.message}",
+                }
+            )
+        return base.model_copy(
+            update={
+                "phase": PHASE_PROFILED,
+                "message": "",
+                "service_time": ServiceTimeStatus.model_validate(
+                    summary.service_time.model_dump(by_alias=True)
+                ),
+                "max_batch_size": max((p.batch_size for p in summary.points), default=None),
+            }
+        )
+
+    def _choosing_product(
+        self,
+        body: dict[str, Any],
+        status: InferenceServiceStatus,
+        generation: int,
+        events: list[EventRecord],
+        gpu_condition: list[ConditionUpdate],
+    ) -> ReconcileResult:
+        """No product placed yet: say what is awaited; children untouched (an earlier placement serves)."""
+        message = status.gpu.message if status.gpu else ""
+        engine = ConditionUpdate(
+            c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_CHOOSING_GPU_PRODUCT, message
+        )
+        rollout = ConditionUpdate(
+            c.CONDITION_ROLLOUT_READY,
+            c.STATUS_FALSE,
+            c.REASON_WAITING_FOR_ENGINE,
+            "no GPU product chosen yet",
+        )
+        updates = [
+            engine,
+            rollout,
+            *gpu_condition,
+            derive_ready(engine=engine, rollout=rollout, serving_engine=served_result(status) is not None),
+        ]
+        written = self._write_status(body, status, updates, generation)
+        post_events(self.kube, body, events, now=utc_now(self.clock))
+        return ReconcileResult(requeue_after=10.0, status_written=written)
+
     # ---- profile --------------------------------------------------------------------------------------
     def _profile_request(self, isvc: InferenceService, engine: EngineStatus) -> ProfileRequest:
         return profile_manifests.make_profile_request(
@@ -548,14 +829,16 @@ class Reconciler:
     def _profile_step(
         self,
         isvc: InferenceService,
-        status: InferenceServiceStatus,
+        previous: ProfilingStatus | None,
         request: ProfileRequest,
         events: list[EventRecord],
     ) -> tuple[ProfilingStatus, ProfileSummary | None, bool]:
-        """Run (or follow) the profile Job of `request`: its status, the profile, whether it ended."""
+        """Run (or follow) the profile Job of `request`: its status, the profile, whether it ended.
+
+        `previous`: what the last pass recorded of this step (its phase decides which Events are new).
+        """
         key = request.profile_key()
         job_name = profile_manifests.profile_job_name(isvc_name=isvc.name, profile_key=key)
-        previous = status.profiling
         profiling = (
             previous.model_copy(update={"job_name": job_name})
             if previous is not None and previous.profile_key == key
@@ -648,7 +931,7 @@ class Reconciler:
         request = self._profile_request(isvc, engine)
         if profiling.profile_key == request.profile_key() and profiling.phase in ("Succeeded", "Failed"):
             return status, self.settings.resync_seconds
-        profiling, summary, done = self._profile_step(isvc, status, request, events)
+        profiling, summary, done = self._profile_step(isvc, status.profiling, request, events)
         update: dict[str, Any] = {"profiling": profiling}
         if summary is not None:
             update["profile"] = ProfileStatus.from_summary(summary, key=profiling.profile_key)

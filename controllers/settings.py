@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from tailpilot.manifests.settings import ManifestSettings
 
@@ -26,6 +26,8 @@ class OperatorSettings:
         build_retry_max_seconds: Cap of the exponential back-off.
         prometheus_url: Default Prometheus for services without spec.monitoring.prometheusUrl.
         control_period_seconds: How often the autoscaler evaluates a Ready service.
+        gpu_prices: Price of one GPU per hour by GPU product (node label value): what a service
+            listing several products (spec.runtime.gpu.products) pays where it sets no price itself.
     """
 
     manifests: ManifestSettings
@@ -35,3 +37,35 @@ class OperatorSettings:
     build_retry_max_seconds: float = 900.0
     prometheus_url: str | None = None
     control_period_seconds: float = DEFAULT_CONTROL_PERIOD_S
+    gpu_prices: Mapping[str, float] = field(default_factory=dict)
+
+
+def parse_gpu_prices(table: str, flags: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
+    """GPU prices from a JSON object (TAILPILOT_GPU_PRICES) and PRODUCT=PRICE flags over it.
+
+    Raises:
+        ValueError: on a malformed table or flag, or a price that is not a positive number.
+    """
+    import json
+
+    prices: dict[str, Any] = {}
+    if table.strip():
+        loaded = json.loads(table)
+        if not isinstance(loaded, dict):
+            raise ValueError(f"TAILPILOT_GPU_PRICES must be a JSON object, got {table!r}")
+        prices.update(loaded)
+    for item in flags:
+        product, sep, price = item.partition("=")
+        if not sep or not product:
+            raise ValueError(f"--gpu-price takes PRODUCT=PRICE, got {item!r}")
+        prices[product] = price
+    out: dict[str, float] = {}
+    for product, price in prices.items():
+        try:
+            value = float(price)
+        except (TypeError, ValueError):
+            raise ValueError(f"GPU price of {product!r} is not a number: {price!r}") from None
+        if not value > 0:
+            raise ValueError(f"GPU price of {product!r} must be above zero, got {value}")
+        out[str(product)] = value
+    return out

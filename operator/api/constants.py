@@ -78,6 +78,8 @@ CONDITION_DEGRADED: Final = "Degraded"
 CONDITION_PROFILE_ACCURATE: Final = "ProfileAccurate"
 #: Whether a new engine is held back by the regression gate (the old one keeps serving).
 CONDITION_ROLLOUT_BLOCKED: Final = "RolloutBlocked"
+#: For a service listing several GPU products: which one serves, and why (status.gpu has the figures).
+CONDITION_GPU_PRODUCT_CHOSEN: Final = "GpuProductChosen"
 CONDITION_TYPES: Final = (
     CONDITION_READY,
     CONDITION_ENGINE_READY,
@@ -87,6 +89,7 @@ CONDITION_TYPES: Final = (
     CONDITION_DEGRADED,
     CONDITION_PROFILE_ACCURATE,
     CONDITION_ROLLOUT_BLOCKED,
+    CONDITION_GPU_PRODUCT_CHOSEN,
 )
 
 STATUS_TRUE: Final = "True"
@@ -124,6 +127,7 @@ EVENT_REPLICAS_RETURNED: Final = "ReplicasReturned"
 EVENT_CHILD_REMOVED: Final = "ChildRemoved"
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
+REASON_CHOOSING_GPU_PRODUCT: Final = "ChoosingGpuProduct"
 REASON_ROLLING_OUT: Final = "RollingOut"
 REASON_ROLLED_OUT: Final = "RolledOut"
 REASON_ROLLOUT_STALLED: Final = "RolloutStalled"

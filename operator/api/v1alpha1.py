@@ -355,20 +355,68 @@ RULE_GPU_COUNT = Rule(
 )
 
 
+MAX_GPU_PRODUCTS = 8
+
+RULE_GPU_PRODUCT_SET = Rule(
+    cel="has(self.product) || has(self.products)",
+    message="spec.runtime.gpu needs a product (one GPU product) or products (the products it may run on)",
+)
+RULE_GPU_PRODUCT_ONE_WAY = Rule(
+    cel="!(has(self.product) && has(self.products))",
+    message="spec.runtime.gpu: set product or products, not both",
+)
+
+
+class GpuProductOption(_Model):
+    """A GPU product a service may run on, and what one of its GPUs costs."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description=f"GPU product as the node label {c.GPU_PRODUCT_LABEL} spells it, e.g. NVIDIA-L4.",
+    )
+    price_per_hour: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description=(
+            "Price of one GPU of this product per hour, in any currency used consistently; overrides the "
+            "operator's price table (the chart's gpuPrices). A product without a price from either is "
+            "not chosen."
+        ),
+    )
+
+
 class GpuSpec(_Model):
     """The GPUs of one replica."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(RULE_GPU_COUNT))
+    model_config = ConfigDict(
+        json_schema_extra=_validations(RULE_GPU_COUNT, RULE_GPU_PRODUCT_SET, RULE_GPU_PRODUCT_ONE_WAY)
+    )
 
-    product: str = Field(
+    product: str | None = Field(
+        default=None,
         min_length=1,
         max_length=63,
         pattern=LABEL_VALUE_PATTERN,
         description=(
             f"GPU product as the node label {c.GPU_PRODUCT_LABEL} spells it, e.g. NVIDIA-H100-80GB-HBM3. "
             "Pods and the build and profile Jobs are pinned to it; a TensorRT engine only runs on the "
-            "product it was built for."
+            "product it was built for. Set this or products."
         ),
+    )
+    products: list[GpuProductOption] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_GPU_PRODUCTS,
+        description=(
+            "The GPU products the service may run on: an engine is built and profiled for each, and the "
+            "autoscaler serves on the one that holds the SLO at the observed load for the lowest price "
+            "(replicas x count x price per hour), moving when another stays cheaper long enough to pay "
+            "for the move (status.gpu says which and why). Set this or product."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     count: int = Field(
         default=1, ge=0, le=16, description=f"Whole GPUs per replica ({c.GPU_RESOURCE} limit)."
@@ -382,7 +430,28 @@ class GpuSpec(_Model):
     def _count(self) -> Self:
         if self.count < 1:
             raise _fail(RULE_GPU_COUNT)
+        if self.product is None and self.products is None:
+            raise _fail(RULE_GPU_PRODUCT_SET)
+        if self.product is not None and self.products is not None:
+            raise _fail(RULE_GPU_PRODUCT_ONE_WAY)
+        if self.products is not None and len({p.name for p in self.products}) != len(self.products):
+            raise ValueError("spec.runtime.gpu.products[].name must be unique (Duplicate value)")
         return self
+
+    def allowed_products(self) -> tuple[str, ...]:
+        """Every product the service may run on, in the spec's order."""
+        if self.products is not None:
+            return tuple(p.name for p in self.products)
+        return (self.product,) if self.product else ()
+
+    @property
+    def chooses_product(self) -> bool:
+        """Whether the operator chooses among several products (products is set)."""
+        return self.products is not None
+
+    def on(self, product: str) -> GpuSpec:
+        """The same GPUs pinned to one product (what the manifests of that product's pods use)."""
+        return self.model_copy(update={"product": product, "products": None})
 
 
 RULE_GPU_REQUIRED = Rule(
@@ -1104,6 +1173,67 @@ class LearnedStatus(_Model):
     )
 
 
+class GpuCandidateStatus(_Model):
+    """One GPU product a service may run on: its engine, its profile, and what it would cost now."""
+
+    product: str = Field(max_length=63, description="The GPU product.")
+    price_per_hour: float | None = Field(
+        default=None, ge=0, description="Price of one of its GPUs per hour (absent: no price known)."
+    )
+    phase: str = Field(
+        default="",
+        max_length=32,
+        description=(
+            "Building, Profiling, Profiled, Serving, Failed or NoCapacity (no node of the product has a "
+            "free GPU, so nothing is built there yet)."
+        ),
+    )
+    message: str = Field(default="", max_length=1024, description="Why, when not Profiled or Serving.")
+    engine_key: str = Field(default="", max_length=128, description="The product's engine.")
+    request_key: str = Field(default="", max_length=64, description="The product's build request.")
+    profile_key: str = Field(default="", max_length=64, description="The product's profile request.")
+    max_batch_size: int | None = Field(default=None, ge=1, description="The engine's largest batch.")
+    service_time: ServiceTimeStatus | None = Field(
+        default=None, description="The profile's fitted service time per batch on this product."
+    )
+    capacity_per_replica_per_s: float | None = Field(
+        default=None, ge=0, description="Highest rate one replica serves within the SLO, req/s."
+    )
+    replicas_needed: int | None = Field(
+        default=None, ge=0, description="Fewest replicas holding the SLO at the observed rate."
+    )
+    replicas_available: int | None = Field(
+        default=None, ge=0, description="Replicas the product's nodes can hold for this service now."
+    )
+    cost_per_hour: float | None = Field(
+        default=None, ge=0, description="replicasNeeded x GPUs per replica x price (absent: cannot hold)."
+    )
+
+
+class GpuChoiceStatus(_Model):
+    """Which GPU product serves (spec.runtime.gpu.products) and why."""
+
+    product: str | None = Field(
+        default=None, max_length=63, description="The product serving (or chosen to serve next)."
+    )
+    reason: str = Field(default="", max_length=64, description="CamelCase reason of the last choice.")
+    message: str = Field(default="", max_length=4096, description="The figures behind it.")
+    moved_at: datetime | None = Field(
+        default=None, description="When the service last moved (or was placed)."
+    )
+    replicas_after_move: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "During a move, the replicas the new product needs: the Deployment keeps at least the old "
+            "count until every pod runs on the new product, then shrinks to this."
+        ),
+    )
+    candidates: list[GpuCandidateStatus] = Field(
+        default_factory=list, max_length=MAX_GPU_PRODUCTS, description="Every allowed product."
+    )
+
+
 class InferenceServiceStatus(_Model):
     """Observed state of an InferenceService, written only by the operator."""
 
@@ -1151,6 +1281,9 @@ class InferenceServiceStatus(_Model):
         default=None, ge=0, description="P99 the policy predicts for the current replicas and batching, ms."
     )
     last_decision: DecisionStatus | None = Field(default=None, description="Last autoscaling decision.")
+    gpu: GpuChoiceStatus | None = Field(
+        default=None, description="The GPU product choice, for a service that lists several products."
+    )
     learned: LearnedStatus | None = Field(
         default=None, description="What the autoscaler learned from metrics."
     )
@@ -1197,6 +1330,18 @@ class InferenceService(_Model):
         """metadata.namespace ("default" when absent, as kubectl does)."""
         return str(self.metadata.get("namespace") or "default")
 
+    def on_product(self, product: str) -> InferenceService:
+        """This service pinned to one GPU product (spec.runtime.gpu.product), for services that list several.
+
+        Every manifest, build and profile request reads the one product of the spec; a service that
+        may run on several is built, profiled and served per product through this copy.
+        """
+        gpu = self.spec.runtime.gpu
+        if gpu is None:
+            return self
+        runtime = self.spec.runtime.model_copy(update={"gpu": gpu.on(product)})
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"runtime": runtime})})
+
 
 #: Every cross-field rule, for documentation and tests.
 ALL_RULES: tuple[Rule, ...] = (
@@ -1206,6 +1351,8 @@ ALL_RULES: tuple[Rule, ...] = (
     RULE_SHAPE_ORDER,
     RULE_INT8_CALIBRATION,
     RULE_GPU_COUNT,
+    RULE_GPU_PRODUCT_SET,
+    RULE_GPU_PRODUCT_ONE_WAY,
     RULE_GPU_REQUIRED,
     RULE_GPU_FORBIDDEN,
     RULE_PREFERRED_LE_MAX,

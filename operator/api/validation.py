@@ -50,11 +50,12 @@ def check_spec(
             )
         )
     gpu = spec.runtime.gpu
-    if spec.runtime.device is Device.GPU and gpu is not None and gpu.product not in known_gpu_products:
-        known = ", ".join(sorted(known_gpu_products))
-        problems.append(
-            Problem("spec.runtime.gpu.product", f"unknown GPU product {gpu.product!r} (known: {known})")
-        )
+    if spec.runtime.device is Device.GPU and gpu is not None:
+        field = "spec.runtime.gpu.products" if gpu.chooses_product else "spec.runtime.gpu.product"
+        for product in gpu.allowed_products():
+            if product not in known_gpu_products:
+                known = ", ".join(sorted(known_gpu_products))
+                problems.append(Problem(field, f"unknown GPU product {product!r} (known: {known})"))
     if spec.engine.backend is Backend.TENSORRT and spec.runtime.serving_variant is ServingVariant.PYTHON:
         problems.append(
             Problem(

@@ -1206,3 +1206,26 @@ def _reload_held_ms(call: _Call, *, rate: float, bursts: Bursts) -> float:
         service=call.service, correction=call.correction, bursts=bursts,
     )  # fmt: skip
     return delay if feasible is not None else 0.0
+
+
+def fewest_replicas_at(
+    *, config: PolicyConfig, profile: EngineProfile, rate_per_s: float, batching: BatchingConfig, most: int
+) -> int | None:
+    """Fewest replicas (at most `most`) whose predicted P99 meets the SLO minus its margin at `rate_per_s`.
+
+    The same sizing `decide` does, over the same batching candidates, without what a running service
+    teaches it (no correction, no bursts): what comparing engines that do not serve yet can use. None
+    when `most` replicas miss it.
+    """
+    bounded = replace(config, max_replicas=max(1, min(config.max_replicas, most)))
+    if most < max(1, config.min_replicas):
+        return None
+    cands = _allowed(bounded, profile, PolicyState.initial(replicas=1, batching=batching))
+    return _fewest(
+        rate=rate_per_s,
+        target_ms=config.p99_target_ms * (1 - SLO_MARGIN),
+        cands=cands,
+        config=bounded,
+        service=profile.service_time,
+        correction=Correction(),
+    )

@@ -82,6 +82,23 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
         merge(CPU_BASE, {"replicas": 3, "autoscaling": {"minReplicas": 2, "maxReplicas": 3}}),
     ),
     ("shape-ranges", merge(CPU_BASE, _shape([1, 16], [8, 128], [8, 512]))),
+    (
+        "gpu-products",
+        merge(
+            GPU_BASE,
+            {
+                "runtime": {
+                    "gpu": {
+                        "product": None,
+                        "products": [
+                            {"name": "NVIDIA-H100-80GB-HBM3", "pricePerHour": 4.0},
+                            {"name": "NVIDIA-L4"},
+                        ],
+                    }
+                }
+            },
+        ),
+    ),
 ]
 
 #: (name, spec, expected substring of the rejection). Names are unique; each breaks exactly one rule.
@@ -187,6 +204,36 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("missing-slo", merge(CPU_BASE, {"slo": None}), "spec.slo"),
     ("shape-dimension-zero", merge(CPU_BASE, _shape([0], [1], [1])), "spec.engine.shapes[0].min[0]"),
+    (
+        "gpu-without-product-or-products",
+        merge(GPU_BASE, {"runtime": {"gpu": {"product": None}}}),
+        "spec.runtime.gpu needs a product (one GPU product) or products",
+    ),
+    (
+        "gpu-product-and-products",
+        merge(GPU_BASE, {"runtime": {"gpu": {"products": [{"name": "NVIDIA-L4"}]}}}),
+        "spec.runtime.gpu: set product or products, not both",
+    ),
+    (
+        "gpu-products-duplicate",
+        merge(
+            GPU_BASE,
+            {
+                "runtime": {
+                    "gpu": {"product": None, "products": [{"name": "NVIDIA-L4"}, {"name": "NVIDIA-L4"}]}
+                }
+            },
+        ),
+        "Duplicate value",
+    ),
+    (
+        "gpu-product-price-zero",
+        merge(
+            GPU_BASE,
+            {"runtime": {"gpu": {"product": None, "products": [{"name": "NVIDIA-L4", "pricePerHour": 0}]}}},
+        ),
+        "spec.runtime.gpu.products[0].pricePerHour",
+    ),
     (
         "gpu-product-not-a-label-value",
         merge(GPU_BASE, {"runtime": {"gpu": {"product": "NVIDIA H100"}}}),

@@ -1,0 +1,181 @@
+"""The GPU product choice: the cheapest product holding the SLO, and the guardrails of a move."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import EngineProfile, ServiceTimeModel
+from tailpilot.policy.config import PolicyConfig
+from tailpilot.policy.gpu_choice import (
+    MOVE_COOLDOWN_S,
+    MOVE_DWELL_S,
+    REASON_CHEAPEST,
+    REASON_MOVE_DEFERRED,
+    REASON_MOVED_FOR_CAPACITY,
+    REASON_MOVED_FOR_COST,
+    REASON_NO_PRODUCT,
+    REASON_PLACED,
+    REASON_WAITING,
+    MoveMemory,
+    ProductOption,
+    capacity_at_slo,
+    choose_product,
+    size_products,
+)
+from tailpilot.policy.model import BatchShape, predict_p99_ms
+
+H100, L4 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"
+CONFIG = PolicyConfig(p99_target_ms=100.0, min_replicas=1, max_replicas=8)
+BATCHING = BatchingConfig(max_batch_size=8, preferred_batch_sizes=(), max_queue_delay_us=0)
+
+
+def profile(product: str, intercept_ms: float, per_item_ms: float) -> EngineProfile:
+    return EngineProfile(
+        engine_key=product,
+        backend="tensorrt",
+        precision="fp16",
+        hardware=product,
+        max_batch_size=8,
+        points=[],
+        service_time=ServiceTimeModel(intercept_ms=intercept_ms, per_item_ms=per_item_ms, jitter_cv=0.05),
+    )
+
+
+def options(*, h100_free: int | None = None, l4_free: int | None = None) -> tuple[ProductOption, ...]:
+    # The H100 is 5x as fast per item and 5x the price: at light load one L4 replica is enough and
+    # costs a fifth; at heavy load the L4 needs more than its bound.
+    return (
+        ProductOption(H100, 4.0, 1, profile(H100, 2.0, 1.0), replicas_available=h100_free),
+        ProductOption(L4, 0.8, 1, profile(L4, 10.0, 5.0), replicas_available=l4_free),
+    )
+
+
+def choose(opts, *, current, rate, now=1000.0, memory=None):
+    return choose_product(
+        opts,
+        current=current,
+        config=CONFIG,
+        rate_per_s=rate,
+        batching=BATCHING,
+        startup_s=30.0,
+        now_s=now,
+        memory=memory or MoveMemory(),
+    )
+
+
+def test_sizing_is_the_fewest_replicas_meeting_the_slo_minus_margin_and_costs_them():
+    figures = {
+        f.product: f for f in size_products(options(), config=CONFIG, rate_per_s=300.0, batching=BATCHING)
+    }
+    for product, f in figures.items():
+        assert f.replicas is not None and f.cost_per_hour is not None
+        service = profile(product, 2.0, 1.0) if product == H100 else profile(product, 10.0, 5.0)
+        shape = BatchShape.of(BATCHING)
+        # n meets the target, n - 1 does not (with the batching in force as one candidate)
+        assert (
+            predict_p99_ms(rate_per_s=300.0, replicas=f.replicas, shape=shape, service=service.service_time)
+            <= 85.0
+        )
+        price = 4.0 if product == H100 else 0.8
+        assert f.cost_per_hour == pytest.approx(f.replicas * price)
+    assert figures[L4].replicas > figures[H100].replicas
+
+
+def test_capacity_at_slo_is_the_rate_one_replica_holds():
+    fast, slow = profile(H100, 2.0, 1.0), profile(L4, 10.0, 5.0)
+    c_fast = capacity_at_slo(config=CONFIG, profile=fast, batching=BATCHING)
+    c_slow = capacity_at_slo(config=CONFIG, profile=slow, batching=BATCHING)
+    assert c_fast > 4 * c_slow > 0
+    figures = size_products(options(), config=CONFIG, rate_per_s=c_slow * 0.99, batching=BATCHING)
+    assert {f.product: f.replicas for f in figures}[L4] == 1
+    figures = size_products(options(), config=CONFIG, rate_per_s=c_slow * 1.05, batching=BATCHING)
+    assert {f.product: f.replicas for f in figures}[L4] == 2
+
+
+def test_a_new_service_is_placed_on_the_cheapest_product_at_once():
+    choice = choose(options(), current=None, rate=0.0)
+    assert (choice.product, choice.reason, choice.moved, choice.replicas) == (L4, REASON_PLACED, True, 1)
+
+
+def test_waits_for_profiles_before_placing_and_says_which():
+    unprofiled = (
+        ProductOption(H100, 4.0, 1, None),
+        ProductOption(L4, 0.8, 1, None),
+    )
+    choice = choose(unprofiled, current=None, rate=0.0)
+    assert choice.product is None and choice.reason == REASON_WAITING and L4 in choice.message
+
+
+def test_no_capacity_on_the_cheap_product_places_on_the_other_and_says_why():
+    choice = choose(options(l4_free=0), current=None, rate=0.0)
+    assert choice.product == H100
+    assert "NVIDIA-L4: its nodes hold 0 replica(s), too few" in choice.message
+
+
+def test_a_load_the_current_product_cannot_carry_moves_at_once():
+    rate = 2000.0
+    sized = {
+        f.product: f for f in size_products(options(), config=CONFIG, rate_per_s=rate, batching=BATCHING)
+    }
+    assert sized[L4].replicas is None and sized[H100].replicas is not None
+    choice = choose(options(), current=L4, rate=rate, memory=MoveMemory(moved_at_s=999.0))
+    assert (choice.product, choice.reason, choice.moved) == (H100, REASON_MOVED_FOR_CAPACITY, True)
+
+
+def test_a_cheaper_product_waits_for_its_dwell_then_moves():
+    rate = 10.0  # L4 holds it on one replica, a fifth of the price
+    first = choose(options(), current=H100, rate=rate, now=0.0, memory=MoveMemory(moved_at_s=-10_000.0))
+    assert (first.product, first.reason, first.moved) == (H100, REASON_MOVE_DEFERRED, False)
+    assert first.memory.cheaper == L4 and first.memory.cheaper_since_s == 0.0
+    still = choose(options(), current=H100, rate=rate, now=MOVE_DWELL_S - 1, memory=first.memory)
+    assert not still.moved
+    moved = choose(options(), current=H100, rate=rate, now=MOVE_DWELL_S, memory=still.memory)
+    assert (moved.product, moved.reason, moved.moved) == (L4, REASON_MOVED_FOR_COST, True)
+    assert moved.memory.moved_at_s == MOVE_DWELL_S
+
+
+def test_the_dwell_restarts_when_the_other_product_stops_being_cheaper():
+    memory = choose(
+        options(), current=H100, rate=10.0, now=0.0, memory=MoveMemory(moved_at_s=-10_000.0)
+    ).memory
+    heavy = choose(options(), current=H100, rate=1500.0, now=100.0, memory=memory)
+    assert heavy.reason == REASON_CHEAPEST and heavy.memory.cheaper is None
+    again = choose(options(), current=H100, rate=10.0, now=MOVE_DWELL_S + 50, memory=heavy.memory)
+    assert not again.moved and again.memory.cheaper_since_s == MOVE_DWELL_S + 50
+
+
+def test_no_move_for_cost_within_the_cooldown_of_the_last_move():
+    memory = MoveMemory(cheaper=L4, cheaper_since_s=0.0, moved_at_s=MOVE_DWELL_S)
+    held = choose(options(), current=H100, rate=10.0, now=MOVE_DWELL_S + 10, memory=memory)
+    assert held.reason == REASON_MOVE_DEFERRED and not held.moved
+    later = choose(options(), current=H100, rate=10.0, now=MOVE_DWELL_S + MOVE_COOLDOWN_S, memory=memory)
+    assert later.moved and later.product == L4
+
+
+def test_a_saving_under_the_threshold_is_not_worth_a_move():
+    close = (
+        ProductOption(H100, 1.0, 1, profile(H100, 2.0, 1.0)),
+        ProductOption(L4, 0.95, 1, profile(L4, 2.0, 1.0)),
+    )
+    choice = choose(close, current=H100, rate=10.0, now=10_000.0)
+    assert (choice.product, choice.reason, choice.moved) == (H100, REASON_CHEAPEST, False)
+
+
+def test_no_product_holding_the_slo_keeps_the_current_one_and_says_so():
+    choice = choose(options(h100_free=1, l4_free=1), current=H100, rate=5000.0)
+    assert (choice.product, choice.reason, choice.moved) == (H100, REASON_NO_PRODUCT, False)
+
+
+def test_an_unusable_product_is_never_chosen():
+    opts = (
+        ProductOption(H100, 4.0, 1, profile(H100, 2.0, 1.0)),
+        ProductOption(L4, 0.8, 1, profile(L4, 10.0, 5.0), unusable="no price"),
+    )
+    assert choose(opts, current=None, rate=0.0).product == H100
+
+
+def test_gpus_per_replica_multiply_the_cost():
+    opts = (ProductOption(H100, 4.0, 2, profile(H100, 2.0, 1.0)),)
+    (f,) = size_products(opts, config=CONFIG, rate_per_s=0.0, batching=BATCHING)
+    assert f.cost_per_hour == pytest.approx(8.0)
