@@ -421,6 +421,13 @@ class Autoscaler:
             memory=memory,
         )
         self._gpu_memory[key] = choice.memory
+        self.metrics.record_gpu_choice(
+            namespace=key[0],
+            service=key[1],
+            costs={f.product: f.cost_per_hour for f in choice.figures},
+            serving=choice.product,
+            moved=choice.reason if choice.moved else None,
+        )
         chosen = choice_status(status.gpu, choice, candidates, now=utc_now(self.clock), replicas_now=replicas)
         if not choice.moved:
             if choice.reason != status.gpu.reason and choice.reason == REASON_MOVE_DEFERRED:

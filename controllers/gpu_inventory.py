@@ -12,13 +12,18 @@ product whose pods then stay Pending is still found by the rollout's progress de
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.kubeapi import NODES, PODS, Kube
+
+log = logging.getLogger("tailpilot.gpu_inventory")
 
 #: Seconds a listing of nodes and pods is reused.
 INVENTORY_TTL_S = 30.0
@@ -108,15 +113,29 @@ class GpuInventory:
     _nodes: list[dict[str, Any]] | None = None
     _pods: list[dict[str, Any]] | None = None
 
-    def listing(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(GPU nodes, non-terminated pods bound to a node), from cache when fresh."""
+    def listing(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """(GPU nodes, non-terminated pods), from cache when fresh; None when they cannot be listed.
+
+        An operator without the right to list nodes (or pods in every namespace) still chooses the
+        product, without knowing free GPUs: a product whose pods stay Pending then shows in the
+        rollout's progress.
+        """
         now = self.clock.time()
-        if self._nodes is None or self._pods is None or self._at is None or now - self._at >= self.ttl_s:
-            self._nodes = self.kube.list(NODES, None, label_selector=c.GPU_PRODUCT_LABEL)
-            self._pods = self.kube.list(
-                PODS, None, field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-            )
+        if self._at is None or now - self._at >= self.ttl_s:
             self._at = now
+            try:
+                self._nodes = self.kube.list(NODES, None, label_selector=c.GPU_PRODUCT_LABEL)
+                self._pods = self.kube.list(
+                    PODS, None, field_selector="status.phase!=Succeeded,status.phase!=Failed"
+                )
+            except ApiException as error:
+                if self._nodes is not None or self._pods is not None or error.status not in (401, 403):
+                    log.warning("listing GPU nodes and pods: %s", error.reason)
+                else:
+                    log.warning("cannot list GPU nodes and pods (%s): free GPUs are not known", error.reason)
+                self._nodes = self._pods = None
+        if self._nodes is None or self._pods is None:
+            return None
         return self._nodes, self._pods
 
     def replicas_available(
@@ -126,9 +145,12 @@ class GpuInventory:
         gpus_per_replica: int,
         tolerations: Sequence[Mapping[str, Any]],
         service: tuple[str, str],
-    ) -> int:
-        """`replicas_available` over the current listing."""
-        nodes, pods = self.listing()
+    ) -> int | None:
+        """`replicas_available` over the current listing; None when it cannot be listed."""
+        listing = self.listing()
+        if listing is None:
+            return None
+        nodes, pods = listing
         return replicas_available(
             nodes,
             pods,

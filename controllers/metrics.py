@@ -75,6 +75,20 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.gpu_cost = Gauge(
+            "tailpilot_gpu_cost_per_hour",
+            "For a service listing several GPU products: what its fleet would cost per hour on each "
+            "product at the observed load (replicas needed x GPUs x price); absent where it cannot hold "
+            'the SLO. The product serving has serving="true".',
+            ["namespace", "service", "product", "serving"],
+            registry=self.registry,
+        )
+        self.gpu_moves = Counter(
+            "tailpilot_gpu_product_moves",
+            "Moves of a service from one GPU product to another, by reason (MovedForCost, MovedForCapacity).",
+            ["namespace", "service", "reason"],
+            registry=self.registry,
+        )
 
         self.pod_read_period = Gauge(
             "tailpilot_pod_read_period_seconds",
@@ -108,6 +122,28 @@ class OperatorMetrics:
         if observed_p99_ms is not None:
             self.observed_p99.labels(namespace, service).set(observed_p99_ms)
 
+    def record_gpu_choice(
+        self,
+        *,
+        namespace: str,
+        service: str,
+        costs: dict[str, float | None],
+        serving: str | None,
+        moved: str | None,
+    ) -> None:
+        """Set each product's cost per hour at the observed load; count a move by its reason."""
+        for product, cost in costs.items():
+            for flag in ("true", "false"):
+                try:
+                    self.gpu_cost.remove(namespace, service, product, flag)
+                except KeyError:
+                    pass
+            if cost is not None:
+                flag = "true" if product == serving else "false"
+                self.gpu_cost.labels(namespace, service, product, flag).set(cost)
+        if moved:
+            self.gpu_moves.labels(namespace, service, moved).inc()
+
     def record_pod_read(self, *, read: int, failed: int, period_s: float) -> None:
         """Count one fast-loop read of a service's pods and set the read period in force."""
         self.pods_read.labels("ok").inc(read)
@@ -137,6 +173,9 @@ class OperatorMetrics:
                 gauge.remove(namespace, service)
             except KeyError:
                 pass  # never set for this service
+        for labels in list(self.gpu_cost._metrics):  # noqa: SLF001 - prometheus_client has no label listing
+            if labels[:2] == (namespace, service):
+                self.gpu_cost.remove(*labels)
 
     def render(self) -> bytes:
         """Render the registry in Prometheus' text exposition format (`CONTENT_TYPE`)."""

@@ -704,7 +704,7 @@ class Reconciler:
         self,
         isvc: InferenceService,
         earlier: GpuCandidateStatus | None,
-        available: int,
+        available: int | None,
         events: list[EventRecord],
     ) -> GpuCandidateStatus:
         """Build, then profile, the engine of a product not serving (`isvc` pinned to it)."""

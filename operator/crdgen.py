@@ -184,6 +184,13 @@ def printer_columns() -> list[dict[str, Any]]:
             "description": "Where requests' time went: Queue or Server",
             "priority": 1,
         },
+        {
+            "name": "GPU",
+            "type": "string",
+            "jsonPath": ".status.gpu.product",
+            "description": "The GPU product serving (a service listing several in spec.runtime.gpu.products)",
+            "priority": 1,
+        },
     ]
 
 

@@ -1,0 +1,316 @@
+"""A service allowed several GPU products lands on the cheapest one that holds its SLO.
+
+On the local cluster's KWOK H100 and L4 nodes, with each product's build and profile played (no GPU
+here): the engines of both products are built and profiled up front, on their own product's nodes,
+and the service is served on the cheaper one. With no free GPU of that product, the other serves,
+and the condition says why.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from kubernetes import client
+
+from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.engine import ProfileSummary, ProfileSummaryPoint, ServiceTimeModel
+from tailpilot.builders.triton_server import TritonServer
+from tailpilot_e2e.monitoring import LocalPrometheus
+from tailpilot_e2e.operator_harness import (
+    RESNET_H100_PROFILE,
+    OperatorProcess,
+    condition,
+    custom_object,
+    dump,
+    play_build,
+    played_profile,
+)
+from tailpilot_e2e.wait import eventually
+from tests.controllers import triton_fixtures
+
+from .conftest import gpu_build_result
+from .test_autoscaling import echo_result
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+H100, L4 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+#: The same plan on an L4: about 4x the H100's time per batch (played, as its profile Job would report it).
+RESNET_L4_PROFILE = ProfileSummary(
+    hardware=L4,
+    service_time=ServiceTimeModel(intercept_ms=4.8, per_item_ms=0.44, jitter_cv=0.05),
+    points=[
+        ProfileSummaryPoint(
+            batch_size=b,
+            p99_ms=round(5.2 + 0.48 * b, 3),
+            throughput_per_s=round(b / (4.8 + 0.44 * b) * 1000, 1),
+        )
+        for b in (1, 8, 32, 64)
+    ],
+)
+PROFILES = {H100: RESNET_H100_PROFILE, L4: RESNET_L4_PROFILE}
+
+
+def any_gpu_service(example, namespace: str, *, prices: bool = True) -> dict:
+    isvc = copy.deepcopy(example("gpu-cheapest-product.yaml", namespace=namespace))
+    if not prices:
+        for option in isvc["spec"]["runtime"]["gpu"]["products"]:
+            option.pop("pricePerHour")
+    return isvc
+
+
+def play_products(core: client.CoreV1Api, namespace: str, played: set[str]) -> set[str]:
+    """Finish every running build and profile pod with its own product's result; the products seen."""
+    seen: set[str] = set()
+    for pod in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component").items:
+        component = (pod.metadata.labels or {}).get("app.kubernetes.io/component")
+        if component not in ("engine-build", "engine-profile"):
+            continue
+        if pod.status.phase != "Running" or pod.metadata.uid in played:
+            continue
+        product = pod.spec.node_selector[PRODUCT_LABEL]
+        assert pod.spec.node_name.startswith("gpu-h100-" if product == H100 else "gpu-l4-"), dump(pod.spec)
+        if component == "engine-build":
+            result = gpu_build_result(engine_key=("a" if product == H100 else "b") * 32)
+        else:
+            result = played_profile(pod, PROFILES[product])
+        play_build(core, pod, result=result)
+        played.add(pod.metadata.uid)
+        seen.add(product)
+    return seen
+
+
+def create(k8s, isvc: dict) -> None:
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", isvc["metadata"]["namespace"], "inferenceservices", isvc
+    )
+
+
+def served_on(k8s, apps, namespace: str, name: str, *, played: set[str]) -> dict:
+    """Play the engine Jobs until the service is Ready; its status then."""
+    core = client.CoreV1Api(k8s)
+
+    def ready():
+        play_products(core, namespace, played)
+        obj = custom_object(k8s, namespace, name)
+        cond = condition(obj, "Ready")
+        return obj if cond and cond["status"] == "True" else None
+
+    return eventually(ready, timeout=120, interval=0.5, description=f"{name} Ready")
+
+
+def test_a_service_allowed_h100_and_l4_is_built_on_both_and_served_on_the_cheaper(
+    k8s, namespace, operator, example
+):
+    apps, batch = client.AppsV1Api(k8s), client.BatchV1Api(k8s)
+    isvc = any_gpu_service(example, namespace)
+    name = isvc["metadata"]["name"]
+    create(k8s, isvc)
+    played: set[str] = set()
+    obj = served_on(k8s, apps, namespace, name, played=played)
+
+    gpu = obj["status"]["gpu"]
+    assert gpu["product"] == L4, dump(gpu)
+    assert gpu["reason"] == "PlacedOnCheapest"
+    # Both products' engines were built and profiled, each on its own product's nodes.
+    jobs = batch.list_namespaced_job(namespace).items
+    products = sorted(
+        (j.metadata.labels["app.kubernetes.io/component"], j.spec.template.spec.node_selector[PRODUCT_LABEL])
+        for j in jobs
+    )
+    assert products == sorted(
+        [("engine-build", H100), ("engine-build", L4), ("engine-profile", H100), ("engine-profile", L4)]
+    ), products
+    by_product = {x["product"]: x for x in gpu["candidates"]}
+    assert by_product[L4]["phase"] == "Serving" and by_product[H100]["phase"] == "Profiled", dump(gpu)
+    assert by_product[L4]["pricePerHour"] == 0.8 and by_product[H100]["pricePerHour"] == 4.0
+    # The H100 holds more per replica; at no load one replica of either holds the SLO, the L4's for less.
+    assert by_product[H100]["capacityPerReplicaPerS"] > 2 * by_product[L4]["capacityPerReplicaPerS"] > 0
+    assert by_product[L4]["engineKey"] != by_product[H100]["engineKey"]
+    # Served on the L4: its engine and its profile, its pods pinned to L4 nodes.
+    assert obj["status"]["profile"]["hardware"] == L4
+    assert obj["status"]["engine"]["key"] == by_product[L4]["engineKey"]
+    deployment = apps.read_namespaced_deployment(name, namespace)
+    assert deployment.spec.template.spec.node_selector[PRODUCT_LABEL] == L4
+    chosen = condition(obj, "GpuProductChosen")
+    assert chosen["status"] == "True" and chosen["reason"] == "PlacedOnCheapest", chosen
+    assert "serving on NVIDIA-L4" in chosen["message"] and H100 in chosen["message"]
+    events = client.CoreV1Api(k8s).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    assert any(e.reason == "PlacedOnCheapest" and L4 in e.message for e in events.items)
+
+
+def test_with_no_free_l4_the_service_serves_on_h100_and_says_why(
+    k8s, crds, namespace, engine_store, tmp_path, example
+):
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    l4_nodes = [n.metadata.name for n in core.list_node(label_selector=f"{PRODUCT_LABEL}={L4}").items]
+    assert l4_nodes
+    # Prices from the operator's table (the chart's gpuPrices) this time, not from the spec.
+    args = ["--gpu-price", f"{H100}=4.0", "--gpu-price", f"{L4}=0.8"]
+    try:
+        for node in l4_nodes:
+            core.patch_node(node, {"spec": {"unschedulable": True}})
+        with OperatorProcess(crds, namespace=namespace, log_dir=tmp_path, extra_args=args):
+            isvc = any_gpu_service(example, namespace, prices=False)
+            name = isvc["metadata"]["name"]
+            create(k8s, isvc)
+            played: set[str] = set()
+            obj = served_on(k8s, apps, namespace, name, played=played)
+            gpu = obj["status"]["gpu"]
+            assert gpu["product"] == H100, dump(gpu)
+            by_product = {x["product"]: x for x in gpu["candidates"]}
+            assert by_product[L4]["phase"] == "NoCapacity" and by_product[L4]["replicasAvailable"] == 0
+            assert by_product[L4]["pricePerHour"] == 0.8, dump(by_product)
+            # Nothing was started on the L4s: no Job would have been scheduled.
+            jobs = client.BatchV1Api(k8s).list_namespaced_job(namespace).items
+            assert {j.spec.template.spec.node_selector[PRODUCT_LABEL] for j in jobs} == {H100}
+            chosen = condition(obj, "GpuProductChosen")
+            assert chosen["status"] == "True", chosen
+            assert f"no node of {L4} has a free GPU" in chosen["message"], chosen
+            assert (
+                apps.read_namespaced_deployment(name, namespace).spec.template.spec.node_selector[
+                    PRODUCT_LABEL
+                ]
+                == H100
+            )
+    finally:
+        for node in l4_nodes:
+            core.patch_node(node, {"spec": {"unschedulable": False}})
+
+
+#: The echo model's engine on each product, as the profile Jobs would report it: on an L4 it needs
+#: 62 ms a request, so two replicas (the bound) cannot hold a 100 ms P99 at 30 requests/s; on an
+#: H100, 5 ms.
+ECHO_PROFILES = {
+    L4: ProfileSummary(
+        hardware=L4,
+        service_time=ServiceTimeModel(intercept_ms=60.0, per_item_ms=2.0, jitter_cv=0.05),
+        points=[ProfileSummaryPoint(batch_size=1, p99_ms=70.0, throughput_per_s=16.0)],
+    ),
+    H100: ProfileSummary(
+        hardware=H100,
+        service_time=ServiceTimeModel(intercept_ms=4.0, per_item_ms=1.0, jitter_cv=0.05),
+        points=[ProfileSummaryPoint(batch_size=1, p99_ms=6.0, throughput_per_s=200.0)],
+    ),
+}
+
+
+def echo_on_any_gpu(namespace: str) -> dict:
+    isvc = triton_fixtures.echo_service(
+        namespace,
+        slo={"p99LatencyMs": 100, "evaluationWindowSeconds": 10},
+        autoscaling={"minReplicas": 1, "maxReplicas": 2},
+    )
+    isvc["spec"]["runtime"] = {
+        "device": "gpu",
+        "servingVariant": "python",
+        "gpu": {"products": [{"name": H100}, {"name": L4}], "count": 1},
+    }
+    return isvc
+
+
+@pytest.mark.triton
+@pytest.mark.prometheus
+def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_replicas(
+    k8s, crds, namespace, engine_store, tmp_path
+):
+    """Real Triton metrics in a real Prometheus show a rate two L4 replicas cannot hold: the service moves."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    repo = triton_fixtures.write_repository(
+        tmp_path / "repo", batching=BatchingConfig(max_batch_size=1), base_ms=20.0
+    )
+    with TritonServer(repo, work_dir=tmp_path / "triton") as triton:
+        prometheus = LocalPrometheus(tmp_path / "prometheus").start()
+        try:
+            target = triton.metrics_url.split("//")[1].split("/")[0]
+            labels = {"namespace": namespace, "inferenceservice": triton_fixtures.MODEL}
+            prometheus.set_targets([(target, {**labels, "pod": f"{triton_fixtures.MODEL}-local-0"})])
+            args = [
+                "--prometheus-url",
+                prometheus.url,
+                "--control-period-seconds",
+                "3",
+                "--gpu-price",
+                f"{H100}=4.0",
+                "--gpu-price",
+                f"{L4}=0.8",
+            ]
+            with OperatorProcess(crds, namespace=namespace, log_dir=tmp_path, extra_args=args):
+                create(k8s, echo_on_any_gpu(namespace))
+                name = triton_fixtures.MODEL
+                played: set[str] = set()
+
+                def ready_and_scaling():
+                    play_echo(core, namespace, played)
+                    obj = custom_object(k8s, namespace, name)
+                    cond = condition(obj, "ScalingActive")
+                    return obj if cond and cond["status"] == "True" else None
+
+                obj = eventually(ready_and_scaling, timeout=120, interval=0.5, description="ScalingActive")
+                assert obj["status"]["gpu"]["product"] == L4, dump(obj["status"]["gpu"])
+                before = apps.read_namespaced_deployment(name, namespace).spec.replicas
+
+                load = triton_fixtures.BoundedLoad(
+                    [triton.http_url], workers=6, rate_per_worker=6, max_requests=2400, max_seconds=60
+                )
+                with load:
+
+                    def moved():
+                        obj = custom_object(k8s, namespace, name)
+                        gpu = obj["status"].get("gpu") or {}
+                        return obj if gpu.get("product") == H100 else None
+
+                    obj = eventually(moved, timeout=50, interval=0.5, description="a move to H100")
+                gpu = obj["status"]["gpu"]
+                assert gpu["reason"] == "MovedForCapacity", dump(gpu)
+                assert "NVIDIA-L4 cannot hold the SLO" in gpu["message"], gpu["message"]
+                # The move never asks for fewer replicas than were serving.
+                assert obj["status"]["replicas"] >= before
+
+                def on_h100():
+                    d = apps.read_namespaced_deployment(name, namespace)
+                    selector = d.spec.template.spec.node_selector or {}
+                    return d if selector.get(PRODUCT_LABEL) == H100 else None
+
+                deployment = eventually(on_h100, timeout=30, interval=0.5, description="Deployment on H100")
+                assert deployment.spec.replicas >= before
+                served = eventually(
+                    lambda: (
+                        (p := custom_object(k8s, namespace, name)["status"].get("profile"))
+                        and p["hardware"] == H100
+                        and p
+                    ),
+                    timeout=30,
+                    description="the H100 engine's profile served",
+                )
+                assert served["serviceTime"]["interceptMs"] == 4.0
+                events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+                assert any(e.reason == "MovedForCapacity" for e in events.items), [
+                    e.reason for e in events.items
+                ]
+                blocked = condition(custom_object(k8s, namespace, name), "RolloutBlocked")
+                assert blocked is None or blocked["status"] == "False", blocked
+        finally:
+            prometheus.stop()
+    assert not load.result.failures[:1], load.result.failures[:3]
+
+
+def play_echo(core: client.CoreV1Api, namespace: str, played: set[str]) -> None:
+    """Finish running build and profile pods with the echo engine and its product's profile."""
+    for pod in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component").items:
+        component = (pod.metadata.labels or {}).get("app.kubernetes.io/component")
+        if component not in ("engine-build", "engine-profile"):
+            continue
+        if pod.status.phase != "Running" or pod.metadata.uid in played:
+            continue
+        product = pod.spec.node_selector[PRODUCT_LABEL]
+        if component == "engine-build":
+            result = echo_result().model_copy(update={"engine_key": ("c" if product == H100 else "d") * 32})
+        else:
+            result = played_profile(pod, ECHO_PROFILES[product])
+        play_build(core, pod, result=result)
+        played.add(pod.metadata.uid)
