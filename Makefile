@@ -99,6 +99,10 @@ bench-bound: venv ## what any causal policy must hold before T5's step, T6's spi
 bench-static: venv ## the cheapest constant fleet keeping both SLO goals on each trace, against the oracle (~30 s)
 	$(PY) -P -m tailpilot.bench.static_fleets
 
+.PHONY: bench-products
+bench-products: venv ## GPU product choice vs one product picked by hand (H100, L4): money, SLO, moves per trace (~30 s)
+	$(PY) -P -m tailpilot.bench.gpu_products
+
 .PHONY: bench-quick
 bench-quick: venv ## a one-minute subset of the policy benchmark
 	$(PY) -P -m tailpilot.bench.run --quick

@@ -20,6 +20,13 @@ Model (each choice is deliberate; see docs/benchmarks/README.md):
 * The controller runs every `tick_s`; it reads the fleet only through `FleetView`, which
   exposes what Prometheus would (Triton counters, summary quantiles, gauges sampled every
   `scrape_s`, busy fraction) — never the simulator's internals.
+* GPU products (only when a controller names one, `Target.product`; `SimConfig.products` gives
+  each product's service time, the jitter's CV stays `service`'s): every replica runs on the
+  product in force when it was asked for. A move to another product starts the target's replicas
+  there; the old product's ready replicas keep serving until every replica of the new one is
+  ready (a rolling update with no pod unavailable, taken as one step), then drain and go. Its
+  starting ones are cancelled at once. A controller that names no product runs one fleet on
+  `service`, as before.
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ class Target:
 
     replicas: int
     batching: BatchingConfig
+    #: The GPU product to serve on (`SimConfig.products`); None: the one in force.
+    product: str | None = None
 
 
 class Controller(Protocol):
@@ -102,6 +111,8 @@ class SimConfig:
     rotation_delay_s: float = 1.0
     min_replicas: int = 1
     max_replicas: int = 64
+    #: (GPU product, its service time) for controllers that choose a product (`Target.product`).
+    products: tuple[tuple[str, ServiceTimeModel], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,11 @@ class SimResult:
     batching_changes: list[tuple[float, BatchingConfig]]
     replica_seconds: float
     duration_s: float
+    #: Replica-seconds per GPU product ("" for replicas of no named product); they sum to
+    #: `replica_seconds`.
+    replica_seconds_by_product: dict[str, float] = field(default_factory=dict)
+    #: (time, product left, product moved to) for each move between GPU products.
+    moves: list[tuple[float, str | None, str]] = field(default_factory=list)
 
     @property
     def latency_s(self) -> npt.NDArray[np.float64]:
@@ -130,10 +146,28 @@ class SimResult:
 
 
 class _Replica:
-    __slots__ = ("idx", "queue", "free", "state", "requested_at", "ended_at", "timer_at", "executing")
+    __slots__ = (
+        "idx",
+        "queue",
+        "free",
+        "state",
+        "requested_at",
+        "ended_at",
+        "timer_at",
+        "executing",
+        "product",
+        "a_ms",
+        "c_ms",
+    )
 
-    def __init__(self, idx: int, requested_at: float, instances: int, state: int) -> None:
+    def __init__(
+        self, idx: int, requested_at: float, instances: int, state: int, product: str | None = None
+    ) -> None:
         self.idx = idx
+        self.product = product
+        # The batch time's intercept and per-item ms on this replica's product (set by the simulation).
+        self.a_ms = 0.0
+        self.c_ms = 0.0
         self.queue: deque[int] = deque()
         self.free = instances
         self.state = state
@@ -183,6 +217,10 @@ class Simulation:
         self._capacity_s = 0.0
         self._samples = _Samples()
         self._actions: list[tuple[float, int, int]] = []
+        self._services = dict(config.products)
+        self._moves: list[tuple[float, str | None, str]] = []
+        # Ready replicas of the product left by a move, serving until the new product's are ready.
+        self._retiring: list[_Replica] = []
         # Each replica's cumulative Triton counters, brought up to date lazily (`_counters_now`):
         # [success, exec count, request, queue and compute durations in us].
         self._cum: dict[int, list[float]] = {}
@@ -192,6 +230,7 @@ class Simulation:
         self._jitter: list[float] = []
         self._jitter_i = 0
         init = controller.initial()
+        self._product = init.product
         self._set_batching(init.batching)
         self._batch_changes: list[tuple[float, BatchingConfig]] = [(0.0, init.batching)]
         self._target = self._clamp(init.replicas)
@@ -217,8 +256,17 @@ class Simulation:
             self._jitter = [float(x) for x in draws]
         self._jitter_i = 0
 
+    def _service_of(self, product: str | None) -> ServiceTimeModel:
+        if product is None:
+            return self._cfg.service
+        if product not in self._services:
+            raise ValueError(f"product {product!r} has no service time in SimConfig.products")
+        return self._services[product]
+
     def _add_replica(self, t: float, *, ready_now: bool) -> None:
-        rep = _Replica(len(self._replicas), t, self._batching.instances_per_replica, _STARTING)
+        rep = _Replica(len(self._replicas), t, self._batching.instances_per_replica, _STARTING, self._product)
+        service = self._service_of(self._product)
+        rep.a_ms, rep.c_ms = service.intercept_ms, service.per_item_ms
         self._replicas.append(rep)
         if ready_now or self._cfg.startup_s <= 0:
             rep.state = _SERVING
@@ -227,7 +275,9 @@ class Simulation:
             self._push(t + self._cfg.startup_s, _READY, rep)
 
     def _scale_to(self, t: float, target: int) -> None:
-        live = [r for r in self._replicas if r.state in (_STARTING, _SERVING)]
+        # The product in force only: a move's retiring replicas are not part of the target.
+        product = self._product
+        live = [r for r in self._replicas if r.state in (_STARTING, _SERVING) and r.product == product]
         if target > len(live):
             for _ in range(target - len(live)):
                 self._add_replica(t, ready_now=False)
@@ -239,10 +289,42 @@ class Simulation:
                 return
             rep.state, rep.ended_at = _GONE, t
             excess -= 1
-        for rep in sorted(self._serving, key=lambda r: (len(r.queue) + r.executing, -r.idx))[:excess]:
-            rep.state, rep.ended_at = _DRAINING, t
-            self._serving.remove(rep)
-            self._maybe_gone(rep)
+        serving = [r for r in self._serving if r.product == product]
+        for rep in sorted(serving, key=lambda r: (len(r.queue) + r.executing, -r.idx))[:excess]:
+            self._drain(rep, t)
+
+    def _drain(self, rep: _Replica, t: float) -> None:
+        rep.state, rep.ended_at = _DRAINING, t
+        self._serving.remove(rep)
+        self._maybe_gone(rep)
+
+    def _move(self, t: float, product: str, target: int) -> None:
+        """Move the fleet to `product`: `target` replicas start there, the old ones serve meanwhile."""
+        self._moves.append((t, self._product, product))
+        self._product = product
+        # Moving back: the product's replicas still serving are the fleet again.
+        self._retiring = [r for r in self._retiring if r.product != product]
+        for rep in self._replicas:
+            if rep.product == product or rep.state in (_DRAINING, _GONE) or rep in self._retiring:
+                continue
+            if rep.state == _STARTING:
+                rep.state, rep.ended_at = _GONE, t
+            else:
+                self._retiring.append(rep)
+        self._scale_to(t, target)
+        self._retire_if_moved(t)
+
+    def _retire_if_moved(self, t: float) -> None:
+        """Once every replica of the product in force is ready, the old product's replicas go."""
+        if not self._retiring:
+            return
+        product = self._product
+        if any(r.state == _STARTING and r.product == product for r in self._replicas):
+            return
+        for rep in self._retiring:
+            if rep.state == _SERVING:
+                self._drain(rep, t)
+        self._retiring = []
 
     def _maybe_gone(self, rep: _Replica) -> None:
         if rep.state == _DRAINING and not rep.queue and rep.executing == 0:
@@ -264,8 +346,6 @@ class Simulation:
         self._batching = cfg
         self._cap = batch_cap(cfg)
         self._delay_s = cfg.max_queue_delay_us / 1e6
-        self._a_ms = self._cfg.service.intercept_ms
-        self._c_ms = self._cfg.service.per_item_ms
 
     def _dispatch(self, rep: _Replica, t: float) -> None:
         q = rep.queue
@@ -293,7 +373,7 @@ class Simulation:
                     st[r] = t
             if self._jitter_i >= len(self._jitter):
                 self._refill_jitter()
-            svc = (self._a_ms + self._c_ms * k) * self._jitter[self._jitter_i] / 1000.0
+            svc = (rep.a_ms + rep.c_ms * k) * self._jitter[self._jitter_i] / 1000.0
             self._jitter_i += 1
             rep.free -= 1
             rep.executing += k
@@ -364,6 +444,7 @@ class Simulation:
             if rep.state == _STARTING:
                 rep.state = _SERVING
                 self._serving.append(rep)
+                self._retire_if_moved(t)
         elif kind == _REBATCH:
             assert isinstance(obj, BatchingConfig)
             self._apply_batching(t, obj)
@@ -406,10 +487,16 @@ class Simulation:
     def _tick(self, t: float) -> None:
         want = self._ctl.decide(FleetView(self, t))
         target = self._clamp(want.replicas)
-        if target != self._target:
+        if want.product is not None and want.product != self._product:
+            if target != self._target:
+                self._actions.append((t, self._target, target))
+            self._target = target
+            self._move(t, want.product, target)
+        elif target != self._target:
             self._actions.append((t, self._target, target))
             self._target = target
             self._scale_to(t, target)
+            self._retire_if_moved(t)
         pending = self._batch_changes[-1][1]
         if want.batching != pending:
             self._batch_changes.append((t, want.batching))
@@ -434,6 +521,10 @@ class Simulation:
     def _result(self) -> SimResult:
         end = self._cfg.duration_s
         cost = sum(max(0.0, min(r.ended_at, end) - r.requested_at) for r in self._replicas)
+        by_product: dict[str, float] = {}
+        for r in self._replicas:
+            key = r.product or ""
+            by_product[key] = by_product.get(key, 0.0) + max(0.0, min(r.ended_at, end) - r.requested_at)
         s = self._samples
         return SimResult(
             arrival_s=np.asarray(self._arr, dtype=np.float64),
@@ -448,6 +539,8 @@ class Simulation:
             batching_changes=list(self._batch_changes),
             replica_seconds=cost,
             duration_s=end,
+            replica_seconds_by_product=by_product,
+            moves=list(self._moves),
         )
 
 
@@ -480,6 +573,16 @@ class FleetView:
     def batching(self) -> BatchingConfig:
         """Batching last asked for (may still be reloading)."""
         return self._sim._batch_changes[-1][1]
+
+    @property
+    def product(self) -> str | None:
+        """The GPU product last asked for (None: no controller named one)."""
+        return self._sim._product
+
+    @property
+    def moving(self) -> bool:
+        """Whether a move between products is under way (the old product's replicas still serve)."""
+        return bool(self._sim._retiring)
 
     def _sample_slice(self, window_s: float) -> slice:
         s = self._sim._samples

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailpilot.api.autoscaling import Observation
+from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import EngineProfile
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
 from tailpilot.bench.simulator import FleetView, Target
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
-from tailpilot.policy import PolicyState, decide
+from tailpilot.policy import PolicyConfig, PolicyState, decide
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.from_spec import observation_windows, policy_config
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
@@ -96,6 +96,25 @@ class TailPilot:
     def reads(self) -> ReadHistory:
         """The pods' reads so far (kept for the longest window)."""
         return self._history
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The policy's knobs, from the spec."""
+        return self._config
+
+    @property
+    def state(self) -> PolicyState:
+        """What the policy remembers now (what the operator keeps on the object's status)."""
+        return self._state
+
+    def restart(self, *, profile: EngineProfile, replicas: int, batching: BatchingConfig) -> None:
+        """Serve another engine from now on (a move to another GPU product): the policy's state restarts.
+
+        What was learned (the P99 correction, the speed, the start-up time) belongs to the engine
+        left behind.
+        """
+        self._profile = profile
+        self._state = PolicyState.initial(replicas=replicas, batching=batching)
 
     def decide(self, view: FleetView) -> Target:
         self._history.add(PodRead.sampled(view.now_s, view.pod_counters()))

@@ -414,9 +414,14 @@ class Autoscaler:
             options_of(isvc, candidates, serving_profile=profile),
             current=status.gpu.product,
             config=config,
-            rate_per_s=observation.request_rate,
+            observation=observation,
             batching=state.batching,
-            startup_s=state.learned.replica_startup_s or config.replica_startup_s,
+            replicas_now=replicas,
+            startup_s=(
+                state.learned.replica_startup_s
+                if state.learned.replica_startup_s is not None
+                else config.replica_startup_s
+            ),
             now_s=now,
             memory=memory,
         )

@@ -17,10 +17,12 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.engine import EngineProfile, ServiceTimeModel
 from tailpilot.api.v1alpha1 import (
+    EngineCandidateStatus,
     GpuCandidateStatus,
     GpuChoiceStatus,
     InferenceService,
     InferenceServiceStatus,
+    Precision,
 )
 from tailpilot.controllers.conditions import ConditionUpdate
 from tailpilot.policy import gpu_choice
@@ -53,7 +55,13 @@ def serving_product(isvc: InferenceService, status: InferenceServiceStatus) -> s
 
 
 def serving_spec(isvc: InferenceService, status: InferenceServiceStatus) -> InferenceService:
-    """The service as its pods run it: pinned to the product serving when it lists several."""
+    """The service as its pods run it: pinned to the product and the precision serving.
+
+    That is, to `status.gpu.product` when the spec lists several products, and to
+    `status.precision.precision` under `precision: auto`.
+    """
+    if isvc.spec.engine.precision is Precision.AUTO and status.precision and status.precision.precision:
+        isvc = isvc.with_precision(Precision(status.precision.precision))
     if not chooses_product(isvc):
         return isvc
     product = serving_product(isvc, status)
@@ -69,7 +77,9 @@ def price_of(isvc: InferenceService, product: str, table: Mapping[str, float]) -
     return table.get(product)
 
 
-def candidate_profile(candidate: GpuCandidateStatus, *, max_batch_size: int) -> EngineProfile | None:
+def candidate_profile(
+    candidate: EngineCandidateStatus, *, name: str, max_batch_size: int
+) -> EngineProfile | None:
     """The policy's view of a candidate's engine (its fitted service time), or None unprofiled."""
     fit = candidate.service_time
     if fit is None:
@@ -78,13 +88,13 @@ def candidate_profile(candidate: GpuCandidateStatus, *, max_batch_size: int) -> 
         engine_key=candidate.engine_key,
         backend="",
         precision="",
-        hardware=candidate.product,
+        hardware=name,
         max_batch_size=min(max_batch_size, candidate.max_batch_size or max_batch_size),
         points=[],
         service_time=ServiceTimeModel(
             intercept_ms=fit.intercept_ms, per_item_ms=fit.per_item_ms, jitter_cv=fit.jitter_cv
         ),
-        method="profile summary of a GPU product candidate",
+        method="profile summary of a candidate engine",
     )
 
 
@@ -103,7 +113,7 @@ def options_of(
         profile = (
             serving_profile
             if cand.product == current and serving_profile is not None
-            else candidate_profile(cand, max_batch_size=isvc.spec.batching.max_batch_size)
+            else candidate_profile(cand, name=cand.product, max_batch_size=isvc.spec.batching.max_batch_size)
         )
         unusable = ""
         if cand.price_per_hour is None:
@@ -162,7 +172,8 @@ def choice_status(
     """status.gpu after a choice: the product, the reason and figures, and a move's bookkeeping."""
     base = previous or GpuChoiceStatus()
     update: dict[str, Any] = {
-        "product": choice.product,
+        # A choice that cannot name a product (profiles pending) leaves one already serving in place.
+        "product": choice.product or base.product,
         "reason": choice.reason,
         "message": choice.message[:4096],
         "candidates": with_figures(candidates, choice),
@@ -171,6 +182,7 @@ def choice_status(
         update["moved_at"] = now
         # The Deployment keeps the replicas it has until every pod runs on the new product.
         placed = previous is None or previous.product is None
+        update["moving_to"] = None if placed else choice.product
         update["replicas_after_move"] = (
             None if placed or choice.replicas is None or choice.replicas >= replicas_now else choice.replicas
         )

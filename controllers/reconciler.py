@@ -23,19 +23,24 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
 from tailpilot.api import constants as c
+from tailpilot.api.autoscaling import Observation
 from tailpilot.api.engine import BuildRequest, BuildResult, ProfileRequest, ProfileSummary
 from tailpilot.api.v1alpha1 import (
     BuildStatus,
+    EngineCandidateStatus,
     EngineStatus,
     GpuCandidateStatus,
     GpuChoiceStatus,
     InferenceService,
     InferenceServiceStatus,
+    Precision,
+    PrecisionCandidateStatus,
+    PrecisionChoiceStatus,
     ProfileStatus,
     ProfilingStatus,
     ServiceTimeStatus,
@@ -62,6 +67,7 @@ from tailpilot.controllers.gpu_products import (
     PHASE_PROFILING,
     PHASE_SERVING,
     SETTLED,
+    candidate_profile,
     choice_condition,
     choice_status,
     chooses_product,
@@ -92,9 +98,14 @@ from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.service import rotation_selectable
 from tailpilot.policy.from_spec import policy_config
 from tailpilot.policy.gpu_choice import REASON_WAITING, MoveMemory, choose_product
+from tailpilot.policy.precision_choice import REASON_WAITING as REASON_PRECISION_WAITING
+from tailpilot.policy.precision_choice import PrecisionOption, choose_precision
 from tailpilot.policy.regression import compare_engines
 
 log = logging.getLogger("tailpilot.reconciler")
+
+#: A candidate engine's record: of a GPU product, or of a precision.
+Candidate = TypeVar("Candidate", bound=EngineCandidateStatus)
 
 
 @dataclass(frozen=True)
@@ -193,14 +204,10 @@ class Reconciler:
         if problems:
             return self._invalid(body, status, generation, format_problems(problems))
 
-        gpu_condition: list[ConditionUpdate] = []
-        if chooses_product(isvc):
-            status, placed = self._gpu_candidates(isvc, status, events)
-            gpu_condition = [u for u in (choice_condition(status.gpu),) if u is not None]
-            if placed is None:
-                return self._choosing_product(body, status, generation, events, gpu_condition)
-            # From here on the service is what its pods run: one product.
-            isvc = isvc.on_product(placed)
+        chosen = self._choose_candidates(body, isvc, status, generation, events)
+        if isinstance(chosen, ReconcileResult):
+            return chosen
+        isvc, status, gpu_condition = chosen
         request = job_manifests.make_build_request(isvc=isvc)
         request_key = request.request_key()
         gate: list[ConditionUpdate] = []
@@ -221,12 +228,14 @@ class Reconciler:
         children_written = 0
         if result is not None:
             rollout, children_written, status = self._rollout(isvc, status, result, events)
-            if rollout.status == c.STATUS_TRUE and status.gpu and status.gpu.replicas_after_move is not None:
+            move = status.gpu
+            if rollout.status == c.STATUS_TRUE and move and (move.moving_to or move.replicas_after_move):
                 # A move is complete: every pod runs on the new product; shrink to what it needs.
+                shrink = move.replicas_after_move
                 status = status.model_copy(
                     update={
-                        "replicas": min(status.replicas or 1, status.gpu.replicas_after_move),
-                        "gpu": status.gpu.model_copy(update={"replicas_after_move": None}),
+                        "replicas": min(status.replicas or 1, shrink) if shrink else status.replicas,
+                        "gpu": move.model_copy(update={"replicas_after_move": None, "moving_to": None}),
                     }
                 )
                 requeue = min(requeue, 1.0)
@@ -600,6 +609,47 @@ class Reconciler:
             status.model_copy(update=update),
         )
 
+    # ---- candidate engines ----------------------------------------------------------------------------
+    def _choose_candidates(
+        self,
+        body: dict[str, Any],
+        isvc: InferenceService,
+        status: InferenceServiceStatus,
+        generation: int,
+        events: list[EventRecord],
+    ) -> tuple[InferenceService, InferenceServiceStatus, list[ConditionUpdate]] | ReconcileResult:
+        """Pin the service to the GPU product and the precision chosen among its candidates.
+
+        Returns the pinned service, the status and the GpuProductChosen condition; or, while a
+        choice waits for its candidates, the pass's result (the children left as they are).
+        """
+        gpu_condition: list[ConditionUpdate] = []
+        if chooses_product(isvc):
+            status, placed = self._gpu_candidates(isvc, status, events)
+            gpu_condition = [u for u in (choice_condition(status.gpu),) if u is not None]
+            if placed is None:
+                message = status.gpu.message if status.gpu else ""
+                return self._choosing(
+                    body, status, generation, events, gpu_condition, c.REASON_CHOOSING_GPU_PRODUCT, message
+                )
+            # From here on the service is what its pods run: one product.
+            isvc = isvc.on_product(placed)
+        elif status.gpu is not None:
+            # The spec names one product again: the choice and its condition no longer apply.
+            conditions = [x for x in status.conditions if x.type != c.CONDITION_GPU_PRODUCT_CHOSEN]
+            status = status.model_copy(update={"gpu": None, "conditions": conditions})
+        if isvc.spec.engine.precision is Precision.AUTO:
+            status, precision = self._precision_candidates(isvc, status, events)
+            if precision is None:
+                message = status.precision.message if status.precision else ""
+                return self._choosing(
+                    body, status, generation, events, gpu_condition, c.REASON_CHOOSING_PRECISION, message
+                )
+            isvc = isvc.with_precision(precision)
+        elif status.precision is not None:
+            status = status.model_copy(update={"precision": None})
+        return isvc, status, gpu_condition
+
     # ---- GPU products ---------------------------------------------------------------------------------
     def _gpu_candidates(
         self, isvc: InferenceService, status: InferenceServiceStatus, events: list[EventRecord]
@@ -629,7 +679,13 @@ class Reconciler:
             if product == placed:
                 candidate = self._serving_candidate(product, status, earlier.get(product))
             else:
-                candidate = self._candidate(isvc.on_product(product), earlier.get(product), available, events)
+                candidate = self._candidate(
+                    isvc.on_product(product),
+                    earlier.get(product),
+                    GpuCandidateStatus(product=product),
+                    available,
+                    events,
+                )
             candidates.append(
                 candidate.model_copy(
                     update={
@@ -659,8 +715,13 @@ class Reconciler:
             options_of(isvc, candidates),
             current=None,
             config=config,
-            rate_per_s=(status.observed.request_rate if status.observed else None) or 0.0,
+            observation=Observation(
+                at_s=self.clock.time(),
+                request_rate=(status.observed.request_rate if status.observed else None) or 0.0,
+                p99_ms=None,
+            ),
             batching=batching_in_force(isvc, status),
+            replicas_now=replicas_in_force(isvc, status),
             startup_s=config.replica_startup_s,
             now_s=self.clock.time(),
             memory=MoveMemory(),
@@ -679,6 +740,79 @@ class Reconciler:
         elif previous is None or previous.reason != choice.reason:
             events.append(EventRecord("Warning", choice.reason, choice.message))
         return status.model_copy(update={"gpu": chosen}), choice.product
+
+    def _precision_candidates(
+        self, isvc: InferenceService, status: InferenceServiceStatus, events: list[EventRecord]
+    ) -> tuple[InferenceServiceStatus, Precision | None]:
+        """`precision: auto`: build and profile every candidate precision, then choose one (once).
+
+        The precision chosen stays while its build request is the spec's; a spec change builds
+        every candidate again and chooses again once all are settled, the old engine serving
+        meanwhile. Returns the status with `status.precision` and the precision to serve (None: not
+        chosen yet, or none can serve).
+        """
+        previous = status.precision
+        earlier = {x.precision: x for x in (previous.candidates if previous else [])}
+        chosen = previous.precision if previous else None
+        candidates: list[PrecisionCandidateStatus] = []
+        serving: Precision | None = None
+        for precision in isvc.spec.candidate_precisions():
+            pinned = isvc.with_precision(precision)
+            request_key = job_manifests.make_build_request(isvc=pinned).request_key()
+            known = earlier.get(precision.value)
+            if precision.value == chosen and known is not None and known.request_key == request_key:
+                serving = precision
+                candidates.append(known.model_copy(update={"phase": PHASE_SERVING}))
+                continue
+            fresh = PrecisionCandidateStatus(precision=precision.value)
+            candidate = self._candidate(pinned, known, fresh, None, events)
+            if candidate.phase == PHASE_SERVING:
+                candidate = candidate.model_copy(update={"phase": PHASE_PROFILED})
+            candidates.append(candidate)
+        base = previous or PrecisionChoiceStatus()
+        if serving is not None:
+            kept = base.model_copy(update={"candidates": candidates})
+            return status.model_copy(update={"precision": kept}), serving
+        config = policy_config(isvc.spec, control_period_s=self.settings.control_period_seconds)
+        max_batch = isvc.spec.batching.max_batch_size
+        choice = choose_precision(
+            tuple(
+                PrecisionOption(
+                    precision=x.precision,
+                    profile=candidate_profile(x, name=x.precision, max_batch_size=max_batch),
+                    unusable=x.message or x.phase if x.phase in (PHASE_FAILED, PHASE_NO_CAPACITY) else "",
+                )
+                for x in candidates
+            ),
+            config=config,
+            rate_per_s=(status.observed.request_rate if status.observed else None) or 0.0,
+            batching=batching_in_force(isvc, status),
+        )
+        figures = {f.precision: f for f in choice.figures}
+        candidates = [
+            x.model_copy(
+                update={
+                    "replicas_needed": figures[x.precision].replicas,
+                    "capacity_per_replica_per_s": figures[x.precision].capacity_per_replica_per_s,
+                    "phase": PHASE_SERVING if x.precision == choice.precision else x.phase,
+                }
+            )
+            for x in candidates
+        ]
+        decided = base.model_copy(
+            update={
+                "precision": choice.precision,
+                "reason": choice.reason,
+                "message": choice.message[:4096],
+                "candidates": candidates,
+            }
+        )
+        if choice.precision is not None:
+            events.append(EventRecord("Normal", choice.reason, f"serving precision {choice.message}"))
+        elif choice.reason not in (base.reason, REASON_PRECISION_WAITING):
+            events.append(EventRecord("Warning", choice.reason, choice.message))
+        status = status.model_copy(update={"precision": decided})
+        return status, Precision(choice.precision) if choice.precision else None
 
     def _serving_candidate(
         self, product: str, status: InferenceServiceStatus, earlier: GpuCandidateStatus | None
@@ -703,18 +837,23 @@ class Reconciler:
     def _candidate(
         self,
         isvc: InferenceService,
-        earlier: GpuCandidateStatus | None,
+        earlier: Candidate | None,
+        fresh: Candidate,
         available: int | None,
         events: list[EventRecord],
-    ) -> GpuCandidateStatus:
-        """Build, then profile, the engine of a product not serving (`isvc` pinned to it)."""
+    ) -> Candidate:
+        """Build, then profile, a candidate engine not serving (`isvc` pinned to its product or precision).
+
+        `fresh` is the candidate's record before anything is known; `available` the replicas its
+        product's nodes can hold (None: not known, or not a GPU product candidate).
+        """
         request = job_manifests.make_build_request(isvc=isvc)
         request_key = request.request_key()
         product = request.target
         base = (
             earlier
             if earlier is not None and earlier.request_key == request_key
-            else GpuCandidateStatus(product=product, request_key=request_key)
+            else fresh.model_copy(update={"request_key": request_key})
         )
         if base.phase == PHASE_SERVING:  # it served until a move away: its profile still holds
             base = base.model_copy(update={"phase": PHASE_PROFILED if base.service_time else ""})
@@ -741,6 +880,8 @@ class Reconciler:
                 update={"phase": PHASE_FAILED, "message": f"build failed: {state.message or state.reason}"}
             )
         built = engine_status(state.result, request_key=request_key, built_at=None)
+        if isinstance(base, PrecisionCandidateStatus):
+            base = base.model_copy(update={"accuracy": built.accuracy})
         if not isvc.spec.engine.profile:
             return base.model_copy(
                 update={
@@ -788,24 +929,27 @@ class Reconciler:
             }
         )
 
-    def _choosing_product(
+    def _choosing(
         self,
         body: dict[str, Any],
         status: InferenceServiceStatus,
         generation: int,
         events: list[EventRecord],
         gpu_condition: list[ConditionUpdate],
+        reason: str,
+        message: str,
     ) -> ReconcileResult:
-        """No product placed yet: say what is awaited; children untouched (an earlier placement serves)."""
-        message = status.gpu.message if status.gpu else ""
-        engine = ConditionUpdate(
-            c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_CHOOSING_GPU_PRODUCT, message
-        )
+        """Candidates still being built or profiled: say what is awaited.
+
+        The children are left as they are, so an engine chosen earlier keeps serving until the new
+        choice is made.
+        """
+        engine = ConditionUpdate(c.CONDITION_ENGINE_READY, c.STATUS_FALSE, reason, message)
         rollout = ConditionUpdate(
             c.CONDITION_ROLLOUT_READY,
             c.STATUS_FALSE,
             c.REASON_WAITING_FOR_ENGINE,
-            "no GPU product chosen yet",
+            "waiting for the choice among the candidate engines",
         )
         updates = [
             engine,
@@ -1009,6 +1153,7 @@ class Reconciler:
             settings=self.settings.manifests,
             capabilities=ClusterCapabilities(service_monitors=crds, prometheus_rules=crds),
             select_rotation=self._rotation_selectable(isvc),
+            moving=status.gpu is not None and status.gpu.moving_to is not None,
         )
         written = self._prune(isvc, children.turned_off, events)
         deployment_live: dict[str, Any] | None = None

@@ -190,6 +190,9 @@ class Precision(StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
+    #: Build every precision the target supports, keep those within the accuracy tolerance, serve the
+    #: one needing the fewest replicas (status.precision).
+    AUTO = "auto"
 
 
 class CalibrationSpec(_Model):
@@ -283,7 +286,16 @@ class EngineSpec(_Model):
         default=Backend.ONNXRUNTIME,
         description="tensorrt (GPU only) builds a TensorRT plan; onnxruntime serves an optimized ONNX model.",
     )
-    precision: Precision = Field(default=Precision.FP32, description="Numeric precision of the engine.")
+    precision: Precision = Field(
+        default=Precision.FP32,
+        description=(
+            "Numeric precision of the engine: fp32, fp16, int8, or auto: build every precision the "
+            "target supports (onnxruntime on CPU: fp32 and int8; onnxruntime on a GPU: fp32 and fp16; "
+            "tensorrt: fp16, and int8 with calibration data), drop those outside accuracyTolerance, "
+            "and serve the one that needs the fewest replicas for the SLO at the observed rate (the "
+            "most capacity per replica at no load); status.precision has every candidate's figures."
+        ),
+    )
     calibration: CalibrationSpec | None = Field(
         default=None, description="INT8 calibration data; required for tensorrt with precision int8."
     )
@@ -766,6 +778,14 @@ RULE_TENSORRT_GPU = Rule(
     message="spec.engine.backend tensorrt requires spec.runtime.device gpu",
     field_path=".engine.backend",
 )
+RULE_AUTO_PRECISION_ONE_PRODUCT = Rule(
+    cel="self.engine.precision != 'auto' || !has(self.runtime.gpu) || !has(self.runtime.gpu.products)",
+    message=(
+        "spec.engine.precision auto chooses among engines of one hardware: use it with "
+        "spec.runtime.gpu.product (one product), or set a precision for spec.runtime.gpu.products"
+    ),
+    field_path=".engine.precision",
+)
 RULE_REPLICAS_IN_BOUNDS = Rule(
     cel=(
         "!has(self.replicas) || !has(self.autoscaling) || "
@@ -788,7 +808,11 @@ def _section_default(model: type[_Model]) -> dict[str, Any]:
 class InferenceServiceSpec(_Model):
     """Desired state of an InferenceService."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(RULE_TENSORRT_GPU, RULE_REPLICAS_IN_BOUNDS))
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            RULE_TENSORRT_GPU, RULE_REPLICAS_IN_BOUNDS, RULE_AUTO_PRECISION_ONE_PRODUCT
+        )
+    )
 
     model: ModelSpec = Field(description="The ONNX model to serve.")
     engine: EngineSpec = Field(
@@ -844,7 +868,18 @@ class InferenceServiceSpec(_Model):
         a = self.autoscaling
         if self.replicas is not None and not a.min_replicas <= self.replicas <= a.max_replicas:
             raise _fail(RULE_REPLICAS_IN_BOUNDS)
+        gpu = self.runtime.gpu
+        if self.engine.precision is Precision.AUTO and gpu is not None and gpu.products is not None:
+            raise _fail(RULE_AUTO_PRECISION_ONE_PRODUCT)
         return self
+
+    def candidate_precisions(self) -> tuple[Precision, ...]:
+        """The precisions `precision: auto` builds for this backend and device, most accurate first."""
+        if self.engine.backend is Backend.TENSORRT:
+            return (Precision.FP16, Precision.INT8) if self.engine.calibration else (Precision.FP16,)
+        if self.runtime.device is Device.GPU:
+            return (Precision.FP32, Precision.FP16)
+        return (Precision.FP32, Precision.INT8)
 
     def model_name(self, isvc_name: str) -> str:
         """Return the name Triton serves the model under."""
@@ -1173,28 +1208,24 @@ class LearnedStatus(_Model):
     )
 
 
-class GpuCandidateStatus(_Model):
-    """One GPU product a service may run on: its engine, its profile, and what it would cost now."""
+class EngineCandidateStatus(_Model):
+    """One engine a service could serve (of one GPU product, or one precision): built, profiled, sized."""
 
-    product: str = Field(max_length=63, description="The GPU product.")
-    price_per_hour: float | None = Field(
-        default=None, ge=0, description="Price of one of its GPUs per hour (absent: no price known)."
-    )
     phase: str = Field(
         default="",
         max_length=32,
         description=(
-            "Building, Profiling, Profiled, Serving, Failed or NoCapacity (no node of the product has a "
-            "free GPU, so nothing is built there yet)."
+            "Building, Profiling, Profiled, Serving, Failed, or NoCapacity (a GPU product no node of which "
+            "has a free GPU, so nothing is built there yet)."
         ),
     )
     message: str = Field(default="", max_length=1024, description="Why, when not Profiled or Serving.")
-    engine_key: str = Field(default="", max_length=128, description="The product's engine.")
-    request_key: str = Field(default="", max_length=64, description="The product's build request.")
-    profile_key: str = Field(default="", max_length=64, description="The product's profile request.")
-    max_batch_size: int | None = Field(default=None, ge=1, description="The engine's largest batch.")
+    engine_key: str = Field(default="", max_length=128, description="The candidate's engine.")
+    request_key: str = Field(default="", max_length=64, description="The candidate's build request.")
+    profile_key: str = Field(default="", max_length=64, description="The candidate's profile request.")
+    max_batch_size: int | None = Field(default=None, ge=1, description="The engine's largest profiled batch.")
     service_time: ServiceTimeStatus | None = Field(
-        default=None, description="The profile's fitted service time per batch on this product."
+        default=None, description="The profile's fitted service time per batch."
     )
     capacity_per_replica_per_s: float | None = Field(
         default=None, ge=0, description="Highest rate one replica serves within the SLO, req/s."
@@ -1202,11 +1233,42 @@ class GpuCandidateStatus(_Model):
     replicas_needed: int | None = Field(
         default=None, ge=0, description="Fewest replicas holding the SLO at the observed rate."
     )
+
+
+class GpuCandidateStatus(EngineCandidateStatus):
+    """One GPU product a service may run on: its engine, its profile, and what it would cost now."""
+
+    product: str = Field(max_length=63, description="The GPU product.")
+    price_per_hour: float | None = Field(
+        default=None, ge=0, description="Price of one of its GPUs per hour (absent: no price known)."
+    )
     replicas_available: int | None = Field(
         default=None, ge=0, description="Replicas the product's nodes can hold for this service now."
     )
     cost_per_hour: float | None = Field(
         default=None, ge=0, description="replicasNeeded x GPUs per replica x price (absent: cannot hold)."
+    )
+
+
+class PrecisionCandidateStatus(EngineCandidateStatus):
+    """One precision `precision: auto` built: its accuracy against the FP32 model and its capacity."""
+
+    precision: str = Field(max_length=8, description="fp32, fp16 or int8.")
+    accuracy: AccuracyStatus | None = Field(
+        default=None, description="The engine's outputs against the FP32 model's, as its build measured them."
+    )
+
+
+class PrecisionChoiceStatus(_Model):
+    """Which precision `spec.engine.precision: auto` serves, and why."""
+
+    precision: str | None = Field(
+        default=None, max_length=8, description="The precision serving (absent: not chosen yet)."
+    )
+    reason: str = Field(default="", max_length=64, description="CamelCase reason of the choice.")
+    message: str = Field(default="", max_length=4096, description="The figures behind it.")
+    candidates: list[PrecisionCandidateStatus] = Field(
+        default_factory=list, max_length=4, description="Every precision built for the target."
     )
 
 
@@ -1220,6 +1282,14 @@ class GpuChoiceStatus(_Model):
     message: str = Field(default="", max_length=4096, description="The figures behind it.")
     moved_at: datetime | None = Field(
         default=None, description="When the service last moved (or was placed)."
+    )
+    moving_to: str | None = Field(
+        default=None,
+        max_length=63,
+        description=(
+            "During a move, the product the pods move to: its pods start all at once (maxSurge 100%) while "
+            "every old pod serves until a new one is Ready; cleared when every pod runs there."
+        ),
     )
     replicas_after_move: int | None = Field(
         default=None,
@@ -1284,6 +1354,9 @@ class InferenceServiceStatus(_Model):
     gpu: GpuChoiceStatus | None = Field(
         default=None, description="The GPU product choice, for a service that lists several products."
     )
+    precision: PrecisionChoiceStatus | None = Field(
+        default=None, description="The precision choice, for spec.engine.precision auto."
+    )
     learned: LearnedStatus | None = Field(
         default=None, description="What the autoscaler learned from metrics."
     )
@@ -1330,6 +1403,11 @@ class InferenceService(_Model):
         """metadata.namespace ("default" when absent, as kubectl does)."""
         return str(self.metadata.get("namespace") or "default")
 
+    def with_precision(self, precision: Precision) -> InferenceService:
+        """This service with one precision (what `precision: auto` builds and serves per candidate)."""
+        engine = self.spec.engine.model_copy(update={"precision": precision})
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"engine": engine})})
+
     def on_product(self, product: str) -> InferenceService:
         """This service pinned to one GPU product (spec.runtime.gpu.product), for services that list several.
 
@@ -1360,4 +1438,5 @@ ALL_RULES: tuple[Rule, ...] = (
     RULE_MIN_LE_MAX,
     RULE_TENSORRT_GPU,
     RULE_REPLICAS_IN_BOUNDS,
+    RULE_AUTO_PRECISION_ONE_PRODUCT,
 )

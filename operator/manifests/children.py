@@ -48,13 +48,15 @@ def plan_children(
     settings: ManifestSettings,
     capabilities: ClusterCapabilities,
     select_rotation: bool = False,
+    moving: bool = False,
 ) -> Children:
     """ConfigMap, Deployment, Service, the metrics Service, PDB, ServiceMonitor, PrometheusRule.
 
     The metrics Service (spec.autoscaling.backlogRotation) goes with the Service, before the PDB;
     the ServiceMonitor and PrometheusRule (spec.monitoring) last, and only where their CRDs exist
     (otherwise they are neither wanted nor turned off). `select_rotation`: see `triton_service`
-    (the controller knows whether every pod has the label).
+    (the controller knows whether every pod has the label). `moving`: the service moves to another
+    GPU product (see `triton_deployment`).
     """
     monitoring = isvc.spec.monitoring
     optional_services = [(triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)]
@@ -73,6 +75,7 @@ def plan_children(
             rollout_hash=rollout_hash(isvc=isvc, result=result),
             replicas=replicas,
             settings=settings,
+            moving=moving,
         ),
         triton_service(isvc=isvc, select_rotation=select_rotation),
         *(obj for obj, on in optional_services if on),

@@ -212,8 +212,15 @@ def triton_deployment(
     rollout_hash: str,
     replicas: int,
     settings: ManifestSettings,
+    moving: bool = False,
 ) -> dict[str, Any]:
-    """Build the apps/v1 Deployment serving `engine_key` with `replicas` pods."""
+    """Build the apps/v1 Deployment serving `engine_key` with `replicas` pods.
+
+    `moving`: the service moves to another GPU product. Its new pods then all start at once
+    (maxSurge 100%; the product choice checked that the product's free GPUs hold them) instead of
+    one at a time, so a move takes one start-up, not one per replica; maxUnavailable stays 0, so
+    every old pod serves until a new one is Ready.
+    """
     spec = isvc.spec
     gpu = spec.runtime.gpu
     on_gpu = spec.runtime.device is Device.GPU and gpu is not None
@@ -254,7 +261,10 @@ def triton_deployment(
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector_labels(isvc.name)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "100%" if moving else 1},
+            },
             "revisionHistoryLimit": 3,
             # A stalled rollout is reported after the slowest legitimate start plus a margin.
             "progressDeadlineSeconds": startup + 300,

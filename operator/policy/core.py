@@ -332,13 +332,17 @@ def _size_demand(call: _Call) -> _Demand:
     arrival, drain, queue_total = _demand(
         call, top_capacity_per_s=capacity_per_s(call.cands[0][1], call.service)
     )
-    obs = call.obs
+    bursts = observed_bursts(call.obs, rate_per_s=arrival)
+    return _Demand(arrival=arrival, drain=drain, queue_total=queue_total, bursts=bursts)
+
+
+def observed_bursts(obs: Observation, *, rate_per_s: float) -> Bursts:
+    """The bursts of the observation's arrival curve beyond Poisson noise at `rate_per_s`."""
     curve = ArrivalCurve.of(obs.arrival_counts, bin_s=obs.arrival_bin_s or 0.0)
-    bursts = Bursts(
-        spans=curve.bursts(BURST_FALSE_ALARM, rate_per_s=arrival) if curve is not None else (),
+    return Bursts(
+        spans=curve.bursts(BURST_FALSE_ALARM, rate_per_s=rate_per_s) if curve is not None else (),
         running_batch=obs.mean_batch_size or 1.0,
     )
-    return _Demand(arrival=arrival, drain=drain, queue_total=queue_total, bursts=bursts)
 
 
 # --- 4. Choice -------------------------------------------------------------------------------
@@ -1209,13 +1213,19 @@ def _reload_held_ms(call: _Call, *, rate: float, bursts: Bursts) -> float:
 
 
 def fewest_replicas_at(
-    *, config: PolicyConfig, profile: EngineProfile, rate_per_s: float, batching: BatchingConfig, most: int
+    *,
+    config: PolicyConfig,
+    profile: EngineProfile,
+    rate_per_s: float,
+    batching: BatchingConfig,
+    most: int,
+    bursts: Bursts = NO_BURSTS,
 ) -> int | None:
-    """Fewest replicas (at most `most`) whose predicted P99 meets the SLO minus its margin at `rate_per_s`.
+    """Fewest replicas (at most `most`) meeting the SLO minus its margin at `rate_per_s`, absorbing `bursts`.
 
     The same sizing `decide` does, over the same batching candidates, without what a running service
-    teaches it (no correction, no bursts): what comparing engines that do not serve yet can use. None
-    when `most` replicas miss it.
+    teaches it about its own engine (no correction): what comparing engines that do not serve yet
+    can use. None when `most` replicas miss it.
     """
     bounded = replace(config, max_replicas=max(1, min(config.max_replicas, most)))
     if most < max(1, config.min_replicas):
@@ -1228,4 +1238,5 @@ def fewest_replicas_at(
         config=bounded,
         service=profile.service_time,
         correction=Correction(),
+        bursts=bursts,
     )

@@ -2,20 +2,27 @@
 
 A service may list several GPU products (`spec.runtime.gpu.products`), each with a price per GPU-hour.
 Every product gets its own engine and profile (a TensorRT plan runs only on the product it was built
-for), so each product's capacity at the SLO is known before anything moves. At the demand rate, each
-product is sized the way `decide` sizes replicas (`core.fewest_replicas_at`: the same model, batching
-candidates and SLO margin), within the replicas its nodes can hold; its cost is replicas x GPUs per
-replica x price. The cheapest product that holds the SLO is the best one.
+for), so each product's capacity at the SLO is known before anything moves. Each product is sized the
+way `decide` sizes replicas (`core.fewest_replicas_at`: the same model, batching candidates and SLO
+margin, and the same recent bursts of the arrival curve, which a slow product needs many more replicas
+to absorb), within the replicas its nodes can hold; its cost is replicas x GPUs per replica x price.
+The cheapest product that holds the SLO is the best one; on equal cost, the one serving, then the one
+with more capacity per replica.
 
-Moving is not free: the new product's replicas start (and are paid for) while the old ones still serve,
-for about the replicas' start-up time, and a rolling update moves the pods. So a service moves only when
+Moving is not free: the new product's replicas (as many as serve now, or more) start and are paid for
+while the old ones still serve, for about the replicas' start-up time. So a service moves only when
 
-- the product serving cannot hold the SLO at the demand rate (its bound or its free GPUs are too few),
-  or has no profile: at once, to the cheapest one that can (`MovedForCapacity`); or
-- another product is cheaper by at least `MIN_SAVING` of the current cost, and has stayed the
-  cheapest for `MOVE_DWELL_S` and for the time its saving takes to pay for the move, and the last move
-  is `MOVE_COOLDOWN_S` old (`MovedForCost`). While the dwell runs, the decision says so
-  (`MoveDeferred`).
+- the product serving cannot hold the SLO at the demand rate (its bound or its free GPUs are too few):
+  at once, to the cheapest one that can (`MovedForCapacity`); or
+- the product serving, sized to hold the SLO, missed it in practice in a quarter of the decisions of
+  the last `MOVE_DWELL_S` (bursts its smaller replicas absorb too slowly): to the cheapest product with
+  more capacity per replica (`MovedForSLO`); a product that missed so is not moved back to for cost
+  while it is remembered (`COST_HISTORY_S`); or
+- another product was cheaper by at least `MIN_SAVING` on average over the last `MOVE_DWELL_S` (longer
+  when the saving takes longer to pay for the move), held the SLO at every call of that window, and
+  the last move is `MOVE_COOLDOWN_S` old (`MovedForCost`). Averages, not every call: on bursty traffic
+  the cheapest product flips from one call to the next, and a dwell that restarts at each flip never
+  ends. While the window fills, the decision says so (`MoveDeferred`).
 
 A service not placed yet (no product serving) takes the cheapest product that holds the SLO at once.
 """
@@ -26,16 +33,24 @@ import math
 from dataclasses import dataclass, replace
 from typing import Final
 
-from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import EngineProfile
+from tailpilot.policy.bursts import NO_BURSTS, Bursts
 from tailpilot.policy.config import PolicyConfig
-from tailpilot.policy.core import fewest_replicas_at
+from tailpilot.policy.core import fewest_replicas_at, observed_bursts
 from tailpilot.policy.model import BatchShape, capacity_per_s
 
 #: Least saving, as a share of the current cost per hour, worth a move.
 MIN_SAVING: Final = 0.10
-#: How long another product must stay the cheapest before a move for cost.
+#: The shortest window over which another product must have been cheaper on average before a move.
 MOVE_DWELL_S: Final = 300.0
+#: The longest window of costs (and SLO misses) remembered.
+COST_HISTORY_S: Final = 1800.0
+#: Share of a window's calls whose observed P99 missed the SLO from which the product serving is
+#: found not to hold it in practice (its replicas too few, too slowly, for the bursts it sees).
+MISS_SHARE: Final = 0.25
+#: Fewest calls on the product serving, since it was moved to, before its misses count.
+MIN_MISS_CALLS: Final = 4
 #: No move for cost within this long of the last move (capacity moves are never held).
 MOVE_COOLDOWN_S: Final = 600.0
 
@@ -44,6 +59,7 @@ REASON_CHEAPEST: Final = "CheapestHoldingSLO"
 REASON_PLACED: Final = "PlacedOnCheapest"
 REASON_MOVED_FOR_COST: Final = "MovedForCost"
 REASON_MOVED_FOR_CAPACITY: Final = "MovedForCapacity"
+REASON_MOVED_FOR_SLO: Final = "MovedForSLO"
 REASON_MOVE_DEFERRED: Final = "MoveDeferred"
 REASON_NO_PRODUCT: Final = "NoProductHoldsSLO"
 REASON_WAITING: Final = "WaitingForProfiles"
@@ -84,11 +100,14 @@ class ProductFigures:
 class MoveMemory:
     """What the choice remembers between calls (the caller keeps it)."""
 
-    #: The product found cheaper than the serving one, and since when (seconds, the caller's clock).
-    cheaper: str | None = None
-    cheaper_since_s: float | None = None
-    #: When the service last moved (or was first placed).
+    #: Each call's cost per hour of every product's sized fleet, (time, ((product, cost or None),
+    #: ...)), over the last `COST_HISTORY_S` (seconds, the caller's clock).
+    costs: tuple[tuple[float, tuple[tuple[str, float | None], ...]], ...] = ()
+    #: When the service last moved (None: never, or only placed).
     moved_at_s: float | None = None
+    #: Each call's product serving and whether its observed P99 missed the SLO, (time, product,
+    #: missed), over the last `COST_HISTORY_S`; kept across moves.
+    misses: tuple[tuple[float, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,9 +126,14 @@ class ProductChoice:
 
 
 def size_products(
-    options: tuple[ProductOption, ...], *, config: PolicyConfig, rate_per_s: float, batching: BatchingConfig
+    options: tuple[ProductOption, ...],
+    *,
+    config: PolicyConfig,
+    rate_per_s: float,
+    batching: BatchingConfig,
+    bursts: Bursts = NO_BURSTS,
 ) -> tuple[ProductFigures, ...]:
-    """Each product's fewest replicas and cost at `rate_per_s` (pure)."""
+    """Each product's fewest replicas and cost at `rate_per_s`, absorbing `bursts` (pure)."""
     out: list[ProductFigures] = []
     for option in options:
         capacity = _capacity(option, config, batching)
@@ -119,7 +143,12 @@ def size_products(
             continue
         most = config.max_replicas if option.replicas_available is None else option.replicas_available
         n = fewest_replicas_at(
-            config=config, profile=option.profile, rate_per_s=rate_per_s, batching=batching, most=most
+            config=config,
+            profile=option.profile,
+            rate_per_s=rate_per_s,
+            batching=batching,
+            most=most,
+            bursts=bursts,
         )
         if n is None:
             why = (
@@ -139,17 +168,27 @@ def choose_product(
     *,
     current: str | None,
     config: PolicyConfig,
-    rate_per_s: float,
+    observation: Observation,
     batching: BatchingConfig,
+    replicas_now: int,
     startup_s: float,
     now_s: float,
     memory: MoveMemory,
 ) -> ProductChoice:
-    """The product (and replicas) to serve on now, with the guardrails of a move (pure)."""
-    figures = size_products(options, config=config, rate_per_s=rate_per_s, batching=batching)
+    """The product (and replicas) to serve on now, with the guardrails of a move (pure).
+
+    The demand is the observation's: its request rate (the recent one when higher) and the bursts of
+    its arrival curve, as `decide` reads them.
+    """
+    rate = max(observation.request_rate or 0.0, observation.recent_request_rate or 0.0)
+    bursts = observed_bursts(observation, rate_per_s=rate)
+    figures = size_products(options, config=config, rate_per_s=rate, batching=batching, bursts=bursts)
     holding = [f for f in figures if f.cost_per_hour is not None]
     by_name = {f.product: f for f in figures}
     here = by_name.get(current) if current else None
+    missed = observation.p99_ms is not None and observation.p99_ms > config.p99_target_ms
+    remembered = _remember(memory, figures, now_s, current=current, missed=missed)
+    moved = MoveMemory(moved_at_s=now_s, misses=remembered.misses)
 
     def done(
         product: str | None, reason: str, message: str, mem: MoveMemory, moved: bool = False
@@ -160,75 +199,218 @@ def choose_product(
     if not holding:
         pending = [f.product for f in figures if f.why_not == "not profiled yet"]
         if here is None and pending:
-            return done(None, REASON_WAITING, f"waiting for the profiles of {', '.join(pending)}", memory)
+            return done(None, REASON_WAITING, f"waiting for the profiles of {', '.join(pending)}", remembered)
         return done(
             current,
             REASON_NO_PRODUCT,
-            f"no product holds the SLO at {rate_per_s:.1f} req/s: {_why_nots(figures)}",
-            memory,
+            f"no product holds the SLO at {rate:.1f} req/s: {_why_nots(figures)}",
+            remembered,
         )
-    best = min(holding, key=lambda f: (f.cost_per_hour, f.product != current, f.product))
-    assert best.cost_per_hour is not None
-    if here is None or here.cost_per_hour is None:
-        placed = MoveMemory(moved_at_s=now_s)
-        if current is None or here is None:
-            return done(best.product, REASON_PLACED, _placed(best, figures), placed, moved=True)
+    capacity = {f.product: f.capacity_per_replica_per_s or 0.0 for f in figures}
+    best = min(
+        holding, key=lambda f: (f.cost_per_hour, f.product != current, -capacity[f.product], f.product)
+    )
+    if current is None or here is None:
+        # Placed (or the spec no longer allows the product serving): no cooldown, the dwell still applies.
+        placed = MoveMemory(misses=remembered.misses)
+        return done(best.product, REASON_PLACED, _placed(best, figures), placed, moved=True)
+    if here.cost_per_hour is None:
         return done(
             best.product,
             REASON_MOVED_FOR_CAPACITY,
             f"{current} cannot hold the SLO ({here.why_not}); {_placed(best, figures)}",
-            placed,
+            moved,
             moved=True,
         )
-    if best.product == current:
-        return done(
-            current,
-            REASON_CHEAPEST,
-            _placed(best, figures),
-            replace(memory, cheaper=None, cheaper_since_s=None),
-        )
-    saving = here.cost_per_hour - best.cost_per_hour
-    if saving < MIN_SAVING * here.cost_per_hour:
-        return done(
-            current,
-            REASON_CHEAPEST,
-            f"{best.product} would save {_money(saving)}/h, under {MIN_SAVING:.0%} of "
-            f"{_money(here.cost_per_hour)}/h; {_placed(here, figures)}",
-            replace(memory, cheaper=None, cheaper_since_s=None),
-        )
-    since = (
-        memory.cheaper_since_s
-        if memory.cheaper == best.product and memory.cheaper_since_s is not None
-        else now_s
+    share, calls = _miss_share(remembered, current, since_s=max(now_s - MOVE_DWELL_S, _since(remembered)))
+    if calls >= MIN_MISS_CALLS and share >= MISS_SHARE:
+        roomier = [
+            f
+            for f in holding
+            if capacity[f.product] > capacity[current] and not _missed_there(remembered, f.product)
+        ]
+        if roomier:
+            better = min(roomier, key=lambda f: (f.cost_per_hour, -capacity[f.product], f.product))
+            return done(
+                better.product,
+                REASON_MOVED_FOR_SLO,
+                f"{current} missed the SLO in {share:.0%} of the last {calls} decisions, sized to hold it; "
+                f"{better.product} holds {capacity[better.product]:.1f} req/s per replica against "
+                f"{capacity[current]:.1f}: {_fleet(better)}",
+                moved,
+                moved=True,
+            )
+    move = _move_for_cost(
+        remembered,
+        current=current,
+        options=options,
+        figures=by_name,
+        replicas_now=replicas_now,
+        startup_s=startup_s,
+        now_s=now_s,
+        hold_s=config.scale_down_stabilization_s,
     )
-    kept = replace(memory, cheaper=best.product, cheaper_since_s=since)
-    # The move's price: the new replicas run beside the old ones while they start.
-    move_cost = best.cost_per_hour * startup_s / 3600.0
-    payback_s = 3600.0 * move_cost / saving
-    dwell_s = max(MOVE_DWELL_S, payback_s)
-    cooling = memory.moved_at_s is not None and now_s - memory.moved_at_s < MOVE_COOLDOWN_S
-    if now_s - since < dwell_s or cooling:
-        wait = max(
-            dwell_s - (now_s - since),
-            MOVE_COOLDOWN_S - (now_s - memory.moved_at_s)
-            if cooling and memory.moved_at_s is not None
-            else 0.0,
-        )
+    if move is None:
+        return done(current, REASON_CHEAPEST, _placed(here, figures), remembered)
+    target, average_here, average_there, waited_s, wait_s = move
+    saving = average_here - average_there
+    summary = (
+        f"{target} averaged {_money(average_there)}/h against {_money(average_here)}/h on {current} over "
+        f"{waited_s:.0f} s"
+    )
+    if wait_s > 0:
         return done(
             current,
             REASON_MOVE_DEFERRED,
-            f"{best.product} would save {_money(saving)}/h ({_fleet(best)} against {_fleet(here)}); "
-            f"moving once it stays the cheapest another {math.ceil(wait)} s",
-            kept,
+            f"{summary}; moving once it has for another {math.ceil(wait_s)} s",
+            remembered,
         )
     return done(
-        best.product,
+        target,
         REASON_MOVED_FOR_COST,
-        f"{best.product} saves {_money(saving)}/h: {_fleet(best)} against {_fleet(here)}, the cheapest "
-        f"for {now_s - since:.0f} s (the move costs about {_money(move_cost)})",
-        MoveMemory(moved_at_s=now_s),
+        f"{summary}: saves {_money(saving)}/h ({_fleet(by_name[target])} against {_fleet(here)} now)",
+        moved,
         moved=True,
     )
+
+
+def _held_costs(memory: MoveMemory, hold_s: float) -> list[tuple[float, dict[str, float | None]]]:
+    """Each remembered call's costs of the fleets held: per product, the largest over `hold_s` before it.
+
+    None where the product could not hold the SLO at some call of that span.
+    """
+    out: list[tuple[float, dict[str, float | None]]] = []
+    for t, _ in memory.costs:
+        span = [dict(costs) for u, costs in memory.costs if t - hold_s <= u <= t]
+        products = set().union(*(c.keys() for c in span))
+        held: dict[str, float | None] = {}
+        for product in products:
+            values = [c.get(product) for c in span]
+            held[product] = (
+                None if any(v is None for v in values) else max(v for v in values if v is not None)
+            )
+        out.append((t, held))
+    return out
+
+
+def _since(memory: MoveMemory) -> float:
+    return memory.moved_at_s if memory.moved_at_s is not None else -math.inf
+
+
+def _miss_share(memory: MoveMemory, product: str, *, since_s: float) -> tuple[float, int]:
+    """(share of calls missing the SLO, calls) while `product` served, from `since_s` on."""
+    seen = [missed for t, p, missed in memory.misses if p == product and t >= since_s]
+    return (sum(seen) / len(seen), len(seen)) if seen else (0.0, 0)
+
+
+def _missed_there(memory: MoveMemory, product: str) -> bool:
+    """Whether `product` missed the SLO in `MISS_SHARE` of any `MOVE_DWELL_S` it served lately.
+
+    Such a product is not moved back to for cost: its model said it holds the SLO, and in practice
+    it did not (for the load's bursts, too few replicas too slowly); moving back would trade the
+    SLO for a saving that is not real.
+    """
+    served = [(t, missed) for t, p, missed in memory.misses if p == product]  # in time order
+    end, missed_in = 0, 0
+    for start, (t0, _) in enumerate(served):  # two pointers: each window starting at a call
+        while end < len(served) and served[end][0] < t0 + MOVE_DWELL_S:
+            missed_in += served[end][1]
+            end += 1
+        calls = end - start
+        if calls >= MIN_MISS_CALLS and missed_in / calls >= MISS_SHARE:
+            return True
+        missed_in -= served[start][1]
+    return False
+
+
+def _remember(
+    memory: MoveMemory,
+    figures: tuple[ProductFigures, ...],
+    now_s: float,
+    *,
+    current: str | None,
+    missed: bool,
+) -> MoveMemory:
+    """The memory with this call's sized costs, the history bounded to `COST_HISTORY_S`.
+
+    Sized, also for the product serving, rather than the fleet in force: a comparison of one
+    product's real fleet with another's model favours the model, and the service moves back and
+    forth (seen in the benchmark: five moves an hour on bursty traces).
+    """
+    entry = (now_s, tuple((f.product, f.cost_per_hour) for f in figures))
+    kept = tuple(e for e in memory.costs if now_s - e[0] < COST_HISTORY_S)
+    misses = tuple(e for e in memory.misses if now_s - e[0] < COST_HISTORY_S)
+    if current is not None:
+        misses = (*misses, (now_s, current, missed))
+    return replace(memory, costs=(*kept, entry), misses=misses)
+
+
+def _move_for_cost(
+    memory: MoveMemory,
+    *,
+    current: str,
+    options: tuple[ProductOption, ...],
+    figures: dict[str, ProductFigures],
+    replicas_now: int,
+    startup_s: float,
+    now_s: float,
+    hold_s: float,
+) -> tuple[str, float, float, float, float] | None:
+    """The product worth moving to for cost: (it, average cost here, there, seconds seen, seconds left).
+
+    Costs are those of each product's fleet as the policy holds it: the largest of its sized fleets
+    over the last `hold_s` (the scale-down stabilization window), so a product whose fleet must
+    swing with every burst pays for the replicas the window keeps.
+
+    None when none saves `MIN_SAVING` on average over its window. Seconds left > 0: not yet (the
+    window since the last move is shorter than the dwell, or the cooldown runs).
+    """
+    since = memory.moved_at_s if memory.moved_at_s is not None else -math.inf
+    seen = [(t, held) for t, held in _held_costs(memory, hold_s) if t >= since]
+    if not seen:
+        return None
+    gpus = {o.product: o.gpus_per_replica * o.price_per_gpu_hour for o in options}
+    room = {o.product: o.replicas_available for o in options}
+    best: tuple[float, str, float, float, float, float] | None = None
+    for product, figure in figures.items():
+        if product == current or figure.replicas is None or _missed_there(memory, product):
+            continue
+        # The move's price: as many replicas as serve now (or more) start at once on it, beside the
+        # old ones, for a start-up.
+        started = max(figure.replicas, replicas_now)
+        if (free := room.get(product)) is not None and free < started:
+            continue  # its nodes cannot start them all: not worth a move that waits for GPUs
+        move_cost = gpus[product] * started * startup_s / 3600.0
+        dwell = MOVE_DWELL_S
+        for _ in range(2):  # the window sets the saving, the saving the payback, the payback the window
+            window = [costs for t, costs in seen if now_s - t <= dwell]
+            there = [costs.get(product) for costs in window]
+            here = [costs.get(current) for costs in window]
+            if any(x is None for x in there) or any(x is None for x in here):
+                break
+            average_there = sum(x for x in there if x is not None) / len(there)
+            average_here = sum(x for x in here if x is not None) / len(here)
+            saving = average_here - average_there
+            if saving < MIN_SAVING * average_here or saving <= 0:
+                break
+            dwell = max(MOVE_DWELL_S, 3600.0 * move_cost / saving)
+        else:
+            waited = now_s - seen[0][0]
+            cooling = memory.moved_at_s is not None and now_s - memory.moved_at_s < MOVE_COOLDOWN_S
+            left = max(
+                dwell - waited,
+                MOVE_COOLDOWN_S - (now_s - memory.moved_at_s)
+                if cooling and memory.moved_at_s is not None
+                else 0.0,
+                0.0,
+            )
+            key = (average_there, product, average_here, min(waited, dwell), left, 0.0)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    average_there, product, average_here, waited, left, _ = best
+    return product, average_here, average_there, waited, left
 
 
 def capacity_at_slo(*, config: PolicyConfig, profile: EngineProfile, batching: BatchingConfig) -> float:

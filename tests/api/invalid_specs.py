@@ -82,6 +82,7 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
         merge(CPU_BASE, {"replicas": 3, "autoscaling": {"minReplicas": 2, "maxReplicas": 3}}),
     ),
     ("shape-ranges", merge(CPU_BASE, _shape([1, 16], [8, 128], [8, 512]))),
+    ("cpu-auto-precision", merge(CPU_BASE, {"engine": {"precision": "auto"}})),
     (
         "gpu-products",
         merge(
@@ -233,6 +234,17 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
             {"runtime": {"gpu": {"product": None, "products": [{"name": "NVIDIA-L4", "pricePerHour": 0}]}}},
         ),
         "spec.runtime.gpu.products[0].pricePerHour",
+    ),
+    (
+        "auto-precision-with-gpu-products",
+        merge(
+            GPU_BASE,
+            {
+                "engine": {"precision": "auto"},
+                "runtime": {"gpu": {"product": None, "products": [{"name": "NVIDIA-L4"}]}},
+            },
+        ),
+        "spec.engine.precision auto chooses among engines of one hardware",
     ),
     (
         "gpu-product-not-a-label-value",

@@ -132,6 +132,7 @@ def test_crds_opt_in_and_kept(helm: str) -> None:
         ("webhook.tokenSecret.key=a/b", "key"),
         ("webhook.tokenSecret.keep=yes", "keep"),
         ("typoValue=1", "typoValue"),
+        ("gpuPrices.NVIDIA-L4=-1", "gpuPrices"),
     ],
 )
 def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
@@ -197,6 +198,7 @@ EXPECTED_RULES = {
     ("tailpilot.io", "inferenceservices/status"): {"patch"},
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the rotation label
+    ("", "nodes"): {"list"},  # free GPUs per product, for services listing several
     ("", "configmaps"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
@@ -407,6 +409,16 @@ def test_watch_namespaces_and_images_reach_the_operator(helm: str) -> None:
     assert settings.manifests.engine_store_claim == "engines"
     assert settings.prometheus_url == "http://prom.local:9090"
     assert args.metrics_port == 9191
+
+
+def test_gpu_prices_reach_the_operator(helm: str) -> None:
+    _, settings, unread = _operator_parse(
+        helm, "gpuPrices.NVIDIA-L4=0.8", "gpuPrices.NVIDIA-H100-80GB-HBM3=4"
+    )
+    assert unread == set()
+    assert dict(settings.gpu_prices) == {"NVIDIA-L4": 0.8, "NVIDIA-H100-80GB-HBM3": 4.0}
+    _, defaults, _ = _operator_parse(helm)
+    assert dict(defaults.gpu_prices) == {}
 
 
 def test_an_unread_variable_is_noticed(helm: str) -> None:
