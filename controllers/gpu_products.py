@@ -30,6 +30,8 @@ from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption
 
 #: Candidate phases (GpuCandidateStatus.phase).
 PHASE_BUILDING = "Building"
+#: Built, its profile waiting for another candidate's measurement on the same hardware to end.
+PHASE_BUILT = "Built"
 PHASE_PROFILING = "Profiling"
 PHASE_PROFILED = "Profiled"
 PHASE_SERVING = "Serving"

@@ -61,6 +61,7 @@ from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.gpu_products import (
     PHASE_BUILDING,
+    PHASE_BUILT,
     PHASE_FAILED,
     PHASE_NO_CAPACITY,
     PHASE_PROFILED,
@@ -756,7 +757,9 @@ class Reconciler:
         chosen = previous.precision if previous else None
         candidates: list[PrecisionCandidateStatus] = []
         serving: Precision | None = None
-        for precision in isvc.spec.candidate_precisions():
+        precisions = [p.value for p in isvc.spec.candidate_precisions()]
+        for index, precision in enumerate(isvc.spec.candidate_precisions()):
+            later = precisions[index + 1 :]
             pinned = isvc.with_precision(precision)
             request_key = job_manifests.make_build_request(isvc=pinned).request_key()
             known = earlier.get(precision.value)
@@ -765,7 +768,15 @@ class Reconciler:
                 candidates.append(known.model_copy(update={"phase": PHASE_SERVING}))
                 continue
             fresh = PrecisionCandidateStatus(precision=precision.value)
-            candidate = self._candidate(pinned, known, fresh, None, events)
+            busy = next(
+                (
+                    other.precision
+                    for other in (*candidates, *(earlier[q] for q in later if q in earlier))
+                    if other.precision != precision.value and other.phase in (PHASE_BUILDING, PHASE_PROFILING)
+                ),
+                None,
+            )
+            candidate = self._candidate(pinned, known, fresh, None, events, wait_for=busy)
             if candidate.phase == PHASE_SERVING:
                 candidate = candidate.model_copy(update={"phase": PHASE_PROFILED})
             candidates.append(candidate)
@@ -841,11 +852,14 @@ class Reconciler:
         fresh: Candidate,
         available: int | None,
         events: list[EventRecord],
+        wait_for: str | None = None,
     ) -> Candidate:
         """Build, then profile, a candidate engine not serving (`isvc` pinned to its product or precision).
 
         `fresh` is the candidate's record before anything is known; `available` the replicas its
-        product's nodes can hold (None: not known, or not a GPU product candidate).
+        product's nodes can hold (None: not known, or not a GPU product candidate). `wait_for`: another
+        candidate is being built or profiled on the same hardware; this one's profile Job is not
+        started until it is done (two measurements on one node's CPU would skew each other).
         """
         request = job_manifests.make_build_request(isvc=isvc)
         request_key = request.request_key()
@@ -890,19 +904,31 @@ class Reconciler:
                     "message": "spec.engine.profile is false: nothing to compare the products with",
                 }
             )
+        return self._profile_candidate(isvc, base, built, events, wait_for)
+
+    def _profile_candidate(
+        self,
+        isvc: InferenceService,
+        base: Candidate,
+        built: EngineStatus,
+        events: list[EventRecord],
+        wait_for: str | None,
+    ) -> Candidate:
+        """The profile half of `_candidate`: run (or wait to run) the built engine's profile Job."""
         profile_request = self._profile_request(isvc, built)
         profile_key = profile_request.profile_key()
-        earlier_step = (
-            ProfilingStatus(
-                profile_key=profile_key,
-                engine_key=built.key,
-                phase="Running" if base.phase == PHASE_PROFILING else "",
-            )
-            if base.profile_key == profile_key
-            else None
+        base = base.model_copy(update={"engine_key": built.key, "profile_key": profile_key})
+        if wait_for is not None:
+            job_name = profile_manifests.profile_job_name(isvc_name=isvc.name, profile_key=profile_key)
+            if self.kube.get(JOBS, isvc.namespace, job_name) is None:
+                # Profiles that would share a node run one at a time: each measures alone.
+                return base.model_copy(update={"phase": PHASE_BUILT, "message": f"profiled after {wait_for}"})
+        earlier_step = ProfilingStatus(
+            profile_key=profile_key,
+            engine_key=built.key,
+            phase="Running" if base.phase == PHASE_PROFILING else "",
         )
         profiling, summary, done = self._profile_step(isvc, earlier_step, profile_request, events)
-        base = base.model_copy(update={"engine_key": built.key, "profile_key": profile_key})
         if not done:
             return base.model_copy(
                 update={

@@ -1215,8 +1215,9 @@ class EngineCandidateStatus(_Model):
         default="",
         max_length=32,
         description=(
-            "Building, Profiling, Profiled, Serving, Failed, or NoCapacity (a GPU product no node of which "
-            "has a free GPU, so nothing is built there yet)."
+            "Building, Built (its profile waits for another candidate's on the same hardware), Profiling, "
+            "Profiled, Serving, Failed, or NoCapacity (a GPU product no node of which has a free GPU, so "
+            "nothing is built there yet)."
         ),
     )
     message: str = Field(default="", max_length=1024, description="Why, when not Profiled or Serving.")
