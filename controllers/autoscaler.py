@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,12 @@ from pydantic import ValidationError
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile
-from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus, ObservedStatus
+from tailpilot.api.v1alpha1 import (
+    DecisionRecordStatus,
+    InferenceService,
+    InferenceServiceStatus,
+    ObservedStatus,
+)
 from tailpilot.controllers.batching import apply_batching
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
@@ -61,6 +67,7 @@ from tailpilot.controllers.status import (
     served_result,
     service_without_status,
     status_patch,
+    with_decision,
 )
 from tailpilot.controllers.watched import DirectReads, ObjectSource
 from tailpilot.manifests import placement, triton_model_config
@@ -202,6 +209,11 @@ def significant_change(old: InferenceServiceStatus, new: InferenceServiceStatus)
 
 def _gpu_choice(status: InferenceServiceStatus) -> tuple[str | None, str] | None:
     return (status.gpu.product, status.gpu.reason) if status.gpu else None
+
+
+def _rounded(value: float | None) -> float | None:
+    """A figure for the status: 2 decimals; None when absent or not finite (the schema takes neither)."""
+    return None if value is None or not math.isfinite(value) else round(value, 2)
 
 
 def _reason(status: InferenceServiceStatus) -> str | None:
@@ -352,6 +364,20 @@ class Autoscaler:
             "last_decision": decision_status(decision, at=utc_now(self.clock)),
             "learned": learned_status(state.learned, fit),
         }
+        if decision.action not in _QUIET_ACTIONS and not decision.dry_run:
+            record = DecisionRecordStatus(
+                time=utc_now(self.clock),
+                action=decision.action.value,
+                reason=decision.reason,
+                replicas_before=replicas,
+                replicas_after=decision.replicas,
+                max_batch_size_before=batching.max_batch_size,
+                max_batch_size_after=decision.batching.max_batch_size,
+                request_rate=_rounded(observation.request_rate),
+                observed_p99_ms=_rounded(observation.p99_ms),
+                predicted_p99_ms=_rounded(decision.predicted_p99_ms),
+            )
+            update["decisions"] = with_decision(status.decisions, record)
         if decision.predicted_p99_ms is not None:
             update["predicted_p99_ms"] = round(decision.predicted_p99_ms, 2)
         updates = [
@@ -445,8 +471,25 @@ class Autoscaler:
                 f"moving from {status.gpu.product} to {choice.product}: {choice.message}",
             )
         )
+        record = DecisionRecordStatus(
+            time=utc_now(self.clock),
+            action="MoveGpuProduct",
+            reason=choice.reason,
+            replicas_before=replicas,
+            replicas_after=move_replicas(choice, replicas),
+            max_batch_size_before=state.batching.max_batch_size,
+            max_batch_size_after=state.batching.max_batch_size,
+            request_rate=_rounded(observation.request_rate),
+            observed_p99_ms=_rounded(observation.p99_ms),
+            gpu_product=choice.product,
+        )
         moved = status.model_copy(
-            update={"gpu": chosen, "replicas": move_replicas(choice, replicas), "learned": None}
+            update={
+                "gpu": chosen,
+                "replicas": move_replicas(choice, replicas),
+                "learned": None,
+                "decisions": with_decision(status.decisions, record),
+            }
         )
         return moved, True
 

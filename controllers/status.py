@@ -30,9 +30,11 @@ from tailpilot.api.engine import (
     TensorSpec,
 )
 from tailpilot.api.v1alpha1 import (
+    MAX_DECISION_HISTORY,
     AccuracyStatus,
     BatchingMode,
     BatchingStatus,
+    DecisionRecordStatus,
     DecisionStatus,
     EngineComparisonStatus,
     EngineStatus,
@@ -336,6 +338,13 @@ def decision_status(decision: Decision, *, at: datetime) -> DecisionStatus:
         replicas=decision.replicas,
         dry_run=decision.dry_run,
     )
+
+
+def with_decision(
+    history: list[DecisionRecordStatus], record: DecisionRecordStatus
+) -> list[DecisionRecordStatus]:
+    """status.decisions with `record` appended, the oldest dropped beyond `MAX_DECISION_HISTORY`."""
+    return [*history, record][-MAX_DECISION_HISTORY:]
 
 
 def learned_status(learned: Learned, fit: ServiceFit | None = None) -> LearnedStatus:

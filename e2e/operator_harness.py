@@ -274,13 +274,33 @@ def play_engine_jobs(
         build: The build result for a build pod.
         profile: The profile every profile pod reports.
     """
+    return play_engine_pods(
+        core,
+        namespace,
+        played,
+        lambda pod, component: build(pod) if component == "engine-build" else played_profile(pod, profile),
+    )
+
+
+def play_engine_pods(
+    core: client.CoreV1Api,
+    namespace: str,
+    played: set[str],
+    result: Callable[[client.V1Pod, str], BuildResult | ProfileResult],
+) -> int:
+    """Finish every running, not yet played build and profile pod (one pass); return how many.
+
+    `result(pod, component)` says what each reports: `component` is "engine-build" or
+    "engine-profile". For services with several candidate engines (GPU products, precisions), whose
+    pods each need their own result.
+    """
     count = 0
     for selector in (BUILD_COMPONENT_SELECTOR, PROFILE_COMPONENT_SELECTOR):
+        component = selector.split("=", 1)[1]
         for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
             if pod.status.phase != "Running" or pod.metadata.uid in played:
                 continue
-            is_build = selector == BUILD_COMPONENT_SELECTOR
-            play_build(core, pod, result=build(pod) if is_build else played_profile(pod, profile))
+            play_build(core, pod, result=result(pod, component))
             played.add(pod.metadata.uid)
             count += 1
     return count

@@ -1160,6 +1160,30 @@ class DecisionStatus(_Model):
     dry_run: bool = Field(default=False, description="True when the decision was only reported.")
 
 
+#: Decisions kept on status.decisions.
+MAX_DECISION_HISTORY = 10
+
+
+class DecisionRecordStatus(_Model):
+    """One decision that changed something: what was in force before and after, and the figures behind it."""
+
+    time: datetime = Field(description="When it was decided.")
+    action: str = Field(max_length=64, description="ScaleUp, ScaleDown, Rebatch, ... or MoveGpuProduct.")
+    reason: str = Field(max_length=128, description="CamelCase reason.")
+    replicas_before: int = Field(ge=0, description="Replicas in force before it.")
+    replicas_after: int = Field(ge=0, description="Replicas it asked for.")
+    max_batch_size_before: int = Field(ge=1, description="Max batch size in force before it.")
+    max_batch_size_after: int = Field(ge=1, description="Max batch size it asked for.")
+    request_rate: float | None = Field(default=None, ge=0, description="Observed request rate, req/s.")
+    observed_p99_ms: float | None = Field(default=None, ge=0, description="Observed P99 then, ms.")
+    predicted_p99_ms: float | None = Field(
+        default=None, ge=0, description="P99 the policy predicted for what it asked for, ms."
+    )
+    gpu_product: str | None = Field(
+        default=None, max_length=63, description="For a move, the GPU product it moved to."
+    )
+
+
 class LearnedStatus(_Model):
     """What the autoscaler learned from this service's metrics; a restarted operator starts from it."""
 
@@ -1352,6 +1376,14 @@ class InferenceServiceStatus(_Model):
         default=None, ge=0, description="P99 the policy predicts for the current replicas and batching, ms."
     )
     last_decision: DecisionStatus | None = Field(default=None, description="Last autoscaling decision.")
+    decisions: list[DecisionRecordStatus] = Field(
+        default_factory=list,
+        max_length=MAX_DECISION_HISTORY,
+        description=(
+            f"The last {MAX_DECISION_HISTORY} decisions that changed replicas, batching or the GPU product, "
+            "oldest first: before and after, the observed rate and P99, the predicted P99, the reason."
+        ),
+    )
     gpu: GpuChoiceStatus | None = Field(
         default=None, description="The GPU product choice, for a service that lists several products."
     )

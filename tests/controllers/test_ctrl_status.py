@@ -256,3 +256,27 @@ def test_the_observation_says_where_the_time_went():
     # Without traffic (or without the split) there is nothing to attribute.
     assert observed_status(queued.model_copy(update={"request_rate": 0.0})).time_dominated_by is None
     assert observed_status(queued.model_copy(update={"queue_time_ms": None})).time_dominated_by is None
+
+
+def test_the_decision_history_keeps_the_last_ten_oldest_first():
+    from datetime import UTC, datetime
+
+    from tailpilot.api.v1alpha1 import MAX_DECISION_HISTORY, DecisionRecordStatus
+    from tailpilot.controllers.status import with_decision
+
+    def record(i: int) -> DecisionRecordStatus:
+        return DecisionRecordStatus(
+            time=datetime(2026, 12, 2, 0, 0, i, tzinfo=UTC),
+            action="ScaleUp",
+            reason="SLO",
+            replicas_before=i,
+            replicas_after=i + 1,
+            max_batch_size_before=8,
+            max_batch_size_after=8,
+        )
+
+    history: list[DecisionRecordStatus] = []
+    for i in range(MAX_DECISION_HISTORY + 3):
+        history = with_decision(history, record(i))
+    assert len(history) == MAX_DECISION_HISTORY
+    assert [r.replicas_before for r in history] == list(range(3, MAX_DECISION_HISTORY + 3))

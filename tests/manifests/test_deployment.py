@@ -91,6 +91,19 @@ def test_rollout_never_drops_ready_pods_and_rolls_on_engine_change() -> None:
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
 
 
+def test_a_move_to_another_gpu_product_starts_every_new_pod_at_once_and_drops_none() -> None:
+    dep = triton_deployment(
+        isvc=make_isvc("a").gpu().obj(),
+        engine_key=KEY,
+        rollout_hash="h1",
+        replicas=6,
+        settings=SETTINGS,
+        moving=True,
+    )
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": "100%"}
+    assert dep["spec"]["replicas"] == 6
+
+
 def test_secure_pod_and_model_repository() -> None:
     pod = _deploy(make_isvc("a").gpu())["spec"]["template"]["spec"]
     assert_restricted(pod)

@@ -156,6 +156,11 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                 obj = custom_object(k8s, namespace, NAME)
                 decision = obj["status"]["lastDecision"]
                 assert decision["action"].startswith("ScaleUp"), decision
+                # The decision history has it, with what was in force before and what it asked for.
+                last = obj["status"]["decisions"][-1]
+                assert last["action"] == decision["action"] and last["reason"] == decision["reason"], last
+                assert last["replicasBefore"] < last["replicasAfter"] == decision["replicas"], last
+                assert last["requestRate"] > 0
                 assert obj["status"]["replicas"] == deployment.spec.replicas
                 observed = obj["status"]["observed"]
                 assert observed["requestRate"] > 0 and observed["p99Ms"] > 100, (

@@ -14,7 +14,13 @@ import pytest
 from kubernetes import client
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import ProfileSummary, ProfileSummaryPoint, ServiceTimeModel
+from tailpilot.api.engine import (
+    BuildResult,
+    ProfileResult,
+    ProfileSummary,
+    ProfileSummaryPoint,
+    ServiceTimeModel,
+)
 from tailpilot.builders.triton_server import TritonServer
 from tailpilot_e2e.monitoring import LocalPrometheus
 from tailpilot_e2e.operator_harness import (
@@ -23,7 +29,7 @@ from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
     dump,
-    play_build,
+    play_engine_pods,
     played_profile,
 )
 from tailpilot_e2e.wait import eventually
@@ -61,25 +67,17 @@ def any_gpu_service(example, namespace: str, *, prices: bool = True) -> dict:
     return isvc
 
 
-def play_products(core: client.CoreV1Api, namespace: str, played: set[str]) -> set[str]:
-    """Finish every running build and profile pod with its own product's result; the products seen."""
-    seen: set[str] = set()
-    for pod in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component").items:
-        component = (pod.metadata.labels or {}).get("app.kubernetes.io/component")
-        if component not in ("engine-build", "engine-profile"):
-            continue
-        if pod.status.phase != "Running" or pod.metadata.uid in played:
-            continue
+def play_products(core: client.CoreV1Api, namespace: str, played: set[str]) -> int:
+    """Finish every running build and profile pod with its own product's result."""
+
+    def result(pod: client.V1Pod, component: str) -> BuildResult | ProfileResult:
         product = pod.spec.node_selector[PRODUCT_LABEL]
         assert pod.spec.node_name.startswith("gpu-h100-" if product == H100 else "gpu-l4-"), dump(pod.spec)
         if component == "engine-build":
-            result = gpu_build_result(engine_key=("a" if product == H100 else "b") * 32)
-        else:
-            result = played_profile(pod, PROFILES[product])
-        play_build(core, pod, result=result)
-        played.add(pod.metadata.uid)
-        seen.add(product)
-    return seen
+            return gpu_build_result(engine_key=("a" if product == H100 else "b") * 32)
+        return played_profile(pod, PROFILES[product])
+
+    return play_engine_pods(core, namespace, played, result)
 
 
 def create(k8s, isvc: dict) -> None:
@@ -270,6 +268,12 @@ def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_
                 assert "NVIDIA-L4 cannot hold the SLO" in gpu["message"], gpu["message"]
                 # The move never asks for fewer replicas than were serving.
                 assert obj["status"]["replicas"] >= before
+                move = obj["status"]["decisions"][-1]
+                assert (move["action"], move["reason"], move["gpuProduct"]) == (
+                    "MoveGpuProduct",
+                    "MovedForCapacity",
+                    H100,
+                ), move
 
                 def on_h100():
                     d = apps.read_namespaced_deployment(name, namespace)
@@ -278,6 +282,15 @@ def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_
 
                 deployment = eventually(on_h100, timeout=30, interval=0.5, description="Deployment on H100")
                 assert deployment.spec.replicas >= before
+
+                def move_done():
+                    d = apps.read_namespaced_deployment(name, namespace)
+                    gpu = custom_object(k8s, namespace, name)["status"]["gpu"]
+                    settled = d.spec.strategy.rolling_update.max_surge == 1 and not gpu.get("movingTo")
+                    return d if settled else None
+
+                # Once every pod runs on the H100, the surge of the move goes back to one pod.
+                eventually(move_done, timeout=30, interval=0.5, description="the move completed")
                 served = eventually(
                     lambda: (
                         (p := custom_object(k8s, namespace, name)["status"].get("profile"))
@@ -299,18 +312,13 @@ def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_
     assert not load.result.failures[:1], load.result.failures[:3]
 
 
-def play_echo(core: client.CoreV1Api, namespace: str, played: set[str]) -> None:
+def play_echo(core: client.CoreV1Api, namespace: str, played: set[str]) -> int:
     """Finish running build and profile pods with the echo engine and its product's profile."""
-    for pod in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component").items:
-        component = (pod.metadata.labels or {}).get("app.kubernetes.io/component")
-        if component not in ("engine-build", "engine-profile"):
-            continue
-        if pod.status.phase != "Running" or pod.metadata.uid in played:
-            continue
+
+    def result(pod: client.V1Pod, component: str) -> BuildResult | ProfileResult:
         product = pod.spec.node_selector[PRODUCT_LABEL]
         if component == "engine-build":
-            result = echo_result().model_copy(update={"engine_key": ("c" if product == H100 else "d") * 32})
-        else:
-            result = played_profile(pod, ECHO_PROFILES[product])
-        play_build(core, pod, result=result)
-        played.add(pod.metadata.uid)
+            return echo_result().model_copy(update={"engine_key": ("c" if product == H100 else "d") * 32})
+        return played_profile(pod, ECHO_PROFILES[product])
+
+    return play_engine_pods(core, namespace, played, result)

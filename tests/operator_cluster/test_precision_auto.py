@@ -18,12 +18,13 @@ from tailpilot.api.engine import (
     AccuracyReport,
     BuildOutcome,
     BuildResult,
+    ProfileResult,
     ProfileSummary,
     ProfileSummaryPoint,
     ServiceTimeModel,
     TensorSpec,
 )
-from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_build, played_profile
+from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_engine_pods, played_profile
 from tailpilot_e2e.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -75,36 +76,26 @@ def build_result(precision: str, *, refused: bool) -> BuildResult:
     )
 
 
-def play_candidates(core: client.CoreV1Api, namespace: str, played: set[str], *, refuse_int8: bool) -> None:
+def play_candidates(core: client.CoreV1Api, namespace: str, played: set[str], *, refuse_int8: bool) -> int:
     """Finish every running build and profile pod with its precision's result."""
     by_engine = {v: k for k, v in ENGINE_KEYS.items()}
-    for pod in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component").items:
-        component = (pod.metadata.labels or {}).get("app.kubernetes.io/component")
-        if component not in ("engine-build", "engine-profile") or pod.metadata.uid in played:
-            continue
-        if pod.status.phase != "Running":
-            continue
+
+    def result(pod: client.V1Pod, component: str) -> BuildResult | ProfileResult:
         args = next(c for c in pod.spec.containers if c.name != "triton").args
         request = json.loads(args[args.index("--request") + 1])
         if component == "engine-build":
             precision = request["precision"]
-            result = build_result(precision, refused=refuse_int8 and precision == "int8")
-            play_build(core, pod, result=result)
-        else:
-            precision = by_engine[request["engineKey"]]
-            fit = PROFILES[precision]
-            summary = ProfileSummary(
-                hardware="cpu",
-                service_time=fit,
-                points=[
-                    ProfileSummaryPoint(
-                        batch_size=b, p99_ms=fit.mean_ms(b) * 1.3, throughput_per_s=1000 * b / fit.mean_ms(b)
-                    )
-                    for b in (1, 4, 8)
-                ],
+            return build_result(precision, refused=refuse_int8 and precision == "int8")
+        fit = PROFILES[by_engine[request["engineKey"]]]
+        points = [
+            ProfileSummaryPoint(
+                batch_size=b, p99_ms=fit.mean_ms(b) * 1.3, throughput_per_s=1000 * b / fit.mean_ms(b)
             )
-            play_build(core, pod, result=played_profile(pod, summary))
-        played.add(pod.metadata.uid)
+            for b in (1, 4, 8)
+        ]
+        return played_profile(pod, ProfileSummary(hardware="cpu", service_time=fit, points=points))
+
+    return play_engine_pods(core, namespace, played, result)
 
 
 def serve(k8s, namespace: str, *, refuse_int8: bool) -> dict:

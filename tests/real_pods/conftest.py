@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
+from tailpilot_e2e.operator_harness import OperatorProcess, install_crds
 from tailpilot_e2e.pytest_plugin import admin_client, fresh_namespace, running
 from tailpilot_e2e.real_pods import MonitoredOperator, start_monitored_operator
 
@@ -37,6 +38,16 @@ def real_namespace(request: pytest.FixtureRequest, real_api: client.ApiClient) -
     """A fresh namespace on the real-pods cluster; its pods (processes) go with it."""
     with fresh_namespace(request, real_api) as name:
         yield name
+
+
+@pytest.fixture
+def operator(real_cluster: LocalCluster, real_namespace: str) -> Iterator[OperatorProcess]:
+    """The operator (a local process) for the namespace, at its defaults, with the CRDs installed."""
+    install_crds(real_cluster)
+    with OperatorProcess(
+        real_cluster, namespace=real_namespace, log_dir=real_cluster.paths.root / "logs"
+    ) as process:
+        yield process
 
 
 @pytest.fixture

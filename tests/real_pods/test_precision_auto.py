@@ -11,28 +11,18 @@ status, and the served engine answers.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, install_crds
+from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object
 from tailpilot_e2e.real_pods import cpu_example, infer, prepare_storage, ready_endpoints
 from tailpilot_e2e.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 NAME = "mlp-auto"
-
-
-@pytest.fixture
-def operator(real_cluster: LocalCluster, real_namespace: str) -> Iterator[OperatorProcess]:
-    install_crds(real_cluster)
-    with OperatorProcess(
-        real_cluster, namespace=real_namespace, log_dir=real_cluster.paths.root / "logs"
-    ) as process:
-        yield process
 
 
 def serving(api: client.ApiClient, ns: str) -> dict | None:  # type: ignore[type-arg]

@@ -9,7 +9,6 @@ model is an engine the gate lets through by itself (faster than the one serving)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from kubernetes import client
 
 from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, install_crds
+from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object
 from tailpilot_e2e.real_pods import cpu_example, infer, prepare_storage, ready_endpoints
 from tailpilot_e2e.wait import eventually
 
@@ -28,15 +27,6 @@ LIGHT_URI = "pvc://models/mlp/model.onnx"
 HEAVY_URI = "pvc://models/mlp-heavy/model.onnx"
 #: Channel multiplier of the heavy model: about six times the light model's time per image.
 HEAVY_WIDTH = 6
-
-
-@pytest.fixture
-def operator(real_cluster: LocalCluster, real_namespace: str) -> Iterator[OperatorProcess]:
-    install_crds(real_cluster)
-    with OperatorProcess(
-        real_cluster, namespace=real_namespace, log_dir=real_cluster.paths.root / "logs"
-    ) as process:
-        yield process
 
 
 def set_model(api: client.ApiClient, ns: str, uri: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from tailpilot.api.quantity import milli_cpu
 from tailpilot.builders.example_model import NUM_CLASSES
 from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object, install_crds
+from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object
 from tailpilot_e2e.real_pods import (
     cpu_example,
     infer,
@@ -27,15 +26,6 @@ from tailpilot_e2e.wait import eventually
 
 pytestmark = pytest.mark.cluster
 NAME = "mlp-cpu"
-
-
-@pytest.fixture
-def operator(real_cluster: LocalCluster, real_namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    install_crds(real_cluster)
-    with OperatorProcess(
-        real_cluster, namespace=real_namespace, log_dir=real_cluster.paths.root / "logs"
-    ) as process:
-        yield process
 
 
 def triton_processes(cluster: LocalCluster, core: client.CoreV1Api, ns: str) -> dict[str, int]:
