@@ -324,6 +324,16 @@ class Autoscaler:
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
+        speed = state.learned.service_scale  # the hardware's learned speed against the profile's
+        self.metrics.record_breakdown(
+            namespace=namespace,
+            service=name,
+            observed=observed_status(observation),
+            service_time=(
+                profile.service_time.intercept_ms * speed,
+                profile.service_time.per_item_ms * speed,
+            ),
+        )
         events: list[EventRecord] = list(profile_events)
         scale = False
         target = status

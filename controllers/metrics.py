@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from tailpilot.api.autoscaling import Decision
+from tailpilot.api.v1alpha1 import ObservedStatus
 
 #: Content type of `render()`'s body.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -75,6 +76,27 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.time_ms = Gauge(
+            "tailpilot_request_time_ms",
+            "Where a request's time in Triton went over the evaluation window, per request, ms: part "
+            "queue (waiting for an instance), server (in Triton outside its queue) and compute (of "
+            "server, the model's execution).",
+            ["namespace", "service", "part"],
+            registry=self.registry,
+        )
+        self.mean_batch = Gauge(
+            "tailpilot_mean_batch_size",
+            "Mean executed batch size over the evaluation window.",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.service_time = Gauge(
+            "tailpilot_service_time_ms",
+            "The service time per batch the autoscaler sizes with (the profile's, times the learned "
+            "hardware speed): term intercept (per batch) and per_item, ms.",
+            ["namespace", "service", "term"],
+            registry=self.registry,
+        )
         self.gpu_cost = Gauge(
             "tailpilot_gpu_cost_per_hour",
             "For a service listing several GPU products: what its fleet would cost per hour on each "
@@ -121,6 +143,29 @@ class OperatorMetrics:
             self.predicted_p99.labels(namespace, service).set(decision.predicted_p99_ms)
         if observed_p99_ms is not None:
             self.observed_p99.labels(namespace, service).set(observed_p99_ms)
+
+    def record_breakdown(
+        self,
+        *,
+        namespace: str,
+        service: str,
+        observed: ObservedStatus,
+        service_time: tuple[float, float] | None,
+    ) -> None:
+        """Set where requests' time went, the mean batch, and the service time the policy sizes with."""
+        parts = {
+            "queue": observed.queue_time_ms,
+            "server": observed.server_time_ms,
+            "compute": observed.compute_time_ms,
+        }
+        for part, value in parts.items():
+            if value is not None:
+                self.time_ms.labels(namespace, service, part).set(value)
+        if observed.mean_batch_size is not None:
+            self.mean_batch.labels(namespace, service).set(observed.mean_batch_size)
+        if service_time is not None:
+            self.service_time.labels(namespace, service, "intercept").set(service_time[0])
+            self.service_time.labels(namespace, service, "per_item").set(service_time[1])
 
     def record_gpu_choice(
         self,
@@ -173,9 +218,10 @@ class OperatorMetrics:
                 gauge.remove(namespace, service)
             except KeyError:
                 pass  # never set for this service
-        for labels in list(self.gpu_cost._metrics):  # noqa: SLF001 - prometheus_client has no label listing
-            if labels[:2] == (namespace, service):
-                self.gpu_cost.remove(*labels)
+        for gauge in (self.gpu_cost, self.time_ms, self.service_time, self.mean_batch):
+            for labels in list(gauge._metrics):  # noqa: SLF001 - prometheus_client has no label listing
+                if labels[:2] == (namespace, service):
+                    gauge.remove(*labels)
 
     def render(self) -> bytes:
         """Render the registry in Prometheus' text exposition format (`CONTENT_TYPE`)."""

@@ -96,3 +96,41 @@ def test_webhook_and_batching_counters_and_isolated_registries():
     assert got[("tailpilot_webhook_requests_total", (("result", "unauthorized"),))] == 2
     assert got[("tailpilot_batching_changes_total", (("result", "Applied"),))] == 1
     assert ("tailpilot_webhook_requests_total", (("result", "unauthorized"),)) not in samples(b)
+
+
+def test_time_breakdown_service_time_and_gpu_costs_per_service_and_forgotten_with_it():
+    from tailpilot.api.v1alpha1 import ObservedStatus
+
+    m = OperatorMetrics()
+    observed = ObservedStatus(
+        queue_time_ms=12.5, server_time_ms=4.0, compute_time_ms=3.5, mean_batch_size=2.5
+    )
+    m.record_breakdown(namespace="shop", service="resnet", observed=observed, service_time=(1.2, 0.4))
+    m.record_gpu_choice(
+        namespace="shop",
+        service="resnet",
+        costs={"NVIDIA-L4": 1.6, "NVIDIA-H100-80GB-HBM3": None},
+        serving="NVIDIA-L4",
+        moved="MovedForCost",
+    )
+    got = samples(m)
+
+    def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return name, tuple(sorted({"namespace": "shop", "service": "resnet", **labels}.items()))
+
+    assert got[key("tailpilot_request_time_ms", part="queue")] == 12.5
+    assert got[key("tailpilot_request_time_ms", part="compute")] == 3.5
+    assert got[key("tailpilot_mean_batch_size")] == 2.5
+    assert got[key("tailpilot_service_time_ms", term="per_item")] == 0.4
+    assert got[key("tailpilot_gpu_cost_per_hour", product="NVIDIA-L4", serving="true")] == 1.6
+    # A product that cannot hold the SLO has no cost at all (not zero).
+    assert not any(
+        k[0] == "tailpilot_gpu_cost_per_hour" and ("product", "NVIDIA-H100-80GB-HBM3") in k[1] for k in got
+    )
+    assert got[key("tailpilot_gpu_product_moves_total", reason="MovedForCost")] == 1
+    m.forget_service(namespace="shop", service="resnet")
+    left = samples(m)
+    assert not any(
+        k[0] in ("tailpilot_request_time_ms", "tailpilot_gpu_cost_per_hour", "tailpilot_mean_batch_size")
+        for k in left
+    )
