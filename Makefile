@@ -72,8 +72,9 @@ test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step 
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
-bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace (~10 min)
+bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product table (~2 min)
 	$(PY) -P -m tailpilot.bench.run
+	$(PY) -P -m tailpilot.bench.gpu_products
 
 .PHONY: bench-batching
 bench-batching: venv ## adaptive batching vs the best static batching: capacity within the SLO (~5 min)
