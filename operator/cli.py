@@ -1,5 +1,8 @@
 """The `tailpilot` console script: one entry point, subcommands loaded lazily.
 
+Installed twice: as `tailpilot`, and as `kubectl-tailpilot`, which kubectl runs as the plugin
+`kubectl tailpilot ...` (e.g. `kubectl tailpilot status NAME -n NAMESPACE`).
+
 Lazy imports keep `tailpilot operator` free of the builder's heavy
 dependencies (onnx, onnxruntime) and vice versa.
 """
@@ -20,6 +23,11 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "profile": ("tailpilot.builders.cli", "profile_main", "profile a built engine in a real Triton"),
     "make-example-model": ("tailpilot.builders.cli", "example_model_main", "write the example ONNX model"),
     "crds": ("tailpilot.crdgen", "main", "print or write the CRD YAML generated from the API models"),
+    "status": (
+        "tailpilot.controllers.status_view",
+        "status_main",
+        "show an InferenceService's state: P99, time breakdown, engine, choices, decisions",
+    ),
 }
 
 

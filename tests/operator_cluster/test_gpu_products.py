@@ -9,6 +9,10 @@ and the condition says why.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -41,6 +45,8 @@ from .test_autoscaling import echo_result
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 H100, L4 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"
+#: Where the console scripts are, `kubectl-tailpilot` among them (the plugin kubectl finds on the PATH).
+VENV_BIN = Path(sys.executable).parent
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 #: The same plan on an L4: about 4x the H100's time per batch (played, as its profile Job would report it).
@@ -100,7 +106,7 @@ def served_on(k8s, apps, namespace: str, name: str, *, played: set[str]) -> dict
 
 
 def test_a_service_allowed_h100_and_l4_is_built_on_both_and_served_on_the_cheaper(
-    k8s, namespace, operator, example
+    k8s, crds, namespace, operator, example
 ):
     apps, batch = client.AppsV1Api(k8s), client.BatchV1Api(k8s)
     isvc = any_gpu_service(example, namespace)
@@ -139,6 +145,21 @@ def test_a_service_allowed_h100_and_l4_is_built_on_both_and_served_on_the_cheape
         namespace, field_selector=f"involvedObject.name={name}"
     )
     assert any(e.reason == "PlacedOnCheapest" and L4 in e.message for e in events.items)
+
+    # The same, as a user reads it: kubectl's plugin mechanism runs `kubectl-tailpilot status`.
+    path = f"{VENV_BIN}:{os.environ['PATH']}"
+    shown = subprocess.run(  # noqa: S603
+        [str(crds.binaries.kubectl), "tailpilot", "status", name, "-n", namespace],
+        env={**os.environ, "KUBECONFIG": str(crds.paths.kubeconfig), "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"{name} in {namespace}: Ready True" in shown.stdout, shown.stdout
+    assert "GPU         NVIDIA-L4 (PlacedOnCheapest)" in shown.stdout, shown.stdout
+    assert H100 in shown.stdout and "$0.80/GPU-h" in shown.stdout
 
 
 def test_with_no_free_l4_the_service_serves_on_h100_and_says_why(

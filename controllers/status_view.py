@@ -1,0 +1,185 @@
+"""`tailpilot status NAME` (and `kubectl tailpilot status NAME`): one service's state, readable in a terminal.
+
+What the operator decided and why, from the object alone (one GET, no Prometheus): the SLO and the P99
+now, where requests' time goes, the engine and its profile against what is observed, the GPU product
+and precision choices, the recent decisions and the conditions. `render` is pure (the object's JSON
+in, text out); `status_main` reads the object through the current kubeconfig.
+
+As a kubectl plugin: the `kubectl-tailpilot` console script is this same CLI, so `kubectl tailpilot
+status NAME -n NAMESPACE` runs it (kubectl finds `kubectl-*` executables on the PATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tailpilot.api import constants as c
+
+
+def _ms(value: Any) -> str:
+    return f"{float(value):.1f} ms" if isinstance(value, int | float) else "-"
+
+
+def _num(value: Any, unit: str = "", digits: int = 1) -> str:
+    return f"{float(value):.{digits}f}{unit}" if isinstance(value, int | float) else "-"
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((x for x in status.get("conditions") or [] if x.get("type") == type_), {})
+
+
+def _serving(status: dict[str, Any]) -> list[str]:
+    engine, batching = status.get("engine") or {}, status.get("batching") or {}
+    if not engine:
+        return ["Serving     no engine yet"]
+    line = (
+        f"Serving     engine {str(engine.get('key', ''))[:12]} ({engine.get('tritonBackend') or '?'}), "
+        f"{status.get('readyReplicas', 0)}/{status.get('replicas', 0)} replicas ready"
+    )
+    if batching:
+        line += (
+            f", max batch {batching.get('maxBatchSize')}, queue delay "
+            f"{batching.get('maxQueueDelayMicroseconds')} us, {batching.get('instancesPerReplica', 1)} "
+            "instance(s) per replica"
+        )
+    return [line]
+
+
+def _observed(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
+    observed = status.get("observed") or {}
+    slo = (spec.get("slo") or {}).get("p99LatencyMs")
+    met = _condition(status, c.CONDITION_SLO_MET)
+    lines = [
+        f"Now         P99 {_ms(observed.get('p99Ms'))} against the SLO's {_ms(slo)}"
+        f" ({met.get('status', '?')}: {met.get('reason', '-')}), "
+        f"{_num(observed.get('requestRate'), ' req/s')}, "
+        f"{_num(observed.get('queueDepth'), ' queued per replica')}, predicted P99 "
+        f"{_ms(status.get('predictedP99Ms'))}"
+    ]
+    if observed.get("queueTimeMs") is not None or observed.get("serverTimeMs") is not None:
+        lines.append(
+            f"Time        queue {_ms(observed.get('queueTimeMs'))}, "
+            f"server {_ms(observed.get('serverTimeMs'))} (compute {_ms(observed.get('computeTimeMs'))}), "
+            f"mean batch {_num(observed.get('meanBatchSize'))}"
+            f": {observed.get('timeDominatedBy') or '?'} dominates"
+        )
+    return lines
+
+
+def _profile(status: dict[str, Any]) -> list[str]:
+    profile, learned = status.get("profile") or {}, status.get("learned") or {}
+    if not profile:
+        fit = learned.get("serviceTime") or {}
+        if fit:
+            return [
+                f"Profile     none; learned online: {_ms(fit.get('interceptMs'))} + "
+                f"{_ms(fit.get('perItemMs'))} x batch"
+            ]
+        return ["Profile     none yet"]
+    fit = profile.get("serviceTime") or {}
+    line = (
+        f"Profile     {_ms(fit.get('interceptMs'))} + {_ms(fit.get('perItemMs'))} x batch per batch, "
+        f"measured on {profile.get('hardware', '?')}"
+    )
+    scale = learned.get("serviceTimeScale")
+    if isinstance(scale, int | float) and abs(scale - 1) > 0.1:
+        line += f"; the serving pods compute x{scale:.2f} of it"
+    return [line]
+
+
+def _choices(status: dict[str, Any]) -> list[str]:
+    lines = []
+    gpu = status.get("gpu")
+    if gpu:
+        lines.append(
+            f"GPU         {gpu.get('product') or 'not placed'} ({gpu.get('reason', '')}): "
+            f"{gpu.get('message', '')}"
+        )
+        for x in gpu.get("candidates") or []:
+            lines.append(
+                f"  {x.get('product', ''):<26} {x.get('phase', ''):<10} "
+                f"${_num(x.get('pricePerHour'), '/GPU-h', 2)}, "
+                f"{_num(x.get('capacityPerReplicaPerS'), ' req/s')} "
+                f"per replica, needs {x.get('replicasNeeded', '-')}, ${_num(x.get('costPerHour'), '/h', 2)}"
+            )
+    precision = status.get("precision")
+    if precision:
+        lines.append(
+            f"Precision   {precision.get('precision') or 'not chosen'} ({precision.get('reason', '')}): "
+            f"{precision.get('message', '')}"
+        )
+    return lines
+
+
+def _decisions(status: dict[str, Any]) -> list[str]:
+    decisions = status.get("decisions") or []
+    if not decisions:
+        last = status.get("lastDecision") or {}
+        return [
+            f"Decision    {last.get('action', '-')} ({last.get('reason', '-')}): {last.get('message', '')}"
+        ]
+    lines = [f"Decisions   the last {len(decisions)}, oldest first"]
+    for d in decisions:
+        when = str(d.get("time", ""))[11:19]
+        moved = f" -> {d['gpuProduct']}" if d.get("gpuProduct") else ""
+        lines.append(
+            f"  {when}  {d.get('action', ''):<14} {d.get('reason', ''):<22} replicas "
+            f"{d.get('replicasBefore')}->{d.get('replicasAfter')}, batch {d.get('maxBatchSizeBefore')}->"
+            f"{d.get('maxBatchSizeAfter')}{moved}; {_num(d.get('requestRate'), ' req/s')}, P99 "
+            f"{_ms(d.get('observedP99Ms'))} (predicted {_ms(d.get('predictedP99Ms'))})"
+        )
+    return lines
+
+
+def render(obj: dict[str, Any]) -> str:
+    """The service's state in words and figures (pure)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    ready = _condition(status, c.CONDITION_READY)
+    lines = [
+        f"{meta.get('name', '?')} in {meta.get('namespace', 'default')}: "
+        f"Ready {ready.get('status', 'Unknown')}"
+        f" ({ready.get('reason', '-')}){': ' + ready['message'] if ready.get('message') else ''}",
+        *_serving(status),
+        *_observed(spec, status),
+        *_profile(status),
+        *_choices(status),
+        *_decisions(status),
+        "Conditions",
+    ]
+    for cond in status.get("conditions") or []:
+        lines.append(
+            f"  {cond.get('type', ''):<18} {cond.get('status', ''):<8} {cond.get('reason', ''):<24} "
+            f"{cond.get('message', '')}"[:240]
+        )
+    return "\n".join(lines) + "\n"
+
+
+def status_main(argv: Sequence[str]) -> int:
+    """`tailpilot status NAME [-n NAMESPACE] [--kubeconfig PATH]`."""
+    parser = argparse.ArgumentParser(prog="tailpilot status", description="Show an InferenceService's state.")
+    parser.add_argument("name")
+    parser.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig context's namespace")
+    parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
+    args = parser.parse_args(list(argv))
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+    namespace = args.namespace
+    if namespace is None:
+        _, context = config.list_kube_config_contexts(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+        namespace = (context or {}).get("context", {}).get("namespace") or "default"
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi().get_namespaced_custom_object(  # type: ignore[assignment]
+            c.GROUP, c.VERSION, namespace, c.PLURAL, args.name
+        )
+    except ApiException as error:
+        print(
+            f"tailpilot status: {args.name} in {namespace}: {error.reason} ({error.status})", file=sys.stderr
+        )
+        return 1
+    sys.stdout.write(render(obj))
+    return 0

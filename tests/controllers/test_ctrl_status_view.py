@@ -1,0 +1,105 @@
+"""`tailpilot status`: the service's state rendered from the object alone."""
+
+from __future__ import annotations
+
+from tailpilot.cli import SUBCOMMANDS
+from tailpilot.controllers.status_view import render
+
+OBJ = {
+    "metadata": {"name": "resnet", "namespace": "shop"},
+    "spec": {"slo": {"p99LatencyMs": 25}},
+    "status": {
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Ready", "message": ""},
+            {"type": "SLOMet", "status": "False", "reason": "SLOViolated", "message": "observed P99 31.0 ms"},
+            {"type": "GpuProductChosen", "status": "True", "reason": "MovedForCost", "message": "..."},
+        ],
+        "engine": {"key": "0123456789abcdef", "tritonBackend": "tensorrt"},
+        "replicas": 3,
+        "readyReplicas": 3,
+        "batching": {"maxBatchSize": 16, "maxQueueDelayMicroseconds": 2000, "instancesPerReplica": 2},
+        "observed": {
+            "p99Ms": 31.0,
+            "requestRate": 140.25,
+            "queueDepth": 0.4,
+            "queueTimeMs": 9.5,
+            "serverTimeMs": 6.0,
+            "computeTimeMs": 5.1,
+            "meanBatchSize": 4.2,
+            "timeDominatedBy": "Queue",
+        },
+        "predictedP99Ms": 21.8,
+        "profile": {"hardware": "NVIDIA-L4", "serviceTime": {"interceptMs": 1.2, "perItemMs": 0.11}},
+        "learned": {"serviceTimeScale": 1.3},
+        "gpu": {
+            "product": "NVIDIA-L4",
+            "reason": "MovedForCost",
+            "message": "NVIDIA-L4 averaged $1.60/h against $4.00/h",
+            "candidates": [
+                {
+                    "product": "NVIDIA-L4",
+                    "phase": "Serving",
+                    "pricePerHour": 0.8,
+                    "capacityPerReplicaPerS": 60.0,
+                    "replicasNeeded": 3,
+                    "costPerHour": 2.4,
+                },
+                {"product": "NVIDIA-H100-80GB-HBM3", "phase": "Profiled", "pricePerHour": 4.0},
+            ],
+        },
+        "decisions": [
+            {
+                "time": "2026-12-02T04:12:03Z",
+                "action": "ScaleUp",
+                "reason": "SLOAtRisk",
+                "replicasBefore": 2,
+                "replicasAfter": 3,
+                "maxBatchSizeBefore": 16,
+                "maxBatchSizeAfter": 16,
+                "requestRate": 140.2,
+                "observedP99Ms": 30.1,
+                "predictedP99Ms": 21.8,
+            },
+            {
+                "time": "2026-12-02T04:20:00Z",
+                "action": "MoveGpuProduct",
+                "reason": "MovedForCost",
+                "replicasBefore": 1,
+                "replicasAfter": 3,
+                "maxBatchSizeBefore": 16,
+                "maxBatchSizeAfter": 16,
+                "gpuProduct": "NVIDIA-L4",
+            },
+        ],
+    },
+}
+
+
+def test_status_shows_slo_now_breakdown_profile_choice_and_decisions():
+    text = render(OBJ)
+    lines = text.splitlines()
+    assert lines[0] == "resnet in shop: Ready True (Ready)"
+    assert "engine 0123456789ab (tensorrt), 3/3 replicas ready, max batch 16" in text
+    assert "P99 31.0 ms against the SLO's 25.0 ms (False: SLOViolated), 140.2 req/s" in text
+    assert "predicted P99 21.8 ms" in text
+    assert "queue 9.5 ms, server 6.0 ms (compute 5.1 ms), mean batch 4.2: Queue dominates" in text
+    assert (
+        "1.2 ms + 0.1 ms x batch per batch, measured on NVIDIA-L4; the serving pods compute x1.30 of it"
+        in text
+    )
+    assert "GPU         NVIDIA-L4 (MovedForCost)" in text
+    assert "$0.80/GPU-h, 60.0 req/s per replica, needs 3, $2.40/h" in text
+    assert "the last 2, oldest first" in text
+    assert "04:12:03  ScaleUp" in text and "replicas 2->3" in text
+    assert "MoveGpuProduct" in text and "-> NVIDIA-L4" in text
+    assert any(line.strip().startswith("SLOMet") and "observed P99 31.0 ms" in line for line in lines)
+
+
+def test_a_new_service_renders_without_a_status():
+    text = render({"metadata": {"name": "x"}, "spec": {}})
+    assert text.startswith("x in default: Ready Unknown (-)")
+    assert "no engine yet" in text and "Profile     none yet" in text
+
+
+def test_status_is_a_subcommand():
+    assert SUBCOMMANDS["status"][0] == "tailpilot.controllers.status_view"
