@@ -30,11 +30,13 @@ A service not placed yet (no product serving) takes the cheapest product that ho
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Final
 
 from tailpilot.api.autoscaling import BatchingConfig, Observation
-from tailpilot.api.engine import EngineProfile
+from tailpilot.api.engine import EngineProfile, ServiceTimeModel
 from tailpilot.policy.bursts import NO_BURSTS, Bursts
 from tailpilot.policy.config import PolicyConfig
 from tailpilot.policy.core import fewest_replicas_at, observed_bursts
@@ -277,20 +279,27 @@ def choose_product(
 def _held_costs(memory: MoveMemory, hold_s: float) -> list[tuple[float, dict[str, float | None]]]:
     """Each remembered call's costs of the fleets held: per product, the largest over `hold_s` before it.
 
-    None where the product could not hold the SLO at some call of that span.
+    None where the product could not hold the SLO at some call of that span. A sliding-window maximum
+    per product (calls x products, not calls squared: this runs at every decision).
     """
-    out: list[tuple[float, dict[str, float | None]]] = []
-    for t, _ in memory.costs:
-        span = [dict(costs) for u, costs in memory.costs if t - hold_s <= u <= t]
-        products = set().union(*(c.keys() for c in span))
-        held: dict[str, float | None] = {}
-        for product in products:
-            values = [c.get(product) for c in span]
-            held[product] = (
-                None if any(v is None for v in values) else max(v for v in values if v is not None)
-            )
-        out.append((t, held))
-    return out
+    times = [t for t, _ in memory.costs]
+    calls = [dict(costs) for _, costs in memory.costs]
+    held: list[dict[str, float | None]] = [{} for _ in calls]
+    for product in set().union(*(c.keys() for c in calls)):
+        values = [c.get(product) for c in calls]
+        window: deque[tuple[int, float]] = deque()  # (call, cost) within the span, costs decreasing
+        missed_at = -math.inf  # the latest call at which the product could not hold the SLO
+        for i, (t, cost) in enumerate(zip(times, values, strict=True)):
+            if cost is None:
+                missed_at = t
+            else:
+                while window and window[-1][1] <= cost:
+                    window.pop()
+                window.append((i, cost))
+            while window and times[window[0][0]] < t - hold_s:
+                window.popleft()
+            held[i][product] = None if missed_at >= t - hold_s or not window else window[0][1]
+    return list(zip(times, held, strict=True))
 
 
 def _since(memory: MoveMemory) -> float:
@@ -365,13 +374,13 @@ def _move_for_cost(
     None when none saves `MIN_SAVING` on average over its window. Seconds left > 0: not yet (the
     window since the last move is shorter than the dwell, or the cooldown runs).
     """
-    since = memory.moved_at_s if memory.moved_at_s is not None else -math.inf
+    since = _since(memory)
     seen = [(t, held) for t, held in _held_costs(memory, hold_s) if t >= since]
     if not seen:
         return None
     gpus = {o.product: o.gpus_per_replica * o.price_per_gpu_hour for o in options}
     room = {o.product: o.replicas_available for o in options}
-    best: tuple[float, str, float, float, float, float] | None = None
+    best: tuple[float, str, float, float, float] | None = None
     for product, figure in figures.items():
         if product == current or figure.replicas is None or _missed_there(memory, product):
             continue
@@ -404,17 +413,34 @@ def _move_for_cost(
                 else 0.0,
                 0.0,
             )
-            key = (average_there, product, average_here, min(waited, dwell), left, 0.0)
+            key = (average_there, product, average_here, min(waited, dwell), left)
             if best is None or key < best:
                 best = key
     if best is None:
         return None
-    average_there, product, average_here, waited, left, _ = best
+    average_there, product, average_here, waited, left = best
     return product, average_here, average_there, waited, left
 
 
 def capacity_at_slo(*, config: PolicyConfig, profile: EngineProfile, batching: BatchingConfig) -> float:
     """The highest request rate one replica serves within the SLO minus its margin (bisected, pure)."""
+    return _capacity_at_slo(config, profile.service_time, profile.max_batch_size, batching)
+
+
+@lru_cache(maxsize=1024)
+def _capacity_at_slo(
+    config: PolicyConfig, service: ServiceTimeModel, max_batch_size: int, batching: BatchingConfig
+) -> float:
+    """Cached: a product's figure is the same at every decision until its profile or the spec change."""
+    profile = EngineProfile(
+        engine_key="",
+        backend="",
+        precision="",
+        hardware="",
+        max_batch_size=max_batch_size,
+        points=[],
+        service_time=service,
+    )
     one = replace(config, min_replicas=1)
     # No replica serves more than at full batches of the engine's largest size.
     biggest = profile.max_batch_size
