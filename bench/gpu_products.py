@@ -54,7 +54,7 @@ from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, default_batching, l
 from tailpilot.bench.metrics import p99, summarize
 from tailpilot.bench.run import default_slo_ms
 from tailpilot.bench.simulator import FleetView, SimConfig, Target, simulate
-from tailpilot.bench.suite import Setup, trace_of, trace_seed
+from tailpilot.bench.suite import Setup, scaled_point, trace_of, trace_seed
 from tailpilot.bench.tailpilot_policy import CONTROL_PERIOD_S, TailPilot, default_spec
 from tailpilot.bench.traces import TRACE_NAMES, step_onsets
 from tailpilot.policy import PolicyConfig
@@ -123,19 +123,7 @@ def derived_profile(
             "per_item_ms": st.per_item_ms / per_item_divisor,
         }
     )
-    points = []
-    for p in base.points:
-        k = new.mean_ms(p.batch_size) / st.mean_ms(p.batch_size)
-        points.append(
-            p.model_copy(
-                update={
-                    "p50_ms": None if p.p50_ms is None else p.p50_ms * k,
-                    "p95_ms": None if p.p95_ms is None else p.p95_ms * k,
-                    "p99_ms": p.p99_ms * k,
-                    "throughput_per_s": p.throughput_per_s / k,
-                }
-            )
-        )
+    points = [scaled_point(p, new.mean_ms(p.batch_size) / st.mean_ms(p.batch_size)) for p in base.points]
     return base.model_copy(
         update={
             "engine_key": f"{base.engine_key}-on-{hardware}",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tailpilot.api.engine import EngineProfile
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile
 from tailpilot.bench.baselines import AUTOSCALERS, BaselineParams, Static, load_test_targets
 from tailpilot.bench.engine_profiles import batching_candidates, default_batching, replica_capacity
 from tailpilot.bench.metrics import RunMetrics, Timeline, summarize, timeline
@@ -172,20 +172,22 @@ def warm_start_replicas(needs: Sequence[WindowNeed], *, ts: float) -> int:
     return ScheduledOracle(needs, lead_s=ts).replicas_at(0.0)
 
 
+def scaled_point(point: BatchProfilePoint, factor: float) -> BatchProfilePoint:
+    """One profile point with its latencies multiplied by `factor` and its throughput divided by it."""
+    return point.model_copy(
+        update={
+            "p50_ms": None if point.p50_ms is None else point.p50_ms * factor,
+            "p95_ms": None if point.p95_ms is None else point.p95_ms * factor,
+            "p99_ms": point.p99_ms * factor,
+            "throughput_per_s": point.throughput_per_s / factor,
+        }
+    )
+
+
 def scale_profile(profile: EngineProfile, factor: float) -> EngineProfile:
     """The same profile with every time multiplied by `factor` (throughputs divided by it)."""
     st = profile.service_time
-    points = [
-        p.model_copy(
-            update={
-                "p50_ms": None if p.p50_ms is None else p.p50_ms * factor,
-                "p95_ms": None if p.p95_ms is None else p.p95_ms * factor,
-                "p99_ms": p.p99_ms * factor,
-                "throughput_per_s": p.throughput_per_s / factor,
-            }
-        )
-        for p in profile.points
-    ]
+    points = [scaled_point(p, factor) for p in profile.points]
     return profile.model_copy(
         update={
             "service_time": st.model_copy(

@@ -324,11 +324,12 @@ class Autoscaler:
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
+        seen = observed_status(observation)
         speed = state.learned.service_scale  # the hardware's learned speed against the profile's
         self.metrics.record_breakdown(
             namespace=namespace,
             service=name,
-            observed=observed_status(observation),
+            observed=seen,
             service_time=(
                 profile.service_time.intercept_ms * speed,
                 profile.service_time.per_item_ms * speed,
@@ -370,7 +371,7 @@ class Autoscaler:
                 )
             )
         update: dict[str, Any] = {
-            "observed": observed_status(observation),
+            "observed": seen,
             "last_decision": decision_status(decision, at=utc_now(self.clock)),
             "learned": learned_status(state.learned, fit),
         }

@@ -712,19 +712,20 @@ class Reconciler:
             )
             return status.model_copy(update={"gpu": waiting}), None
         config = policy_config(isvc.spec, control_period_s=self.settings.control_period_seconds)
+        replicas, now_s = replicas_in_force(isvc, status), self.clock.time()
         choice = choose_product(
             options_of(isvc, candidates),
             current=None,
             config=config,
             observation=Observation(
-                at_s=self.clock.time(),
+                at_s=now_s,
                 request_rate=(status.observed.request_rate if status.observed else None) or 0.0,
                 p99_ms=None,
             ),
             batching=batching_in_force(isvc, status),
-            replicas_now=replicas_in_force(isvc, status),
+            replicas_now=replicas,
             startup_s=config.replica_startup_s,
-            now_s=self.clock.time(),
+            now_s=now_s,
             memory=MoveMemory(),
         )
         chosen = choice_status(
@@ -732,7 +733,7 @@ class Reconciler:
             choice,
             candidates,
             now=utc_now(self.clock),
-            replicas_now=replicas_in_force(isvc, status),
+            replicas_now=replicas,
         )
         if choice.product is not None:
             events.append(

@@ -54,12 +54,12 @@ def options(*, h100_free: int | None = None, l4_free: int | None = None) -> tupl
     )
 
 
-def choose(opts, *, current, rate, now=1000.0, memory=None, replicas_now=1):
+def choose(opts, *, current, rate, now=1000.0, memory=None, replicas_now=1, observation=None):
     return choose_product(
         opts,
         current=current,
         config=CONFIG,
-        observation=Observation(at_s=now, request_rate=rate, p99_ms=None),
+        observation=observation or Observation(at_s=now, request_rate=rate, p99_ms=None),
         batching=BATCHING,
         replicas_now=replicas_now,
         startup_s=30.0,
@@ -238,17 +238,7 @@ def test_products_are_sized_for_the_observed_bursts_as_decide_sizes_them():
     )
     sizes = {}
     for name, obs in (("calm", calm), ("bursty", bursty)):
-        choice = choose_product(
-            options(),
-            current=L4,
-            config=CONFIG,
-            observation=obs,
-            batching=BATCHING,
-            replicas_now=1,
-            startup_s=30.0,
-            now_s=60.0,
-            memory=MoveMemory(),
-        )
+        choice = choose(options(), current=L4, rate=20.0, now=60.0, observation=obs)
         sizes[name] = {f.product: f.replicas for f in choice.figures}
     assert sizes["bursty"][L4] is None or sizes["bursty"][L4] > sizes["calm"][L4]
     assert sizes["bursty"][H100] is not None
@@ -260,17 +250,7 @@ def test_a_product_that_misses_the_slo_in_practice_moves_to_one_with_more_capaci
     for i in range(20):
         now = 1000.0 + 15.0 * i
         obs = Observation(at_s=now, request_rate=10.0, p99_ms=150.0 if i % 2 else 60.0)  # half the calls miss
-        c = choose_product(
-            options(),
-            current=L4,
-            config=CONFIG,
-            observation=obs,
-            batching=BATCHING,
-            replicas_now=1,
-            startup_s=30.0,
-            now_s=now,
-            memory=memory,
-        )
+        c = choose(options(), current=L4, rate=10.0, now=now, memory=memory, observation=obs)
         memory = c.memory
         choices.append(c)
         if c.moved:
