@@ -35,6 +35,7 @@ from tailpilot.api.v1alpha1 import (
     ObservedStatus,
 )
 from tailpilot.controllers.batching import apply_batching
+from tailpilot.controllers.canary_rollout import canary_plan
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
@@ -209,6 +210,11 @@ def significant_change(old: InferenceServiceStatus, new: InferenceServiceStatus)
 
 def _gpu_choice(status: InferenceServiceStatus) -> tuple[str | None, str] | None:
     return (status.gpu.product, status.gpu.reason) if status.gpu else None
+
+
+def _on_canary_track(pod: dict[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(c.LABEL_TRACK) == c.TRACK_CANARY
 
 
 def _rounded(value: float | None) -> float | None:
@@ -617,31 +623,40 @@ class Autoscaler:
         pods = await asyncio.to_thread(
             self.kube.list, PODS, isvc.namespace, label_selector=selector_string(isvc.name)
         )
-        urls = [f"http://{ip}:{c.TRITON_HTTP_PORT}" for p in pods if (ip := ready_pod_ip(p))]
-        config = triton_model_config.model_config_for(
-            name=isvc.spec.model_name(isvc.name),
-            triton_backend=result.triton_backend,
-            inputs=result.inputs,
-            outputs=result.outputs,
-            batching=target,
-            placement=placement.ServingTarget.from_service(isvc),
-        )
-        outcome = await apply_batching(
-            pod_urls=urls,
-            model_name=isvc.spec.model_name(isvc.name),
-            config_json=triton_model_config.to_load_override_json(config),
-        )
-        self.metrics.record_batching_change(outcome.reason)
-        if not outcome.ok:
-            log.warning("%s/%s: batching change refused: %s", isvc.namespace, isvc.name, outcome.message)
-            events.append(
-                EventRecord(
-                    "Warning",
-                    "BatchingRefused",
-                    f"batching change refused, old config kept: {outcome.message}",
-                )
+        canary = canary_plan(status)
+        # A canary's pods serve another engine: its own config, the same batching (a fair comparison).
+        groups = [(result, [p for p in pods if not _on_canary_track(p)])]
+        if canary is not None:
+            groups.append((canary.result, [p for p in pods if _on_canary_track(p)]))
+        for served, members in groups:
+            urls = [f"http://{ip}:{c.TRITON_HTTP_PORT}" for p in members if (ip := ready_pod_ip(p))]
+            if served is not result and not urls:
+                continue  # canary replicas not started yet: they start with the ConfigMap's batching
+            config = triton_model_config.model_config_for(
+                name=isvc.spec.model_name(isvc.name),
+                triton_backend=served.triton_backend,
+                inputs=served.inputs,
+                outputs=served.outputs,
+                batching=target,
+                placement=placement.ServingTarget.from_service(isvc),
             )
-        return outcome.ok
+            outcome = await apply_batching(
+                pod_urls=urls,
+                model_name=isvc.spec.model_name(isvc.name),
+                config_json=triton_model_config.to_load_override_json(config),
+            )
+            self.metrics.record_batching_change(outcome.reason)
+            if not outcome.ok:
+                log.warning("%s/%s: batching change refused: %s", isvc.namespace, isvc.name, outcome.message)
+                events.append(
+                    EventRecord(
+                        "Warning",
+                        "BatchingRefused",
+                        f"batching change refused, old config kept: {outcome.message}",
+                    )
+                )
+                return False
+        return True
 
     async def _write(
         self,

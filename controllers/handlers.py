@@ -21,6 +21,7 @@ import kopf
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.autoscaler import Autoscaler
+from tailpilot.controllers.canary_analysis import ANALYSIS_PERIOD_S, CanaryAnalyst
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.reconciler import Reconciler
@@ -52,6 +53,7 @@ class ServiceLoops:
         executor: Executor,
         autoscaler: Autoscaler | None = None,
         fast_checker: FastChecker | None = None,
+        canary_analyst: CanaryAnalyst | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ):
         self._reconciler = reconciler
@@ -59,6 +61,9 @@ class ServiceLoops:
         self.autoscaler = autoscaler
         self.fast_checker = fast_checker
         self.clock = clock
+        self.canary_analyst = canary_analyst
+        #: Services whose canary is being analysed (as their last reconcile said), and when next.
+        self._canaries: dict[tuple[str, str], float] = {}
         #: Fast loops (pod reads, then the fast rules asked for) of the served services whose
         #: autoscaler is on or that ask for backlogRotation (started and stopped by reconciles).
         self._fast_checks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -96,6 +101,7 @@ class ServiceLoops:
     def stop(self, namespace: str, name: str) -> None:
         """Stop the loop of a deleted service."""
         self._alerts.pop((namespace, name), None)
+        self._canaries.pop((namespace, name), None)
         self._next_control.pop((namespace, name), None)
         self._surges.pop((namespace, name), None)
         if self.autoscaler is not None:
@@ -151,8 +157,10 @@ class ServiceLoops:
                     )
                     reconcile_due = self.clock.monotonic() + result.requeue_after
                     self._sync_fast_checks(key, wanted=result.fast_checks)
+                    self._sync_canary(key, wanted=result.canary_analysis)
                 control_in = await self._control(namespace, name, wake)
-                delay = min(reconcile_due - self.clock.monotonic(), control_in)
+                analysis_in = await self._analyse_canary(namespace, name, wake)
+                delay = min(reconcile_due - self.clock.monotonic(), control_in, analysis_in)
             except Exception:  # noqa: BLE001 - one bad pass must not end the loop
                 log.exception("reconcile of %s/%s failed; retrying", namespace, name)
                 delay = RETRY_S
@@ -186,6 +194,28 @@ class ServiceLoops:
             except Exception:  # noqa: BLE001 - one failed check must not end the checks
                 log.exception("fast check of %s/%s failed; retrying", namespace, name)
             await asyncio.sleep(self.fast_checker.signals.period_s)
+
+    def _sync_canary(self, key: tuple[str, str], *, wanted: bool) -> None:
+        if not wanted or self.canary_analyst is None:
+            self._canaries.pop(key, None)
+        else:
+            self._canaries.setdefault(key, 0.0)
+
+    async def _analyse_canary(self, namespace: str, name: str, wake: asyncio.Event) -> float:
+        """Run the canary analysis when due; return the time until it is due again."""
+        key = (namespace, name)
+        due = self._canaries.get(key)
+        if due is None or self.canary_analyst is None:
+            return float("inf")
+        now = self.clock.monotonic()
+        if now < due:
+            return due - now
+        if await self.canary_analyst.analyse(namespace, name):
+            self._canaries.pop(key, None)
+            wake.set()  # a verdict: reconcile at once to promote or roll back
+            return float("inf")
+        self._canaries[key] = self.clock.monotonic() + ANALYSIS_PERIOD_S
+        return ANALYSIS_PERIOD_S
 
     def surge(self, key: tuple[str, str], reading: SurgeReading | None) -> None:
         """A fast check saw a surge: decide now (the decision takes the reading), not at the period's end."""

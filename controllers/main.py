@@ -21,6 +21,7 @@ from prometheus_client import start_http_server
 
 from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_app
 from tailpilot.controllers.autoscaler import Autoscaler
+from tailpilot.controllers.canary_analysis import CanaryAnalyst
 from tailpilot.controllers.clock import SYSTEM_CLOCK
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.gpu_inventory import GpuInventory
@@ -249,6 +250,9 @@ def run(
         reconciler=reconciler,
         executor=executor,
         autoscaler=autoscaler,
+        canary_analyst=CanaryAnalyst(
+            kube=kube, http=http, metrics=metrics, default_prometheus_url=args.prometheus_url, clock=clock
+        ),
         fast_checker=fast_checker,
         clock=clock,
     )

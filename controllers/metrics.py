@@ -111,6 +111,13 @@ class OperatorMetrics:
             ["namespace", "service", "reason"],
             registry=self.registry,
         )
+        self.canary_verdicts = Counter(
+            "tailpilot_canary_verdicts",
+            "Canary analyses that ended, by verdict (Promote, RollBack) and reason (CanaryHeldUp, "
+            "CanaryLatencyRegression, CanaryErrors, CanaryOverSLO).",
+            ["namespace", "service", "verdict", "reason"],
+            registry=self.registry,
+        )
 
         self.pod_read_period = Gauge(
             "tailpilot_pod_read_period_seconds",
@@ -198,6 +205,10 @@ class OperatorMetrics:
     def record_observation(self, *, rates_from: str, seconds: float) -> None:
         """Time one decision's Observation."""
         self.observation_seconds.labels(rates_from).observe(seconds)
+
+    def record_canary_verdict(self, *, namespace: str, service: str, verdict: str, reason: str) -> None:
+        """Count one canary analysis that ended."""
+        self.canary_verdicts.labels(namespace, service, verdict, reason).inc()
 
     def record_held_out(self, *, namespace: str, service: str, replicas: int) -> None:
         """Set how many replicas the rotation check holds out of the Service."""

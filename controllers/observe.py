@@ -360,6 +360,30 @@ async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) 
     return body
 
 
+async def _query_all(
+    client: httpx.AsyncClient, prometheus_url: str, queries: Mapping[str, str], now_s: float
+) -> dict[str, Any]:
+    """Every query at `now_s`, concurrently; key -> Prometheus' answer."""
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    answers = await asyncio.gather(*(_query(client, url, q, now_s) for q in queries.values()))
+    return dict(zip(queries, answers, strict=True))
+
+
+async def pod_metrics(
+    client: httpx.AsyncClient, *, prometheus_url: str, selector: Selector, window_s: float, now_s: float
+) -> list[PodMetrics]:
+    """Each current pod's metrics over `window_s` before `now_s` (what `observe_service` merges).
+
+    Raises:
+        ObservationError: When Prometheus is unreachable or answers an error.
+    """
+    queries = build_queries(selector, window_s=window_s)
+    bodies = await _query_all(client, prometheus_url, queries, now_s)
+    return pod_metrics_from_results(
+        {key: parse_vector(body) for key, body in bodies.items()}, pod_label=selector.pod_label
+    )
+
+
 async def observe_service(
     client: httpx.AsyncClient,
     *,
@@ -397,15 +421,7 @@ async def observe_service(
         if arrival_lookback_s and arrival_bin_s
         else {}
     )
-    url = prometheus_url.rstrip("/") + "/api/v1/query"
-    everything = {**queries, **curve_queries}
-    bodies = dict(
-        zip(
-            everything,
-            await asyncio.gather(*(_query(client, url, q, now_s) for q in everything.values())),
-            strict=True,
-        )
-    )
+    bodies = await _query_all(client, prometheus_url, {**queries, **curve_queries}, now_s)
     results = {key: parse_vector(bodies[key]) for key in queries}
     pods = pod_metrics_from_results(results, pod_label=pod_label)
     recent = recent_window_s if "recent_request_rate" in queries else None

@@ -55,6 +55,15 @@ from tailpilot.controllers.build_state import (
     describe_profile,
     profile_notes,
 )
+from tailpilot.controllers.canary_rollout import (
+    CANARY_REQUEUE_S,
+    SERVING_PHASES,
+    canary_applies,
+    canary_plan,
+    canary_step,
+    drop_superseded_canary,
+    follow_canary,
+)
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, derive_ready, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
@@ -94,7 +103,8 @@ from tailpilot.controllers.status import (
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests import placement
 from tailpilot.manifests import profile_job as profile_manifests
-from tailpilot.manifests.children import ClusterCapabilities, plan_children
+from tailpilot.manifests.children import ClusterCapabilities, is_canary_child, plan_children
+from tailpilot.manifests.deployment import deployment_name
 from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.service import rotation_selectable
 from tailpilot.policy.from_spec import policy_config
@@ -119,6 +129,8 @@ class ReconcileResult:
     #: The service is served and its autoscaler is on (or it asks for backlog rotation): its loop
     #: reads the pods' metrics every few seconds and runs the fast rules it asks for.
     fast_checks: bool = False
+    #: A canary is being analysed: its loop runs the canary analysis every few seconds.
+    canary_analysis: bool = False
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -211,6 +223,7 @@ class Reconciler:
         isvc, status, gpu_condition = chosen
         request = job_manifests.make_build_request(isvc=isvc)
         request_key = request.request_key()
+        status = drop_superseded_canary(status, request_key=request_key, events=events)
         gate: list[ConditionUpdate] = []
         engine_cond, requeue, status = self._engine(isvc, status, request, request_key, events, gate)
         result = served_result(status)
@@ -270,6 +283,8 @@ class Reconciler:
             )
         if rollout.status != c.STATUS_TRUE:
             requeue = min(requeue, 30.0)
+        if status.canary is not None and status.canary.phase in SERVING_PHASES:
+            requeue = min(requeue, CANARY_REQUEUE_S)
         status_written = self._write_status(body, status, updates, generation)
         post_events(self.kube, body, events, now=utc_now(self.clock))
         return ReconcileResult(
@@ -278,6 +293,7 @@ class Reconciler:
             children_written=children_written,
             fast_checks=result is not None
             and (isvc.spec.autoscaling.enabled or isvc.spec.autoscaling.fast_checks()),
+            canary_analysis=status.canary is not None and status.canary.phase == "Analysing",
         )
 
     # ---- validation -----------------------------------------------------------------------------------
@@ -450,7 +466,8 @@ class Reconciler:
                 status.model_copy(update={"engine": built.model_copy(update={"built_at": served.built_at})}),
             )
         if not isvc.spec.engine.profile:
-            return self._serve(isvc, status.model_copy(update={"profiling": None}), built, None, events)
+            status = status.model_copy(update={"profiling": None})
+            return self._serve_or_canary(isvc, status, built, None, events, gate)
         request = self._profile_request(isvc, built)
         profiling, summary, done = self._profile_step(isvc, status.profiling, request, events)
         status = status.model_copy(update={"profiling": profiling})
@@ -471,7 +488,35 @@ class Reconciler:
         held, status = self._regression_gate(isvc, status, built, summary, events, gate)
         if held is not None:
             return held, self.settings.resync_seconds, status
-        return self._serve(isvc, status, built, summary, events)
+        return self._serve_or_canary(isvc, status, built, summary, events, gate)
+
+    def _serve_or_canary(
+        self,
+        isvc: InferenceService,
+        status: InferenceServiceStatus,
+        built: EngineStatus,
+        summary: ProfileSummary | None,
+        events: list[EventRecord],
+        gate: list[ConditionUpdate],
+    ) -> tuple[ConditionUpdate, float, InferenceServiceStatus]:
+        """Serve a new engine that passed the gate, or, with strategy canary, first its canary's verdict."""
+        if not canary_applies(isvc, status, built, summary):
+            return self._serve(isvc, status, built, summary, events)
+        step = canary_step(
+            isvc,
+            status,
+            built,
+            stable_replicas=replicas_in_force(isvc, status),
+            accepted=accepts_engine(isvc.metadata.get("annotations") or {}, built.key),
+            now=utc_now(self.clock),
+        )
+        events.extend(step.events)
+        # The canary's verdict is what holds the engine or not, beside the gate's (it passed).
+        gate[:] = [step.blocked]
+        if step.engine_ready is not None:
+            held = step.status.canary is not None and step.status.canary.phase == "RolledBack"
+            return step.engine_ready, self.settings.resync_seconds if held else CANARY_REQUEUE_S, step.status
+        return self._serve(isvc, step.status, built, summary, events)
 
     def _regression_gate(
         self,
@@ -1181,11 +1226,16 @@ class Reconciler:
             capabilities=ClusterCapabilities(service_monitors=crds, prometheus_rules=crds),
             select_rotation=self._rotation_selectable(isvc),
             moving=status.gpu is not None and status.gpu.moving_to is not None,
+            canary=canary_plan(status),
         )
         written = self._prune(isvc, children.turned_off, events)
-        deployment_live: dict[str, Any] | None = None
+        written += self._prune(isvc, children.canary_over, events, why="the canary is over")
+        uid = str(isvc.metadata.get("uid", ""))
+        lives: dict[str, dict[str, Any] | None] = {}
         for obj in children.wanted:
             resource = resource_of(obj)
+            # Wanted again (a new canary): a later pass that no longer wants it must look it up.
+            self._gone.pop((uid, resource.kind, obj["metadata"]["name"]), None)
             live = self.kube.get(resource, isvc.namespace, obj["metadata"]["name"])
             outcome = drift.plan(obj, live)
             if outcome is drift.Outcome.CREATE:
@@ -1204,7 +1254,8 @@ class Reconciler:
                     )
                 )
             if resource is DEPLOYMENTS:
-                deployment_live = live
+                lives[obj["metadata"]["name"]] = live
+        deployment_live = lives.get(deployment_name(isvc.name))
         ready = int(((deployment_live or {}).get("status") or {}).get("readyReplicas", 0))
         rolled = status.model_copy(
             update={
@@ -1217,13 +1268,28 @@ class Reconciler:
                 "batching": batching_status(batching),
             }
         )
-        return rollout_condition(deployment_live, replicas), written, rolled
+        rollout = rollout_condition(deployment_live, replicas)
+        if rolled.canary is not None and rolled.canary.phase in SERVING_PHASES:
+            rolled = follow_canary(
+                rolled,
+                canary_deployment=lives.get(deployment_name(isvc.name, canary=True)),
+                stable_rolled_out=rollout.status == c.STATUS_TRUE,
+                now=utc_now(self.clock),
+                events=events,
+            )
+            if rolled.canary is not None and rolled.canary.phase not in SERVING_PHASES:
+                # Promoted or rolled back: the canary's replicas go now, not a pass later.
+                canary_children = [o for o in children.wanted if is_canary_child(o)]
+                written += self._prune(isvc, canary_children, events, why="the canary is over")
+        return rollout, written, rolled
 
     def _prune(
         self,
         isvc: InferenceService,
         unwanted: Iterable[dict[str, Any]],
         events: list[EventRecord],
+        *,
+        why: str = "the spec turned it off",
     ) -> int:
         """Delete the optional children the spec turned off, only those this service controls.
 
@@ -1248,7 +1314,7 @@ class Reconciler:
                     EventRecord(
                         "Normal",
                         c.EVENT_CHILD_REMOVED,
-                        f"{resource.kind} {name} removed: the spec turned it off",
+                        f"{resource.kind} {name} removed: {why}",
                     )
                 )
         return deleted

@@ -153,6 +153,11 @@ def served_result(status: InferenceServiceStatus) -> BuildResult | None:
     engine = status.engine
     if engine is None or not engine.key:
         return None
+    return engine_result(engine)
+
+
+def engine_result(engine: EngineStatus) -> BuildResult:
+    """The BuildResult an engine's status records (what its pods' manifests are rendered from)."""
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key=engine.key,

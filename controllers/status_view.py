@@ -111,6 +111,20 @@ def _choices(status: dict[str, Any]) -> list[str]:
             f"Precision   {precision.get('precision') or 'not chosen'} ({precision.get('reason', '')}): "
             f"{precision.get('message', '')}"
         )
+    canary = status.get("canary")
+    if canary:
+        engine = (canary.get("engine") or {}).get("key", "")[:12]
+        lines.append(
+            f"Canary      engine {engine} {canary.get('phase', '')} ({canary.get('reason', '')}), "
+            f"{canary.get('replicas', '-')} replica(s), {_num(canary.get('trafficPercent'), '%')} of requests"
+        )
+        for side in ("candidate", "stable"):
+            track = canary.get(side) or {}
+            if track:
+                lines.append(
+                    f"  {side:<10} P99 {_ms(track.get('p99Ms'))}, {track.get('requests', 0)} requests, "
+                    f"{track.get('failures', 0)} failed, {track.get('pods', 0)} pod(s)"
+                )
     return lines
 
 

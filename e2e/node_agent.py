@@ -166,6 +166,8 @@ class PodRuntime:
     #: Set once every regular init container succeeded and every sidecar started; it stays set
     #: (a sidecar restarting later does not make the pod uninitialized), as in the kubelet.
     initialized: bool = False
+    #: When its deletion was seen (preStop sleeps count from it).
+    deleting_since: float | None = None
     deleting_deadline: float | None = None
     #: When the sidecars' stop, once the containers are done for good, must be over (SIGKILL then).
     finishing_deadline: float | None = None
@@ -822,7 +824,7 @@ class NodeAgent:
             for c in running:
                 if reason is not None:
                     self._kill(runtime, c, reason)
-                elif c.killing_since is None and c.run is not None:
+                elif c.killing_since is None and c.run is not None and self._pre_stop_done(runtime, c):
                     c.killing_since = time.monotonic()
                     c.run.signal(signal.SIGTERM)
             if running:
@@ -834,10 +836,22 @@ class NodeAgent:
                     run.signal(signal.SIGKILL)
         return not alive
 
+    @staticmethod
+    def _pre_stop_done(runtime: PodRuntime, c: ContainerRuntime) -> bool:
+        """Whether a deleted pod's container has had its preStop hook (only `sleep` is run here).
+
+        The kubelet runs the hook when the pod's deletion starts and sends SIGTERM once it
+        returns, within the grace period (which the SIGKILL deadline still bounds).
+        """
+        hook = ((c.spec.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        started = runtime.deleting_since
+        return started is None or time.monotonic() >= started + float(hook.get("seconds", 0))
+
     def _terminate(self, runtime: PodRuntime, pod: dict[str, Any]) -> None:
         """The pod is being deleted: stop its containers (sidecars last), then remove it from the API."""
         if runtime.deleting_deadline is None:
-            runtime.deleting_deadline = time.monotonic() + self._grace_s(pod)
+            runtime.deleting_since = time.monotonic()
+            runtime.deleting_deadline = runtime.deleting_since + self._grace_s(pod)
         if not self._stop_in_order(runtime, runtime.deleting_deadline, reason=None):
             return
         self._delete_from_api(pod)

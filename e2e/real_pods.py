@@ -161,7 +161,9 @@ def ready_endpoints(core: client.CoreV1Api, namespace: str, name: str) -> list[s
 
     There is no kube-proxy on this cluster; clients take these as the Service's endpoints. The
     Service's own selector decides (a pod held out of the rotation is Ready but not selected);
-    before the operator has created the Service, every Triton pod of the service counts.
+    before the operator has created the Service, every Triton pod of the service counts. A pod
+    being deleted is not an endpoint, as the EndpointSlice controller marks it (it serves on
+    through its preStop sleep, so requests already sent to it are answered).
     """
     try:
         selector = core.read_namespaced_service(name, namespace).spec.selector or {}
@@ -172,7 +174,10 @@ def ready_endpoints(core: client.CoreV1Api, namespace: str, name: str) -> list[s
     return [
         f"http://{p.status.pod_ip}:{TRITON_HTTP_PORT}"
         for p in server_pods(core, namespace, name)
-        if is_ready(p) and p.status.pod_ip and selector.items() <= (p.metadata.labels or {}).items()
+        if is_ready(p)
+        and p.status.pod_ip
+        and p.metadata.deletion_timestamp is None
+        and selector.items() <= (p.metadata.labels or {}).items()
     ]
 
 

@@ -61,6 +61,10 @@ LABEL_PROFILE_KEY: Final = f"{GROUP}/profile-key"
 LABEL_ROTATION: Final = f"{GROUP}/rotation"
 ROTATION_IN: Final = "in"
 ROTATION_HELD: Final = "held"
+#: On the pods of a canary Deployment (spec.rollout.strategy Canary), and in its selector: the
+#: stable Deployment's pods do not carry it (their template and selector stay as they were).
+LABEL_TRACK: Final = f"{GROUP}/track"
+TRACK_CANARY: Final = "canary"
 
 ANNOTATION_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
@@ -117,6 +121,17 @@ REASON_WITHIN_REGRESSION_BUDGET: Final = "WithinRegressionBudget"
 REASON_REGRESSION_ACCEPTED: Final = "RegressionAccepted"
 #: RolloutBlocked False: nothing held (no new engine, or nothing to compare it with).
 REASON_NOTHING_HELD: Final = "NothingHeld"
+#: EngineReady False while a new engine serves a share of traffic on its own replicas
+#: (spec.rollout.strategy Canary); RolloutBlocked False with this reason while it is analysed.
+REASON_CANARY_ANALYSIS: Final = "CanaryAnalysis"
+#: Normal Event and RolloutBlocked False: the canary held up against the stable replicas; promoted.
+REASON_CANARY_PROMOTED: Final = "CanaryPromoted"
+#: RolloutBlocked True and a Warning Event: the canary was slower or failed more; rolled back.
+REASON_CANARY_ROLLED_BACK: Final = "CanaryRolledBack"
+#: Normal Event: the canary Deployment was created for a new engine.
+EVENT_CANARY_STARTED: Final = "CanaryStarted"
+#: Normal Event: a running canary was removed because the spec changed (its engine is not asked for).
+EVENT_CANARY_STOPPED: Final = "CanaryStopped"
 #: Annotation naming a new engine (its key or first 12 characters) to serve despite a regression.
 ANNOTATION_ACCEPT_ENGINE: Final = f"{GROUP}/accept-engine"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.

@@ -721,8 +721,88 @@ class AutoscalingSpec(_Model):
         return self.backlog_rotation or self.surge_checks()
 
 
+def _section_default(model: type[_Model]) -> dict[str, Any]:
+    """CRD default of a section whose fields all have defaults: the fully defaulted section.
+
+    Not `{}`: the API server validates a CRD's default values (CEL included) without applying
+    the nested defaults first, so rules reading e.g. `self.device` would fail on `{}`.
+    """
+    return {"default": model().model_dump(by_alias=True, exclude_none=True, mode="json")}
+
+
+class RolloutStrategy(StrEnum):
+    """How a new engine that passed the regression gate replaces the one serving."""
+
+    #: A rolling update of the serving pods, one new pod at a time.
+    ROLLING = "rolling"
+    #: First a share of the traffic on the new engine's own replicas, compared with the stable ones.
+    CANARY = "canary"
+
+
+class CanarySpec(_Model):
+    """The canary analysis of spec.rollout.strategy canary."""
+
+    traffic_percent: int = Field(
+        default=20,
+        ge=1,
+        le=50,
+        description=(
+            "Share of the traffic the new engine serves while it is analysed. The Service spreads "
+            "requests over its ready pods, so the share is made by replica counts: "
+            "max(1, round(stable replicas x p / (100 - p))) canary replicas beside the stable ones "
+            "(one canary beside one stable replica serves half). status.canary has the share observed."
+        ),
+    )
+    analysis_seconds: int = Field(
+        default=120,
+        ge=60,
+        le=3600,
+        description=(
+            "How long the canary serves, from when its replicas are ready, before its P99 is compared "
+            "with the stable replicas'. The P99s are Triton's latency summaries at the end of the window, "
+            "which cover its last minute: past a minute, the canary's first requests (a new pod's "
+            "warm-up) are out of them, and both sides are judged on the same recent traffic."
+        ),
+    )
+    min_requests: int = Field(
+        default=200,
+        ge=10,
+        le=10_000_000,
+        description=(
+            "Requests each side must have answered before it is judged (a P99 needs a hundred or so). "
+            "Below it the analysis goes on past analysisSeconds; the accept annotation promotes at once."
+        ),
+    )
+    max_error_rate_percent: float = Field(
+        default=1.0,
+        ge=0,
+        le=100,
+        description=(
+            "Percentage points by which the canary's failed-request share may exceed the stable "
+            "replicas'. Judged as soon as minRequests are in: a canary failing more is rolled back "
+            "without waiting for the end of the analysis."
+        ),
+    )
+
+
 class RolloutSpec(_Model):
     """How a new engine replaces the one serving."""
+
+    strategy: RolloutStrategy = Field(
+        default=RolloutStrategy.ROLLING,
+        description=(
+            "rolling: a new engine that passed the regression gate replaces the serving one with a "
+            "rolling update. canary: it first serves a share of the traffic on its own replicas (a "
+            "second Deployment, NAME-canary); the operator compares their observed P99 and error rate "
+            "with the stable replicas' (spec.rollout.canary) and promotes it (rolling update of the "
+            "stable replicas) or rolls it back (the canary removed, RolloutBlocked=True with the figures)."
+        ),
+    )
+    canary: CanarySpec = Field(
+        default_factory=CanarySpec,
+        json_schema_extra=_section_default(CanarySpec),
+        description="The canary analysis, for strategy canary.",
+    )
 
     max_latency_regression_percent: float = Field(
         default=DEFAULT_MAX_LATENCY_REGRESSION_PERCENT,
@@ -796,15 +876,6 @@ RULE_REPLICAS_IN_BOUNDS = Rule(
 )
 
 
-def _section_default(model: type[_Model]) -> dict[str, Any]:
-    """CRD default of a section whose fields all have defaults: the fully defaulted section.
-
-    Not `{}`: the API server validates a CRD's default values (CEL included) without applying
-    the nested defaults first, so rules reading e.g. `self.device` would fail on `{}`.
-    """
-    return {"default": model().model_dump(by_alias=True, exclude_none=True, mode="json")}
-
-
 class InferenceServiceSpec(_Model):
     """Desired state of an InferenceService."""
 
@@ -844,7 +915,7 @@ class InferenceServiceSpec(_Model):
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec,
         json_schema_extra=_section_default(RolloutSpec),
-        description="How a new engine replaces the serving one (the regression gate).",
+        description="How a new engine replaces the serving one (the regression gate, the canary).",
     )
     replicas: int | None = Field(
         default=None,
@@ -1000,6 +1071,47 @@ class EngineComparisonStatus(_Model):
     verdict: Literal["Promoted", "Blocked", "Accepted"] = Field(
         description="Promoted (within spec.rollout.maxLatencyRegressionPercent), Blocked, or Accepted by "
         "the tailpilot.io/accept-engine annotation."
+    )
+
+
+class CanaryTrackStatus(_Model):
+    """What one side of a canary (the new engine's replicas, or the stable ones) served in the analysis."""
+
+    pods: int = Field(ge=0, description="Pods with metrics in the window.")
+    requests: int = Field(ge=0, description="Requests answered or failed in the window.")
+    failures: int = Field(ge=0, description="Failed requests in the window.")
+    p99_ms: float | None = Field(default=None, ge=0, description="Observed P99 (Triton's summaries), ms.")
+    error_rate_percent: float | None = Field(
+        default=None, ge=0, le=100, description="Failed requests, percent of requests."
+    )
+
+
+class CanaryStatus(_Model):
+    """A new engine serving a share of the traffic on its own replicas (spec.rollout.strategy canary)."""
+
+    engine: EngineStatus = Field(description="The new engine the canary serves.")
+    phase: Literal["Starting", "Analysing", "Promoting", "Promoted", "RolledBack"] = Field(
+        description=(
+            "Starting (canary replicas starting), Analysing (serving a share of the traffic, being "
+            "compared), Promoting (it held up: the stable replicas roll to it, the canary serving until "
+            "they have), Promoted (done; the canary removed), RolledBack (the canary removed; the "
+            "engine is held, RolloutBlocked=True)."
+        )
+    )
+    reason: str = Field(default="", max_length=128, description="CamelCase reason of the verdict.")
+    message: str = Field(default="", max_length=4096, description="The evidence, in words.")
+    replicas: int = Field(ge=1, description="Canary replicas.")
+    started_at: datetime | None = Field(default=None, description="When the canary Deployment was created.")
+    analysis_started_at: datetime | None = Field(
+        default=None, description="When every canary replica was ready: the analysis window starts."
+    )
+    finished_at: datetime | None = Field(default=None, description="When the verdict was reached.")
+    traffic_percent: float | None = Field(
+        default=None, ge=0, le=100, description="Share of the requests the canary answered in the window."
+    )
+    stable: CanaryTrackStatus | None = Field(default=None, description="The stable replicas in the window.")
+    candidate: CanaryTrackStatus | None = Field(
+        default=None, description="The canary replicas (the new engine) in the window."
     )
 
 
@@ -1353,6 +1465,10 @@ class InferenceServiceStatus(_Model):
     engine_comparison: EngineComparisonStatus | None = Field(
         default=None,
         description="The regression gate's last comparison of a new engine with the serving one.",
+    )
+    canary: CanaryStatus | None = Field(
+        default=None,
+        description="The last canary analysis of a new engine (spec.rollout.strategy canary).",
     )
     replicas: int | None = Field(default=None, ge=0, description="Current replica count (scale subresource).")
     applied_spec_replicas: int | None = Field(

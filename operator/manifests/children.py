@@ -11,16 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.manifests.deployment import triton_deployment
+from tailpilot.manifests.deployment import deployment_name, triton_deployment
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
 from tailpilot.manifests.service import triton_metrics_service, triton_service
 from tailpilot.manifests.service_monitor import service_monitor
 from tailpilot.manifests.settings import ManifestSettings
-from tailpilot.manifests.triton_configmap import rollout_hash, triton_configmap
+from tailpilot.manifests.triton_configmap import configmap_name, rollout_hash, triton_configmap
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,10 +34,27 @@ class ClusterCapabilities:
 
 @dataclass(frozen=True)
 class Children:
-    """The children a spec wants, in creation order, and the optional ones it turned off."""
+    """The children a spec wants, in creation order, the optional ones it turned off, a canary's once over."""
 
     wanted: tuple[dict[str, Any], ...]
     turned_off: tuple[dict[str, Any], ...]
+    #: The canary's ConfigMap and Deployment when no canary runs (deleted where they exist).
+    canary_over: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    """The canary replicas of a new engine (spec.rollout.strategy canary): its build and its replicas."""
+
+    result: BuildResult
+    replicas: int
+
+
+def is_canary_child(obj: dict[str, Any]) -> bool:
+    """Whether a child is one of a canary's (its ConfigMap or Deployment)."""
+    name = obj["metadata"]["name"]
+    owner = obj["metadata"]["labels"][c.LABEL_ISVC]
+    return name in (configmap_name(owner, canary=True), deployment_name(owner, canary=True))
 
 
 def plan_children(
@@ -49,6 +67,7 @@ def plan_children(
     capabilities: ClusterCapabilities,
     select_rotation: bool = False,
     moving: bool = False,
+    canary: CanaryPlan | None = None,
 ) -> Children:
     """ConfigMap, Deployment, Service, the metrics Service, PDB, ServiceMonitor, PrometheusRule.
 
@@ -56,7 +75,9 @@ def plan_children(
     the ServiceMonitor and PrometheusRule (spec.monitoring) last, and only where their CRDs exist
     (otherwise they are neither wanted nor turned off). `select_rotation`: see `triton_service`
     (the controller knows whether every pod has the label). `moving`: the service moves to another
-    GPU product (see `triton_deployment`).
+    GPU product (see `triton_deployment`). `canary`: a new engine's canary replicas run beside the
+    stable ones (their own ConfigMap and Deployment, after the stable Deployment); without one, those
+    two are `canary_over`.
     """
     monitoring = isvc.spec.monitoring
     optional_services = [(triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)]
@@ -67,6 +88,18 @@ def plan_children(
     if capabilities.prometheus_rules:
         rule = prometheus_rule(isvc=isvc, settings=settings)
         optional_monitoring.append((rule, monitoring.prometheus_rule))
+    new = canary.result if canary is not None else result
+    canary_children = [
+        triton_configmap(isvc=isvc, result=new, batching=batching, canary=True),
+        triton_deployment(
+            isvc=isvc,
+            engine_key=new.engine_key,
+            rollout_hash=rollout_hash(isvc=isvc, result=new),
+            replicas=canary.replicas if canary is not None else 1,
+            settings=settings,
+            canary=True,
+        ),
+    ]
     wanted = [
         triton_configmap(isvc=isvc, result=result, batching=batching),
         triton_deployment(
@@ -77,10 +110,15 @@ def plan_children(
             settings=settings,
             moving=moving,
         ),
+        *(canary_children if canary is not None else ()),
         triton_service(isvc=isvc, select_rotation=select_rotation),
         *(obj for obj, on in optional_services if on),
         triton_pdb(isvc=isvc),
         *(obj for obj, on in optional_monitoring if on),
     ]
     turned_off = [obj for obj, on in (*optional_services, *optional_monitoring) if not on]
-    return Children(wanted=tuple(wanted), turned_off=tuple(turned_off))
+    return Children(
+        wanted=tuple(wanted),
+        turned_off=tuple(turned_off),
+        canary_over=tuple(canary_children) if canary is None else (),
+    )

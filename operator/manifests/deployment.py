@@ -41,6 +41,9 @@ _LIVENESS_PROBE_PERIOD_S = 10
 _STARTUP_PROBE_PERIOD_S = 2
 #: The readiness probe's period once started (taking a replica out of rotation when it stops being ready).
 _READINESS_PROBE_PERIOD_S = 5
+#: Seconds a deleted serving pod keeps serving before Triton gets SIGTERM: longer than endpoint
+#: changes take to reach kube-proxy and clients (about a second on an idle control plane).
+PRE_STOP_SLEEP_S = 5
 
 
 def engine_version_dir(*, engine_key: str, model_name: str, store: str = c.ENGINE_STORE_MOUNT) -> str:
@@ -168,7 +171,12 @@ def triton_container(*, isvc: InferenceService, image: str, settings: ManifestSe
     }
 
 
-def _volumes(isvc: InferenceService, settings: ManifestSettings) -> list[dict[str, Any]]:
+def deployment_name(isvc_name: str, *, canary: bool = False) -> str:
+    """Name of the Triton Deployment (of the canary replicas, with `canary`)."""
+    return f"{isvc_name}-canary" if canary else isvc_name
+
+
+def _volumes(isvc: InferenceService, settings: ManifestSettings, *, canary: bool) -> list[dict[str, Any]]:
     return [
         {"name": "models", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
@@ -177,7 +185,7 @@ def _volumes(isvc: InferenceService, settings: ManifestSettings) -> list[dict[st
             "name": "engines",
             "persistentVolumeClaim": {"claimName": settings.engine_store_claim, "readOnly": True},
         },
-        {"name": "model-config", "configMap": {"name": configmap_name(isvc.name)}},
+        {"name": "model-config", "configMap": {"name": configmap_name(isvc.name, canary=canary)}},
     ]
 
 
@@ -213,8 +221,14 @@ def triton_deployment(
     replicas: int,
     settings: ManifestSettings,
     moving: bool = False,
+    canary: bool = False,
 ) -> dict[str, Any]:
     """Build the apps/v1 Deployment serving `engine_key` with `replicas` pods.
+
+    `canary`: the canary replicas of a new engine (spec.rollout.strategy canary), NAME-canary. Its
+    pods carry the Service's selector labels, so they take their share of the traffic, and the
+    track label, which its own selector adds; its ReplicaSet owns them, so the stable Deployment
+    (whose selector also matches them) never adopts them.
 
     `moving`: the service moves to another GPU product. Its new pods then all start at once
     (maxSurge 100%; the product choice checked that the product's free GPUs hold them) instead of
@@ -234,6 +248,9 @@ def triton_deployment(
     if spec.autoscaling.backlog_rotation:
         # Not in the Deployment's selector (immutable): the operator flips it on running pods.
         pod_labels[c.LABEL_ROTATION] = c.ROTATION_IN
+    selector = selector_labels(isvc.name)
+    if canary:
+        pod_labels[c.LABEL_TRACK] = selector[c.LABEL_TRACK] = c.TRACK_CANARY
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -243,8 +260,16 @@ def triton_deployment(
                 image=image, model_name=model_name, engine_key=engine_key, settings=settings
             )
         ],
-        "containers": [triton_container(isvc=isvc, image=image, settings=settings)],
-        "volumes": _volumes(isvc, settings),
+        "containers": [
+            {
+                **triton_container(isvc=isvc, image=image, settings=settings),
+                # A deleted pod leaves the Service's endpoints at once but is told to stop only
+                # after this: clients and proxies that still send to it in between are answered
+                # (scale-downs, rolling updates, a canary removed), not refused.
+                "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}},
+            }
+        ],
+        "volumes": _volumes(isvc, settings, canary=canary),
         "terminationGracePeriodSeconds": 30,
     }
     pod_spec.update(serving_placement(isvc))
@@ -254,13 +279,13 @@ def triton_deployment(
         "kind": "Deployment",
         "metadata": object_meta(
             isvc=isvc,
-            name=isvc.name,
+            name=deployment_name(isvc.name, canary=canary),
             component=c.COMPONENT_SERVER,
             annotations={c.ANNOTATION_ENGINE_KEY: engine_key},
         ),
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": selector_labels(isvc.name)},
+            "selector": {"matchLabels": selector},
             "strategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "100%" if moving else 1},

@@ -25,9 +25,9 @@ from tailpilot.manifests.placement import ServingTarget
 CONFIG_KEY = "config.pbtxt"
 
 
-def configmap_name(isvc_name: str) -> str:
-    """Name of the model-config ConfigMap."""
-    return f"{isvc_name}-model-config"
+def configmap_name(isvc_name: str, *, canary: bool = False) -> str:
+    """Name of the model-config ConfigMap (of the canary replicas' own, with `canary`)."""
+    return f"{isvc_name}-canary-model-config" if canary else f"{isvc_name}-model-config"
 
 
 def render_config_pbtxt(*, isvc: InferenceService, result: BuildResult, batching: BatchingConfig) -> str:
@@ -56,15 +56,19 @@ def rollout_hash(*, isvc: InferenceService, result: BuildResult) -> str:
 
 
 def triton_configmap(
-    *, isvc: InferenceService, result: BuildResult, batching: BatchingConfig
+    *, isvc: InferenceService, result: BuildResult, batching: BatchingConfig, canary: bool = False
 ) -> dict[str, Any]:
-    """Build the v1 ConfigMap with config.pbtxt for the engine in `result` and the batching in force."""
+    """Build the v1 ConfigMap with config.pbtxt for the engine in `result` and the batching in force.
+
+    `canary`: the canary replicas' own (spec.rollout.strategy canary): their engine's tensors and
+    backend, the same batching as the stable replicas.
+    """
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(
             isvc=isvc,
-            name=configmap_name(isvc.name),
+            name=configmap_name(isvc.name, canary=canary),
             component=c.COMPONENT_MODEL_CONFIG,
             annotations={c.ANNOTATION_ENGINE_KEY: result.engine_key},
         ),

@@ -96,7 +96,17 @@ def test_defaults_enums_and_bounds_are_carried() -> None:
         "profile": True,
         "shapes": [],
     }
-    assert spec["rollout"]["default"] == {"maxLatencyRegressionPercent": 20.0}
+    assert spec["rollout"]["default"] == {
+        "maxLatencyRegressionPercent": 20.0,
+        "strategy": "rolling",
+        "canary": {
+            "trafficPercent": 20,
+            "analysisSeconds": 120,
+            "minRequests": 200,
+            "maxErrorRatePercent": 1.0,
+        },
+    }
+    assert spec["rollout"]["properties"]["strategy"]["enum"] == ["rolling", "canary"]
     assert spec["batching"]["properties"]["maxBatchSize"]["default"] == 32
     assert spec["batching"]["properties"]["maxBatchSize"]["minimum"] == 1
     assert spec["batching"]["properties"]["preferredBatchSizes"]["x-kubernetes-list-type"] == "set"

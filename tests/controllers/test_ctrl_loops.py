@@ -7,6 +7,7 @@ from typing import Any
 
 from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.handlers import ServiceLoops
+from tailpilot.controllers.reconciler import ReconcileResult
 from tailpilot.policy.surge import SurgeReading
 
 READING = SurgeReading(
@@ -105,7 +106,7 @@ class CountingReconciler:
 
     def reconcile(self, namespace: str, name: str) -> Any:
         self.calls += 1
-        return type("Result", (), {"requeue_after": 300.0, "fast_checks": False})()
+        return ReconcileResult(requeue_after=300.0)
 
 
 class FastAutoscaler:

@@ -103,3 +103,22 @@ def test_a_new_service_renders_without_a_status():
 
 def test_status_is_a_subcommand():
     assert SUBCOMMANDS["status"][0] == "tailpilot.controllers.status_view"
+
+
+def test_status_shows_the_canary_and_both_sides():
+    canary = {
+        "engine": {"key": "fedcba9876543210"},
+        "phase": "RolledBack",
+        "reason": "CanaryLatencyRegression",
+        "replicas": 1,
+        "trafficPercent": 49.5,
+        "candidate": {"p99Ms": 15.2, "requests": 316, "failures": 0, "pods": 1},
+        "stable": {"p99Ms": 8.4, "requests": 322, "failures": 0, "pods": 1},
+    }
+    text = render({**OBJ, "status": {**OBJ["status"], "canary": canary}})
+    assert (
+        "Canary      engine fedcba987654 RolledBack (CanaryLatencyRegression), 1 replica(s), "
+        "49.5% of requests" in text
+    )
+    assert "  candidate  P99 15.2 ms, 316 requests, 0 failed, 1 pod(s)" in text
+    assert "  stable     P99 8.4 ms, 322 requests, 0 failed, 1 pod(s)" in text

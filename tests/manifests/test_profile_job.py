@@ -52,9 +52,12 @@ def test_the_pod_runs_the_serving_triton_as_a_sidecar_and_the_profiler_beside_it
         isvc=isvc, engine_key=ENGINE, rollout_hash="h", replicas=1, settings=SETTINGS
     )["spec"]["template"]["spec"]
     init, sidecar = pod["initContainers"]
-    # The serving pods' Triton container, unchanged but for the sidecar restart policy.
+    # The serving pods' Triton container, unchanged but for the sidecar restart policy, and without
+    # the serving pods' drain before SIGTERM (nothing sends to a profile Job's Triton but the profiler).
     assert sidecar["restartPolicy"] == "Always"
-    assert {k: v for k, v in sidecar.items() if k != "restartPolicy"} == serving["containers"][0]
+    assert "lifecycle" not in sidecar
+    serving_container = {k: v for k, v in serving["containers"][0].items() if k != "lifecycle"}
+    assert {k: v for k, v in sidecar.items() if k != "restartPolicy"} == serving_container
     assert sidecar["resources"]["limits"]["nvidia.com/gpu"] == 2
     # The engine's own config.pbtxt (as built), not the ConfigMap's batching.
     script = init["command"][-1]
