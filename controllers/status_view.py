@@ -171,6 +171,27 @@ def render(obj: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_service(
+    name: str, *, namespace: str | None, kubeconfig: str | None, command: str
+) -> dict[str, Any] | None:
+    """The InferenceService through the kubeconfig (its context's namespace by default), or None (said)."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    if namespace is None:
+        _, context = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        namespace = (context or {}).get("context", {}).get("namespace") or "default"
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi().get_namespaced_custom_object(  # type: ignore[assignment]
+            c.GROUP, c.VERSION, namespace, c.PLURAL, name
+        )
+    except ApiException as error:
+        print(f"tailpilot {command}: {name} in {namespace}: {error.reason} ({error.status})", file=sys.stderr)
+        return None
+    return obj
+
+
 def status_main(argv: Sequence[str]) -> int:
     """`tailpilot status NAME [-n NAMESPACE] [--kubeconfig PATH]`."""
     parser = argparse.ArgumentParser(prog="tailpilot status", description="Show an InferenceService's state.")
@@ -178,22 +199,8 @@ def status_main(argv: Sequence[str]) -> int:
     parser.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig context's namespace")
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
     args = parser.parse_args(list(argv))
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-
-    config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
-    namespace = args.namespace
-    if namespace is None:
-        _, context = config.list_kube_config_contexts(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
-        namespace = (context or {}).get("context", {}).get("namespace") or "default"
-    try:
-        obj: dict[str, Any] = client.CustomObjectsApi().get_namespaced_custom_object(  # type: ignore[assignment]
-            c.GROUP, c.VERSION, namespace, c.PLURAL, args.name
-        )
-    except ApiException as error:
-        print(
-            f"tailpilot status: {args.name} in {namespace}: {error.reason} ({error.status})", file=sys.stderr
-        )
+    obj = read_service(args.name, namespace=args.namespace, kubeconfig=args.kubeconfig, command="status")
+    if obj is None:
         return 1
     sys.stdout.write(render(obj))
     return 0

@@ -13,8 +13,10 @@
    (bench/traces/, with its attribution) replayed open-loop by a load generator in its own
    process, stepped up and back down; live: request rate, client-side P99 vs the SLO,
    replicas, batching, and every decision with its reason.
-6. A report (.demo/report.md and .demo/report.png) from the run's own figures; everything
-   the demo started is stopped.
+6. The report: `.demo/report.md` and `.demo/report.png` by the code of `tailpilot report` (from
+   Prometheus: P99 against the SLO, rate, replicas, the time breakdown, batching, the decisions),
+   and `.demo/client.md`/`.png`, the run as the load generator saw it; everything the demo
+   started is stopped.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from kubernetes import client
 from tailpilot.bench import traces
 from tailpilot.bench.loadgen import LoadResult
 from tailpilot.bench.loadgen_process import LoadProcess
+from tailpilot.controllers.report import build_report, write_report
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster
@@ -206,7 +209,8 @@ def show_build_progress(api: client.ApiClient, core: client.CoreV1Api) -> None:
     eventually(engine_ready, timeout=900, interval=1.0, description="the engine built")
 
 
-def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) -> Path:
+def write_client_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) -> Path:
+    """client.md and client.png: the run as the load generator saw it (the service's report is beside)."""
     OUT.mkdir(exist_ok=True)
     latency_ms = np.asarray(result.latency_s, dtype=np.float64) * 1000
     ok = np.asarray(result.status) == 200
@@ -214,7 +218,7 @@ def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) ->
     profile = (status.get("profile") or {}).get("points", [])
     engine = status.get("engine") or {}
     lines = [
-        "# TailPilot demo report",
+        "# The demo as its client saw it",
         "",
         f"Engine `{engine.get('key', '?')}` ({engine.get('tritonBackend', '?')}), "
         "built by the build Job and profiled by the profile Job (the service's Triton) on local-0.",
@@ -234,7 +238,7 @@ def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) ->
         f"{r.decision} |"
         for r in rows
     ]
-    report = OUT / "report.md"
+    report = OUT / "client.md"
     report.write_text("\n".join(lines) + "\n")
     import matplotlib
 
@@ -270,7 +274,7 @@ def write_report(rows: list[Row], result: LoadResult, status: dict[str, Any]) ->
                 va="top",
             )
     fig.tight_layout()
-    fig.savefig(OUT / "report.png", dpi=90)
+    fig.savefig(OUT / "client.png", dpi=90)
     return report
 
 
@@ -334,6 +338,7 @@ def run(stack: contextlib.ExitStack) -> None:
     )
     stack.callback(load.stop)
     load.start()
+    load_started = time.time()
     view = LiveView(api, load, time.monotonic())
     stack.callback(view.stop.set)
     view.start()
@@ -341,11 +346,19 @@ def run(stack: contextlib.ExitStack) -> None:
     view.stop.set()
     view.join(timeout=10)
 
-    say("6/6 report")
-    status = custom_object(api, NAMESPACE, NAME)["status"]
-    report = write_report(view.rows, result, status)
-    print(report.read_text().split("| t (s)")[0])
-    print(f"report: {report} and {OUT / 'report.png'}; operator log: {operator.log_file}")
+    say("6/6 report: `tailpilot report` over the run (from Prometheus), and the client's view")
+    obj = custom_object(api, NAMESPACE, NAME)
+    status = obj["status"]
+    # The service's report, by the code of `tailpilot report NAME` (what any cluster's user runs).
+    data = build_report(obj, prometheus.url, start_s=load_started, end_s=time.time(), step_s=5.0)
+    report = write_report(data, OUT)
+    client_report = write_client_report(view.rows, result, status)
+    with report.open("a") as markdown:
+        markdown.write(
+            f"\nThe client's side of the same run: [{client_report.name}]({client_report.name}).\n"
+        )
+    print(report.read_text().split("## Decisions")[0])
+    print(f"report: {report}, {OUT / 'report.png'}, {client_report}; operator log: {operator.log_file}")
     events = kubectl(
         cluster, "get", "events", "-n", NAMESPACE,
         "--field-selector", f"involvedObject.name={NAME}",

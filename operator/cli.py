@@ -28,6 +28,11 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "status_main",
         "show an InferenceService's state: P99, time breakdown, engine, choices, decisions",
     ),
+    "report": (
+        "tailpilot.controllers.report",
+        "report_main",
+        "write a Markdown and PNG report of an InferenceService over a time range, from Prometheus",
+    ),
 }
 
 

@@ -622,7 +622,71 @@ def _message(call: _Call, demand: _Demand, choice: _Choice) -> str:
     if demand.bursts:
         span, peak = max(demand.bursts.spans, key=lambda b: b[1] / b[0])
         message += f"; bursts up to {peak:.0f} requests in {span:g} s"
-    return message
+    return message + _guidance(call, demand)
+
+
+#: The mean executed batch below which requests run alone (batching does not shorten their time).
+_ALONE_BATCH = 1.1
+
+
+def _guidance(call: _Call, demand: _Demand) -> str:
+    """Where the observed time went, and what each knob is predicted to do about it ("" without a split).
+
+    Queue-dominated: the best batching at the replicas serving, against the fewest replicas at the
+    batching in force, both predicted by the same model the decision uses, and which is the cheaper
+    fix (batching costs no replica when it meets the target). Compute-dominated with requests
+    running alone: neither knob shortens a request's own compute; a faster engine would.
+    """
+    obs, state = call.obs, call.state
+    queue, served = obs.queue_time_ms, obs.service_time_ms
+    if queue is None or served is None or queue + served <= 0:
+        return ""
+    n, rate, target = state.replicas, demand.arrival, call.up_target_ms
+    if queue > served:
+        batch_cfg, batch_ms = min(
+            (
+                (
+                    cfg,
+                    corrected_p99_ms(
+                        call.correction, rate_per_s=rate, replicas=n, shape=shape, service=call.service
+                    ),
+                )
+                for cfg, shape in call.cands
+            ),
+            key=lambda pair: pair[1],
+        )
+        found = min_replicas_for(
+            rate_per_s=rate,
+            target_ms=target,
+            shape=_shape(state.batching),
+            service=call.service,
+            correction=call.correction,
+            lo=n,
+            hi=call.config.max_replicas,
+        )
+        batching_fix = f"batching alone ({_describe(batch_cfg)}) predicts {_ms(batch_ms)} at {n} replicas"
+        replicas_fix = (
+            f"replicas alone {_ms(found[1])} at {found[0]}"
+            if found is not None
+            else f"no replica count up to {call.config.max_replicas} meets {target:.0f} ms at this batching"
+        )
+        cheaper = "batching" if batch_ms <= target else "replicas" if found is not None else "neither alone"
+        return (
+            f"; queue dominates ({queue:.1f} of {queue + served:.1f} ms): {batching_fix}, {replicas_fix}; "
+            f"the cheaper fix: {cheaper}"
+        )
+    batch = obs.mean_batch_size
+    if batch is not None and batch < _ALONE_BATCH:
+        return (
+            f"; compute dominates at batch {batch:.1f} ({served:.1f} of {queue + served:.1f} ms): more "
+            "replicas or batching do not shorten a request's own compute; a faster engine (a lower "
+            "precision, TensorRT on a GPU) would"
+        )
+    return ""
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f} ms" if math.isfinite(value) else "unbounded"
 
 
 def _outcome(call: _Call, demand: _Demand, choice: _Choice) -> _Outcome:

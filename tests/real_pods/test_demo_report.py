@@ -1,4 +1,4 @@
-"""The demo's report: a table of the run and a PNG, from the rows it sampled (no cluster)."""
+"""The demo's client-side report: a table of the run and a PNG, from the rows it sampled (no cluster)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_the_report_has_the_runs_figures_its_decisions_and_a_plot(
     result.latency_s = [0.05, 0.1, 1.2 * demo.SLO_MS / 1000, 0.06]  # one request over the SLO
     result.status = [200, 200, 200, 200]
     status = {"engine": {"key": "abc", "tritonBackend": "python"}, "profile": {"points": []}}
-    report = demo.write_report(rows, result, status).read_text()
+    report = demo.write_client_report(rows, result, status).read_text()
     assert "| 4 | 4 | {} |" in report and "75.00%" in report  # 3 of 4 within the SLO
     assert "| 2.0 | step x4 | 40.0 | 450.0 | 1/2 | 16/[]/0us | ScaleUp SLOAtRisk |" in report
-    assert (tmp_path / "report.png").stat().st_size > 10_000
+    assert (tmp_path / "client.png").stat().st_size > 10_000

@@ -9,6 +9,7 @@ P99 against the pods' IPs.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ import pytest
 from kubernetes import client
 
 from tailpilot.bench import traces
+from tailpilot.controllers.report import build_report, summarize, write_report
+from tailpilot.controllers.report_plot import COLOURS
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.calibration import calibrate, example_load
@@ -34,6 +37,7 @@ from tailpilot_e2e.real_pods import (
     slo_loop_service,
 )
 from tailpilot_e2e.wait import eventually
+from tests.controllers.test_ctrl_report import colour_pixels
 
 # Part of `make test`; `make test-slo-loop` runs it alone and prints its timeline.
 pytestmark = [pytest.mark.cluster, pytest.mark.slo_loop]
@@ -95,6 +99,33 @@ def window_p99_ms(
     return float(np.quantile(latency_s[mask], 0.99) * 1000) if mask.sum() >= 50 else math.nan
 
 
+def check_report(
+    api: client.ApiClient,
+    ns: str,
+    monitored: MonitoredOperator,
+    out: Path,
+    *,
+    start_s: float,
+    high_per_s: float,
+) -> None:
+    """`tailpilot report` on the live service over the run: its figures, its decisions, its PNG's series."""
+    obj = custom_object(api, ns, NAME)
+    data = build_report(obj, monitored.prometheus.url, start_s=start_s, end_s=time.time(), step_s=5.0)
+    write_report(data, out)
+    summary = summarize(data)
+    # What Prometheus saw is what was sent and done: the step's rate, the replicas, the decisions.
+    assert 0.6 * high_per_s <= summary.rate_peak_per_s <= 1.4 * high_per_s, summary
+    assert data.decisions, obj["status"].get("decisions")  # the loop acted in the step (checked above)
+    assert summary.replicas_max >= max(d["replicasAfter"] for d in data.decisions), (summary, data.decisions)
+    assert summary.dominant in ("queue", "compute") and summary.mean_batch >= 1.0, summary
+    markdown = (out / "report.md").read_text()
+    assert f"# TailPilot report: {NAME} in {ns}" in markdown
+    assert data.decisions[0]["action"] in markdown
+    png = out / "report.png"
+    for series in ("p99_ms", "rate_per_s", "replicas", "queue_ms", "compute_infer_ms", "mean_batch"):
+        assert colour_pixels(png, COLOURS[series]) > 200, series
+
+
 def adds_or_reloads(before: dict[str, Any], after: dict[str, Any]) -> bool:
     """Whether what is in force changed by adding replicas or by a batching change."""
     return after["replicas"] > before["replicas"] or after.get("batching") != before.get("batching")
@@ -141,6 +172,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     load = example_load(
         tmp_path / "load", arrivals, duration_s=LOW_S + HIGH_S, targets=ready_endpoints(core, ns, NAME)
     )
+    load_started = time.time()
     # What was in force just before the step (the policy may tune batching in the calm phase), and
     # when that first changed after it: the answer to the step.
     before_step: dict[str, Any] | None = None
@@ -225,6 +257,8 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     assert result.ok >= 0.99 * len(result.status), dict(result.errors)
     # The loop ran on the pods' own counters (the fast loop read them), not on Prometheus' rates.
     assert (final.get("observed") or {}).get("ratesFrom") == "Pods", final.get("observed")
+
+    check_report(real_api, ns, monitored, tmp_path / "report", start_s=load_started, high_per_s=high)
 
     # With the load gone, back to one replica once the stabilization window has passed.
     if peak_replicas == 1:

@@ -1,0 +1,375 @@
+"""`tailpilot report NAME`: one service's P99, load, replicas, batching and time breakdown over a time range.
+
+Everything comes from Prometheus (Triton's per-pod metrics, as the operator's ServiceMonitor
+labels them) and the object itself (the SLO, the decisions it recorded), so the report works for any
+service on any cluster whose Prometheus scrapes its pods, after the fact. Three files:
+
+- `report.md`: the period in figures (time within the SLO, P99 and rate percentiles, replicas,
+  the mean time per request by part and which part dominates) and the decisions within it;
+- `report.png`: the series over time, the decisions marked (`report_plot`);
+- `report.json`: the series as plotted, for scripts.
+
+Split so the I/O is thin: `series_queries` and `summarize`/`render_markdown` are pure, `fetch_series`
+runs the range queries. The P99 plotted is the worst pod's (Triton's per-pod summaries cannot be
+merged exactly in PromQL): an upper bound of the service's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tailpilot.controllers.observe import (
+    LATENCY_SUMMARY,
+    PENDING_GAUGE,
+    ObservationError,
+    Selector,
+    parse_series,
+)
+
+#: Request-time parts Triton exports as cumulative microseconds (the breakdown, in stacking order).
+PARTS: Mapping[str, str] = {
+    "queue": "nv_inference_queue_duration_us",
+    "compute_input": "nv_inference_compute_input_duration_us",
+    "compute_infer": "nv_inference_compute_infer_duration_us",
+    "compute_output": "nv_inference_compute_output_duration_us",
+}
+SUCCESS = "nv_inference_request_success"
+
+
+def series_queries(selector: Selector, *, rate_window_s: float) -> dict[str, str]:
+    """One PromQL range query per plotted series, keyed by its name (pure)."""
+    sel = selector.matchers()
+    w = f"{max(1, round(rate_window_s))}s"
+
+    def rate(metric: str) -> str:
+        return f"sum(rate({metric}{{{sel}}}[{w}]))"
+
+    queries = {
+        "rate_per_s": rate(SUCCESS),
+        "failures_per_s": rate("nv_inference_request_failure"),
+        "p99_ms": f'max({LATENCY_SUMMARY}{{{sel},quantile="0.99"}}) / 1000',
+        "replicas": f"count({PENDING_GAUGE}{{{sel}}})",
+        "mean_batch": f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
+    }
+    for part, metric in PARTS.items():
+        queries[f"{part}_ms"] = f"{rate(metric)} / {rate(SUCCESS)} / 1000"
+    return queries
+
+
+@dataclass
+class ReportData:
+    """What a report shows: the series on a common time axis (NaN where Prometheus had nothing)."""
+
+    namespace: str
+    name: str
+    slo_ms: float
+    start_s: float
+    end_s: float
+    step_s: float
+    times_s: list[float]
+    series: dict[str, list[float]]
+    #: status.decisions within the period (time, action, reason, replicas and batching before/after).
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's data as JSON (NaN as null)."""
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "sloMs": self.slo_ms,
+            "start": self.start_s,
+            "end": self.end_s,
+            "stepSeconds": self.step_s,
+            "times": self.times_s,
+            "series": {k: [v if math.isfinite(v) else None for v in vs] for k, vs in self.series.items()},
+            "decisions": self.decisions,
+        }
+
+
+def _align(points: Mapping[str, Mapping[float, float]], times: Sequence[float], step_s: float) -> list[float]:
+    """One series' values at `times` (the single, unlabelled result of an aggregate), NaN where absent.
+
+    Matched by step index: Prometheus returns the timestamps rounded to milliseconds.
+    """
+    at = {round((t - times[0]) / step_s): v for t, v in next(iter(points.values()), {}).items()}
+    return [at.get(i, math.nan) for i in range(len(times))]
+
+
+def fetch_series(
+    prometheus_url: str,
+    selector: Selector,
+    *,
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    client: httpx.Client | None = None,
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Run every range query; (the time axis, name -> values on it).
+
+    Raises:
+        httpx.HTTPError: When Prometheus cannot be reached.
+        ObservationError: When it answers an error.
+    """
+    queries = series_queries(selector, rate_window_s=max(2 * step_s, 20.0))
+    times = [start_s + i * step_s for i in range(int((end_s - start_s) // step_s) + 1)]
+    url = prometheus_url.rstrip("/") + "/api/v1/query_range"
+    http = client or httpx.Client(timeout=30.0)
+    try:
+        out: dict[str, list[float]] = {}
+        for name, query in queries.items():
+            params = {"query": query, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
+            body = http.get(url, params=params).json()
+            # An aggregate without `by` has no pod label: its one series is keyed by "".
+            out[name] = _align(parse_series(body, pod_label="__none__"), times, step_s)
+        return times, out
+    finally:
+        if client is None:
+            http.close()
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(_finite(values))
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = _finite(values)
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The period in figures."""
+
+    within_slo_share: float
+    p99_median_ms: float
+    p99_max_ms: float
+    rate_mean_per_s: float
+    rate_peak_per_s: float
+    replicas_min: float
+    replicas_max: float
+    mean_batch: float
+    failures: float
+    #: Mean time per request by part (ms), weighted by the request rate.
+    parts_ms: dict[str, float]
+    dominant: str
+
+
+def summarize(data: ReportData) -> Summary:
+    """The period's figures from its series (pure)."""
+    s = data.series
+    p99 = _finite(s["p99_ms"])
+    rates = s["rate_per_s"]
+    parts: dict[str, float] = {}
+    for part in PARTS:
+        pairs = [
+            (r, v)
+            for r, v in zip(rates, s[f"{part}_ms"], strict=True)
+            if math.isfinite(r) and math.isfinite(v)
+        ]
+        weight = sum(r for r, _ in pairs)
+        parts[part] = sum(r * v for r, v in pairs) / weight if weight > 0 else math.nan
+    compute = sum(v for k, v in parts.items() if k != "queue" and math.isfinite(v))
+    queue = parts["queue"]
+    dominant = "-" if not math.isfinite(queue) else "queue" if queue > compute else "compute"
+    return Summary(
+        within_slo_share=sum(1 for v in p99 if v <= data.slo_ms) / len(p99) if p99 else math.nan,
+        p99_median_ms=_quantile(p99, 0.5),
+        p99_max_ms=max(p99) if p99 else math.nan,
+        rate_mean_per_s=_mean(rates),
+        rate_peak_per_s=max(_finite(rates), default=math.nan),
+        replicas_min=min(_finite(s["replicas"]), default=math.nan),
+        replicas_max=max(_finite(s["replicas"]), default=math.nan),
+        mean_batch=_mean(s["mean_batch"]),
+        failures=sum(v * data.step_s for v in _finite(s["failures_per_s"])),
+        parts_ms=parts,
+        dominant=dominant,
+    )
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _f(value: float, digits: int = 1) -> str:
+    return f"{value:.{digits}f}" if math.isfinite(value) else "-"
+
+
+def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "report.png") -> str:
+    """The Markdown report (pure)."""
+    parts = ", ".join(f"{k.replace('_', ' ')} {_f(v, 2)} ms" for k, v in summary.parts_ms.items())
+    lines = [
+        f"# TailPilot report: {data.name} in {data.namespace}",
+        "",
+        f"{_utc(data.start_s)} to {_utc(data.end_s)}, one point every {data.step_s:g} s, from Prometheus "
+        "(Triton's per-pod metrics). The P99 is the worst pod's, an upper bound of the service's.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| SLO | P99 <= {data.slo_ms:g} ms |",
+        f"| P99 within the SLO | {_f(100 * summary.within_slo_share)}% of the points |",
+        f"| P99 median / max | {_f(summary.p99_median_ms)} / {_f(summary.p99_max_ms)} ms |",
+        f"| request rate mean / peak | {_f(summary.rate_mean_per_s)} / {_f(summary.rate_peak_per_s)} req/s |",
+        f"| replicas min / max | {_f(summary.replicas_min, 0)} / {_f(summary.replicas_max, 0)} |",
+        f"| mean executed batch | {_f(summary.mean_batch, 2)} |",
+        f"| failed requests | {_f(summary.failures, 0)} |",
+        f"| mean time per request | {parts} |",
+        f"| dominated by | {summary.dominant} |",
+        "",
+        f"![{data.name}]({png_name})",
+        "",
+        "## Decisions in the period",
+        "",
+    ]
+    if not data.decisions:
+        lines.append("None recorded (status.decisions keeps the last ten that changed something).")
+    else:
+        lines += [
+            "| time | action | reason | replicas | max batch | req/s | P99 observed / predicted (ms) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for d in data.decisions:
+            lines.append(
+                f"| {str(d.get('time', ''))[11:19]} | {d.get('action', '')} | {d.get('reason', '')} | "
+                f"{d.get('replicasBefore')} -> {d.get('replicasAfter')} | "
+                f"{d.get('maxBatchSizeBefore')} -> {d.get('maxBatchSizeAfter')} | "
+                f"{d.get('requestRate', '-')} | "
+                f"{d.get('observedP99Ms', '-')} / {d.get('predictedP99Ms', '-')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def decisions_within(status: Mapping[str, Any], start_s: float, end_s: float) -> list[dict[str, Any]]:
+    """status.decisions made within [start_s, end_s]."""
+    out = []
+    for d in status.get("decisions") or []:
+        try:
+            at = datetime.fromisoformat(str(d.get("time", "")).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if start_s <= at <= end_s:
+            out.append({**d, "at": at})
+    return out
+
+
+def write_report(data: ReportData, out_dir: Path) -> Path:
+    """Write report.md, report.png and report.json into `out_dir`; the Markdown's path."""
+    from tailpilot.controllers.report_plot import plot  # matplotlib: only when a report is written
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot(data, out_dir / "report.png")
+    (out_dir / "report.json").write_text(json.dumps(data.to_json(), indent=1) + "\n")
+    markdown = out_dir / "report.md"
+    markdown.write_text(render_markdown(data, summarize(data)))
+    return markdown
+
+
+def build_report(
+    obj: Mapping[str, Any],
+    prometheus_url: str,
+    *,
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    client: httpx.Client | None = None,
+) -> ReportData:
+    """Query Prometheus for the service `obj` over the period."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    times, series = fetch_series(
+        prometheus_url,
+        Selector(namespace=namespace, service=name),
+        start_s=start_s,
+        end_s=end_s,
+        step_s=step_s,
+        client=client,
+    )
+    return ReportData(
+        namespace=namespace,
+        name=name,
+        slo_ms=float((spec.get("slo") or {}).get("p99LatencyMs", math.nan)),
+        start_s=start_s,
+        end_s=end_s,
+        step_s=step_s,
+        times_s=times,
+        series=series,
+        decisions=decisions_within(obj.get("status") or {}, start_s, end_s),
+    )
+
+
+def _duration_s(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if not text or text[-1] not in units:
+        raise argparse.ArgumentTypeError(f"a duration such as 90s, 30m or 2h, not {text!r}")
+    return float(text[:-1]) * units[text[-1]]
+
+
+def report_main(argv: Sequence[str]) -> int:
+    """`tailpilot report NAME [-n NS] --prometheus-url URL [--since 30m] [--out DIR]`."""
+    parser = argparse.ArgumentParser(
+        prog="tailpilot report",
+        description="Write a Markdown and PNG report of an InferenceService over a time range.",
+    )
+    parser.add_argument("name")
+    parser.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig context's namespace")
+    parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
+    parser.add_argument(
+        "--prometheus-url", required=True, help="the Prometheus that scrapes the service's Triton pods"
+    )
+    parser.add_argument(
+        "--since", type=_duration_s, default=_duration_s("30m"), help="the period, ending now"
+    )
+    parser.add_argument(
+        "--step", type=_duration_s, default=None, help="one point every (default: period / 240)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("."), help="directory for report.md/.png/.json")
+    args = parser.parse_args(list(argv))
+    from tailpilot.controllers.status_view import read_service
+
+    obj = read_service(args.name, namespace=args.namespace, kubeconfig=args.kubeconfig, command="report")
+    if obj is None:
+        return 1
+    end = time.time()
+    step = args.step or max(1.0, args.since / 240)
+    try:
+        data = build_report(obj, args.prometheus_url, start_s=end - args.since, end_s=end, step_s=step)
+    except (httpx.HTTPError, ValueError, ObservationError) as error:
+        print(f"tailpilot report: Prometheus at {args.prometheus_url}: {error}", file=sys.stderr)
+        return 1
+    try:
+        path = write_report(data, args.out)
+    except ImportError as error:  # matplotlib is the `report` extra
+        print(f"tailpilot report: {error}; install it with pip install 'tailpilot[report]'", file=sys.stderr)
+        return 1
+    print(f"wrote {path}, {args.out / 'report.png'} and {args.out / 'report.json'}")
+    return 0
+
+
+__all__ = [
+    "PARTS",
+    "ReportData",
+    "Summary",
+    "build_report",
+    "render_markdown",
+    "report_main",
+    "series_queries",
+    "summarize",
+    "write_report",
+]

@@ -1,0 +1,145 @@
+"""`tailpilot report`: its queries, its figures and its Markdown (pure), and its PNG's series."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from tailpilot.cli import SUBCOMMANDS
+from tailpilot.controllers.observe import Selector
+from tailpilot.controllers.report import (
+    PARTS,
+    ReportData,
+    decisions_within,
+    render_markdown,
+    series_queries,
+    summarize,
+    write_report,
+)
+from tailpilot.controllers.report_plot import COLOURS
+
+NAN = math.nan
+
+
+def data() -> ReportData:
+    times = [1000.0 + 10 * i for i in range(6)]
+    series = {
+        "rate_per_s": [10.0, 10.0, 40.0, 40.0, 40.0, NAN],
+        "failures_per_s": [0.0, 0.0, 0.1, 0.0, 0.0, NAN],
+        "p99_ms": [20.0, 22.0, 80.0, 45.0, 30.0, NAN],
+        "replicas": [1.0, 1.0, 1.0, 2.0, 2.0, NAN],
+        "mean_batch": [1.0, 1.0, 3.0, 2.0, 2.0, NAN],
+        "queue_ms": [1.0, 1.0, 30.0, 6.0, 4.0, NAN],
+        "compute_input_ms": [2.0] * 5 + [NAN],
+        "compute_infer_ms": [5.0, 5.0, 8.0, 7.0, 7.0, NAN],
+        "compute_output_ms": [1.0] * 5 + [NAN],
+    }
+    return ReportData(
+        namespace="shop",
+        name="resnet",
+        slo_ms=50.0,
+        start_s=1000.0,
+        end_s=1050.0,
+        step_s=10.0,
+        times_s=times,
+        series=series,
+        decisions=[
+            {
+                "time": "1970-01-01T00:16:58Z",
+                "at": 1018.0,
+                "action": "ScaleUp",
+                "reason": "SLOAtRisk",
+                "replicasBefore": 1,
+                "replicasAfter": 2,
+                "maxBatchSizeBefore": 16,
+                "maxBatchSizeAfter": 16,
+                "requestRate": 39.5,
+                "observedP99Ms": 80.0,
+                "predictedP99Ms": 30.1,
+            }
+        ],
+    )
+
+
+def test_one_query_per_series_over_the_services_labelled_series() -> None:
+    queries = series_queries(Selector(namespace="shop", service="resnet"), rate_window_s=30)
+    assert set(queries) == {"rate_per_s", "failures_per_s", "p99_ms", "replicas", "mean_batch"} | {
+        f"{p}_ms" for p in PARTS
+    }
+    assert queries["rate_per_s"] == (
+        'sum(rate(nv_inference_request_success{namespace="shop",inferenceservice="resnet"}[30s]))'
+    )
+    assert 'quantile="0.99"' in queries["p99_ms"] and queries["p99_ms"].startswith("max(")
+    assert "nv_inference_queue_duration_us" in queries["queue_ms"] and "/ 1000" in queries["queue_ms"]
+
+
+def test_the_periods_figures_weight_the_breakdown_by_rate_and_name_the_dominant_part() -> None:
+    summary = summarize(data())
+    assert summary.within_slo_share == 4 / 5
+    assert (summary.p99_max_ms, summary.rate_peak_per_s, summary.replicas_max) == (80.0, 40.0, 2.0)
+    # Rate-weighted: (10*1 + 10*1 + 40*30 + 40*6 + 40*4) / 140.
+    assert math.isclose(summary.parts_ms["queue"], 1620 / 140)
+    assert summary.dominant == "queue"  # 11.6 ms of queue against 10.0 ms of compute
+    assert math.isclose(summary.failures, 1.0)
+
+
+def test_the_markdown_has_the_figures_and_the_decisions() -> None:
+    text = render_markdown(data(), summarize(data()))
+    assert text.startswith("# TailPilot report: resnet in shop")
+    assert "| P99 within the SLO | 80.0% of the points |" in text
+    assert "| dominated by | queue |" in text
+    assert "| 00:16:58 | ScaleUp | SLOAtRisk | 1 -> 2 | 16 -> 16 | 39.5 | 80.0 / 30.1 |" in text
+    assert "![resnet](report.png)" in text
+
+
+def test_decisions_are_those_of_the_period() -> None:
+    status = {
+        "decisions": [
+            {"time": "2026-12-02T07:00:00Z", "action": "ScaleUp"},
+            {"time": "2026-12-02T08:00:00Z", "action": "ScaleDown"},
+            {"time": "not a time", "action": "Odd"},
+        ]
+    }
+    start = 1_796_194_800.0  # 2026-12-02 07:00:00 UTC
+    assert [d["action"] for d in decisions_within(status, start - 1, start + 60)] == ["ScaleUp"]
+
+
+def colour_pixels(png: Path, colour: str) -> int:
+    """Pixels of the PNG within a small distance of `colour` (#rrggbb)."""
+    import matplotlib.image
+
+    image = matplotlib.image.imread(png)[..., :3]
+    rgb = np.array([int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(image - rgb).max(axis=-1) < 0.03).sum())
+
+
+def test_the_png_draws_every_series_in_its_colour(tmp_path: Path) -> None:
+    write_report(data(), tmp_path / "full")
+    empty = data()
+    empty.series = {k: [NAN] * 6 for k in empty.series}
+    write_report(empty, tmp_path / "empty")
+    for series, colour in COLOURS.items():
+        drawn = colour_pixels(tmp_path / "full" / "report.png", colour)
+        legend_only = colour_pixels(tmp_path / "empty" / "report.png", colour)
+        if series == "slo":
+            assert drawn > 500 and legend_only > 500  # the SLO line is drawn without data too
+        else:
+            assert drawn > legend_only + 200, (series, drawn, legend_only)
+    assert (tmp_path / "empty" / "report.json").read_text().count("null") >= 9 * 6
+
+
+def test_report_is_a_subcommand() -> None:
+    assert SUBCOMMANDS["report"][:2] == ("tailpilot.controllers.report", "report_main")
+
+
+def test_range_answers_are_matched_to_the_time_axis_by_step() -> None:
+    from tailpilot.controllers.report import _align
+
+    times = [100.1234567, 105.1234567, 110.1234567]
+    # Prometheus answers with millisecond timestamps, and leaves out steps without data.
+    points = {"": {100.123: 1.0, 110.123: 3.0}}
+    assert _align(points, times, 5.0)[::2] == [1.0, 3.0]
+    assert math.isnan(_align(points, times, 5.0)[1])
+    assert all(math.isnan(v) for v in _align({}, times, 5.0))
