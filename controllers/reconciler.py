@@ -1232,14 +1232,24 @@ class Reconciler:
         written += self._prune(isvc, children.canary_over, events, why="the canary is over")
         uid = str(isvc.metadata.get("uid", ""))
         lives: dict[str, dict[str, Any] | None] = {}
+        #: Children whose name an object this service does not control already has: left alone.
+        taken: list[dict[str, Any]] = []
         for obj in children.wanted:
-            resource = resource_of(obj)
+            resource, name = resource_of(obj), obj["metadata"]["name"]
             # Wanted again (a new canary): a later pass that no longer wants it must look it up.
-            self._gone.pop((uid, resource.kind, obj["metadata"]["name"]), None)
-            live = self.kube.get(resource, isvc.namespace, obj["metadata"]["name"])
+            self._gone.pop((uid, resource.kind, name), None)
+            live = self.kube.get(resource, isvc.namespace, name)
+            if live is not None and not controlled_by(live, isvc):
+                taken.append(obj)
+                continue
             outcome = drift.plan(obj, live)
             if outcome is drift.Outcome.CREATE:
                 created = self.kube.create(obj)
+                if created is None:  # created meanwhile: ours (a pass before) or someone else's
+                    live = self.kube.get(resource, isvc.namespace, name)
+                    if live is not None and not controlled_by(live, isvc):
+                        taken.append(obj)
+                        continue
                 live = created if created is not None else self.kube.apply(obj)
                 written += 1
             elif outcome is drift.Outcome.UPDATE:
@@ -1269,6 +1279,7 @@ class Reconciler:
             }
         )
         rollout = rollout_condition(deployment_live, replicas)
+        rollout, rolled = self._name_conflicts(isvc, taken, rollout, rolled, events)
         if rolled.canary is not None and rolled.canary.phase in SERVING_PHASES:
             rolled = follow_canary(
                 rolled,
@@ -1282,6 +1293,56 @@ class Reconciler:
                 canary_children = [o for o in children.wanted if is_canary_child(o)]
                 written += self._prune(isvc, canary_children, events, why="the canary is over")
         return rollout, written, rolled
+
+    def _name_conflicts(
+        self,
+        isvc: InferenceService,
+        taken: list[dict[str, Any]],
+        rollout: ConditionUpdate,
+        status: InferenceServiceStatus,
+        events: list[EventRecord],
+    ) -> tuple[ConditionUpdate, InferenceServiceStatus]:
+        """Children whose names objects this service does not control hold: never adopted, said.
+
+        A canary's: the canary is rolled back (the stable replicas serve on). Any other: RolloutReady
+        is False with reason ChildNameTaken, naming the objects, until they are renamed or removed.
+        """
+        if not taken:
+            return rollout, status
+        names = [f"{resource_of(o).kind} {o['metadata']['name']}" for o in taken]
+        canary_taken = [n for o, n in zip(taken, names, strict=True) if is_canary_child(o)]
+        others = [n for o, n in zip(taken, names, strict=True) if not is_canary_child(o)]
+        why = "exists and is not controlled by this InferenceService; it is left alone"
+        canary = status.canary
+        if canary_taken and canary is not None and canary.phase in ("Starting", "Analysing"):
+            message = f"{', '.join(canary_taken)} {why}"
+            status = status.model_copy(
+                update={
+                    "canary": canary.model_copy(
+                        update={
+                            "phase": "RolledBack",
+                            "reason": c.REASON_CHILD_NAME_TAKEN,
+                            "message": message,
+                            "finished_at": utc_now(self.clock),
+                        }
+                    )
+                }
+            )
+            events.append(EventRecord("Warning", c.REASON_CHILD_NAME_TAKEN, f"canary not started: {message}"))
+        if not others:
+            return rollout, status
+        message = f"{', '.join(others)} {why}: rename or remove it"
+        said = any(
+            cond.type == c.CONDITION_ROLLOUT_READY
+            and cond.reason == c.REASON_CHILD_NAME_TAKEN
+            and cond.message == message
+            for cond in status.conditions
+        )
+        if not said:  # once, not every pass while it lasts
+            events.append(EventRecord("Warning", c.REASON_CHILD_NAME_TAKEN, message))
+        return ConditionUpdate(
+            c.CONDITION_ROLLOUT_READY, c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN, message
+        ), status
 
     def _prune(
         self,

@@ -132,6 +132,8 @@ REASON_CANARY_ROLLED_BACK: Final = "CanaryRolledBack"
 EVENT_CANARY_STARTED: Final = "CanaryStarted"
 #: Normal Event: a running canary was removed because the spec changed (its engine is not asked for).
 EVENT_CANARY_STOPPED: Final = "CanaryStopped"
+#: RolloutReady False, a Warning Event: an object this service does not control has a child's name.
+REASON_CHILD_NAME_TAKEN: Final = "ChildNameTaken"
 #: Annotation naming a new engine (its key or first 12 characters) to serve despite a regression.
 ANNOTATION_ACCEPT_ENGINE: Final = f"{GROUP}/accept-engine"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.

@@ -61,3 +61,44 @@ def test_a_turned_off_child_is_deleted_once_then_not_looked_up_again_until_the_s
     reconciler._prune(newer, unwanted, events)
     reconciler._prune(newer, unwanted, events)
     assert kube.gets == 5
+
+
+class RacingKube(CountingKube):
+    """A Kube where another owner creates `racer` between our GET and our POST (the POST answers 409)."""
+
+    def __init__(self, racer: tuple[str, str]) -> None:
+        super().__init__({})
+        self.racer, self.applied, self.created = racer, [], []
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        key = (body["kind"], body["metadata"]["name"])
+        if key == self.racer:
+            self.live[key] = {
+                "metadata": {"name": key[1], "ownerReferences": [{"controller": True, "uid": "x"}]}
+            }
+            return None
+        self.created.append(key)
+        self.live[key] = body
+        return body
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.applied.append((body["kind"], body["metadata"]["name"]))
+        return body
+
+    def has_resource(self, group: str, version: str, plural: str) -> bool:
+        return False
+
+
+def test_a_child_created_by_another_owner_between_lookup_and_create_is_not_taken_over():
+    from tailpilot.api.v1alpha1 import InferenceServiceStatus
+
+    isvc = make_isvc("a").obj()
+    kube = RacingKube(("ConfigMap", "a-model-config"))
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    events: list[EventRecord] = []
+    rollout, _, _ = reconciler._rollout(isvc, InferenceServiceStatus(), build_result(), events)
+    assert kube.applied == []  # no forced apply over the other owner's object
+    assert ("Deployment", "a") in kube.created
+    assert (rollout.status, rollout.reason) == ("False", c.REASON_CHILD_NAME_TAKEN)
+    assert "ConfigMap a-model-config exists and is not controlled by this InferenceService" in rollout.message
+    assert [e.reason for e in events] == [c.REASON_CHILD_NAME_TAKEN]

@@ -136,3 +136,92 @@ def test_a_canary_runs_beside_the_stable_replicas_is_promoted_by_acceptance_and_
     reasons = [e.reason for e in core.list_namespaced_event(namespace).items]
     assert reasons.count("CanaryStarted") == 2, reasons
     assert {"CanaryStopped", "CanaryPromoted", "RegressionAccepted"} <= set(reasons), reasons
+
+
+def users_deployment(name: str) -> client.V1Deployment:
+    labels = {"app": name}
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1DeploymentSpec(
+            replicas=0,
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10")]
+                ),
+            ),
+        ),
+    )
+
+
+def test_objects_the_service_does_not_control_are_never_taken_over(k8s, namespace, operator, example):
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    isvc["spec"]["rollout"] = {"strategy": "canary"}
+    name = isvc["metadata"]["name"]
+    # Someone else's Deployment has the canary's name (say, a service named NAME-canary's).
+    apps.create_namespaced_deployment(namespace, users_deployment(f"{name}-canary"))
+    serve_gpu_example(k8s, namespace, isvc, "1" * 32)
+
+    patch(k8s, namespace, name, {"engine": {"precision": "fp32"}})
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("2" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
+
+    def rolled_back():  # type: ignore[no-untyped-def]
+        obj = custom_object(k8s, namespace, name)
+        canary = (obj.get("status") or {}).get("canary") or {}
+        return obj if canary.get("phase") == "RolledBack" else None
+
+    obj = eventually(rolled_back, timeout=60, description="the canary refused its taken name")
+    assert obj["status"]["canary"]["reason"] == "ChildNameTaken"
+    assert f"Deployment {name}-canary exists and is not controlled" in obj["status"]["canary"]["message"]
+    assert condition(obj, "RolloutBlocked")["status"] == "True"
+    assert obj["status"]["engine"]["key"] == "1" * 32 and condition(obj, "Ready")["status"] == "True"
+    theirs = apps.read_namespaced_deployment(f"{name}-canary", namespace)
+    assert not theirs.metadata.owner_references and theirs.spec.replicas == 0  # untouched
+    assert theirs.spec.template.spec.containers[0].image == "registry.k8s.io/pause:3.10"
+    eventually(
+        lambda: all(
+            cm.metadata.name != f"{name}-canary-model-config"
+            for cm in core.list_namespaced_config_map(namespace).items
+        ),
+        timeout=30,
+        description="the canary's own ConfigMap removed",
+    )
+
+
+def test_a_child_name_held_by_another_object_is_reported_not_adopted(k8s, namespace, operator, example):
+    core = client.CoreV1Api(k8s)
+    isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+    name = isvc["metadata"]["name"]
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{name}-model-config"), data={"mine": "1"}),
+    )
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
+    )
+    play_build(core, running_build_pod(core, namespace), result=gpu_build_result("1" * 32))
+    play_profile(core, namespace, GPU_PROFILE)
+
+    def refused():  # type: ignore[no-untyped-def]
+        cond = condition(custom_object(k8s, namespace, name), "RolloutReady") or {}
+        return cond if cond.get("reason") == "ChildNameTaken" else None
+
+    cond = eventually(refused, timeout=60, description="RolloutReady=False ChildNameTaken")
+    assert cond["status"] == "False"
+    assert f"ConfigMap {name}-model-config exists and is not controlled" in cond["message"], cond
+    mine = core.read_namespaced_config_map(f"{name}-model-config", namespace)
+    assert mine.data == {"mine": "1"} and not mine.metadata.owner_references
+    warnings = [e for e in core.list_namespaced_event(namespace).items if e.reason == "ChildNameTaken"]
+    assert len(warnings) == 1, [e.message for e in warnings]  # said once, not every pass
+    # Once the user removes theirs, the service's own is created and the rollout proceeds.
+    core.delete_namespaced_config_map(f"{name}-model-config", namespace)
+    eventually(
+        lambda: (
+            (condition(custom_object(k8s, namespace, name), "RolloutReady") or {}).get("status") == "True"
+        ),
+        timeout=90,
+        description="rolled out once the name is free",
+    )

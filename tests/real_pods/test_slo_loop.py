@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from kubernetes import client
@@ -126,6 +128,60 @@ def check_report(
         assert colour_pixels(png, COLOURS[series]) > 200, series
 
 
+#: How far the status's queue and compute time per request may be from Triton's own counters
+#: over the same window (the operator reads the pods every 2 s, Prometheus scrapes them every 2 s).
+BREAKDOWN_TOLERANCE = 0.15
+#: Below this many requests in a window, its per-request times are not compared (a handful of
+#: requests at a window's edge would decide it).
+BREAKDOWN_MIN_REQUESTS = 100
+
+
+def check_breakdown(
+    monitored: MonitoredOperator, ns: str, observed: list[tuple[float, dict[str, Any]]], *, window_s: float
+) -> None:
+    """status.observed's queue and compute per request against Triton's counters; the dominant part's flips.
+
+    The reference is the same counters summed over the same window ending at the observation's time,
+    through Prometheus' own scrapes of the pods (not the operator's reads).
+    """
+    sel = f'namespace="{ns}",inferenceservice="{NAME}"'
+
+    def scalar_at(promql: str, when: float) -> float:
+        params = {"query": promql, "time": f"{when:.3f}"}
+        body = httpx.get(f"{monitored.prometheus.url}/api/v1/query", params=params, timeout=5).json()
+        result = body["data"]["result"]
+        return float(result[0]["value"][1]) if result else math.nan
+
+    def per_request_ms(counter: str, at: str) -> tuple[float, float]:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+        served = scalar_at(f"sum(increase(nv_inference_request_success{{{sel}}}[{window_s:g}s]))", when)
+        spent = scalar_at(f"sum(increase({counter}{{{sel}}}[{window_s:g}s]))", when)
+        return (spent / served / 1000.0 if served > 0 else math.nan), served
+
+    compared, far = 0, []
+    for t, seen in observed:
+        queue, requests = per_request_ms("nv_inference_queue_duration_us", seen["at"])
+        compute, _ = per_request_ms("nv_inference_compute_infer_duration_us", seen["at"])
+        if not requests >= BREAKDOWN_MIN_REQUESTS or seen.get("computeTimeMs") is None:
+            continue
+        compared += 1
+        for part, status_ms, triton_ms in (
+            ("queue", seen["queueTimeMs"], queue),
+            ("compute", seen["computeTimeMs"], compute),
+        ):
+            # Relative, with a floor of a millisecond for a queue that is all but empty.
+            if not abs(status_ms - triton_ms) <= max(BREAKDOWN_TOLERANCE * triton_ms, 1.0):
+                far.append((round(t), part, status_ms, round(triton_ms, 2), round(requests)))
+    assert compared >= 10, f"only {compared} observations had {BREAKDOWN_MIN_REQUESTS} requests"
+    assert not far, far
+    # The dominant part: the server's before the step, the queue's while one replica is overrun,
+    # the server's again once the second replica has drained it.
+    parts = [(t, seen.get("timeDominatedBy")) for t, seen in observed if seen.get("timeDominatedBy")]
+    assert [p for t, p in parts if t < LOW_S] and all(p == "Server" for t, p in parts if t < LOW_S), parts
+    assert any(p == "Queue" for t, p in parts if t >= LOW_S), parts
+    assert parts[-1][1] == "Server", parts
+
+
 def adds_or_reloads(before: dict[str, Any], after: dict[str, Any]) -> bool:
     """Whether what is in force changed by adding replicas or by a batching change."""
     return after["replicas"] > before["replicas"] or after.get("batching") != before.get("batching")
@@ -187,6 +243,8 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     last_in_force: dict[str, Any] | None = None
     peak_replicas = initial_replicas
     samples: list[tuple[float, int, int, str]] = []  # (load time, target replicas, ready, reason)
+    #: status.observed as the loop saw it, by its time: (load time, the observation).
+    observed_by_time: dict[str, tuple[float, dict[str, Any]]] = {}
     with load:
 
         def follow_pods_until_done() -> bool:
@@ -200,6 +258,9 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
                 t = progress[-1].t_s
                 reason = (now.get("lastDecision") or {}).get("reason", "")
                 samples.append((t, now["replicas"], len(ready), reason))
+                seen = now.get("observed") or {}
+                if seen.get("at") and seen.get("queueTimeMs") is not None:
+                    observed_by_time[seen["at"]] = (t, seen)
                 in_force = {"replicas": now["replicas"], "batching": now.get("batching")}
                 if t < LOW_S:
                     before_step = in_force
@@ -259,6 +320,7 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     assert (final.get("observed") or {}).get("ratesFrom") == "Pods", final.get("observed")
 
     check_report(real_api, ns, monitored, tmp_path / "report", start_s=load_started, high_per_s=high)
+    check_breakdown(monitored, ns, list(observed_by_time.values()), window_s=30.0)
 
     # With the load gone, back to one replica once the stabilization window has passed.
     if peak_replicas == 1:
