@@ -647,15 +647,19 @@ class Autoscaler:
             )
             self.metrics.record_batching_change(outcome.reason)
             if not outcome.ok:
+                on = "the canary's replicas" if served is not result else "the replicas"
                 log.warning("%s/%s: batching change refused: %s", isvc.namespace, isvc.name, outcome.message)
                 events.append(
                     EventRecord(
                         "Warning",
                         "BatchingRefused",
-                        f"batching change refused, old config kept: {outcome.message}",
+                        f"batching change refused by {on}, their old config kept: {outcome.message}",
                     )
                 )
-                return False
+                if served is result:
+                    return False  # nothing changed anywhere (the stable replicas go first)
+        # The batching in force is the stable replicas': a canary that kept its own is only compared
+        # under another batching until its verdict.
         return True
 
     async def _write(
