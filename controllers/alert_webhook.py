@@ -73,6 +73,8 @@ def parse_payload(body: bytes) -> list[AlertNotification]:
         doc: Any = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MalformedPayload(f"body is not JSON: {exc}") from exc
+    except RecursionError as exc:  # a megabyte of "[" nests past Python's stack: refused, not a 500
+        raise MalformedPayload("body nests too deeply") from exc
     if not isinstance(doc, dict):
         raise MalformedPayload("body must be a JSON object")
     if doc.get("version") != "4":

@@ -91,8 +91,15 @@ class ServiceLoops:
             self._wakeups[(namespace, name)].set()
 
     def alert(self, namespace: str, name: str, *, firing: bool) -> None:
-        """An SLO alert fired or resolved: decide now, in the aggressive mode while it fires."""
+        """An SLO alert fired or resolved: decide now, in the aggressive mode while it fires.
+
+        Alerts about services this operator does not run are dropped: kept, anyone who reaches the
+        webhook could grow its memory with made-up names.
+        """
         key = (namespace, name)
+        if key not in self._tasks:
+            log.info("alert about %s/%s, which this operator does not serve: ignored", namespace, name)
+            return
         self._alerts[key] = firing
         self._next_control[key] = 0.0
         if key in self._wakeups:

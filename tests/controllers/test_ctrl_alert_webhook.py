@@ -149,6 +149,7 @@ def test_unauthenticated_requests_are_rejected_and_counted(headers: dict[str, st
         json.dumps({"version": "4", "alerts": [{"status": "pending", "labels": {}}]}).encode(),
         json.dumps({"version": "4", "alerts": [{"status": "firing", "labels": {"a": 1}}]}).encode(),
         b"\xff\xfe",
+        b"[" * 100_000,  # nested past the parser's recursion limit
     ],
 )
 def test_malformed_payloads_are_rejected_and_counted(raw: bytes):

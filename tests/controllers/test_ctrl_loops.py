@@ -148,3 +148,24 @@ def test_decisions_run_on_their_period_without_a_reconcile_each_and_a_wake_recon
     after_decisions, total, steps = asyncio.run(scenario())
     assert after_decisions == 1 and steps >= 6
     assert total == 2
+
+
+def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
+    class Noop:
+        def reconcile(self, namespace: str, name: str) -> ReconcileResult:
+            return ReconcileResult(requeue_after=300.0)
+
+    async def scenario() -> tuple[dict[Any, bool], dict[Any, bool]]:
+        loops = ServiceLoops(reconciler=Noop(), executor=None)  # type: ignore[arg-type]
+        for i in range(1000):  # made-up names from anyone who reaches the webhook
+            loops.alert("ns", f"nobody-{i}", firing=True)
+        before = dict(loops._alerts)
+        loops.ensure("ns", "svc")
+        loops.alert("ns", "svc", firing=True)
+        after = dict(loops._alerts)
+        await loops.stop_all()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert before == {}
+    assert after == {("ns", "svc"): True}
