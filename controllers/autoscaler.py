@@ -48,7 +48,7 @@ from tailpilot.controllers.gpu_products import (
     options_of,
     serving_spec,
 )
-from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, ready_pod_ip
+from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, pod_url, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import LatencyBoard, ObservationError, observe_service
 from tailpilot.controllers.pod_signals import PodSignals
@@ -629,7 +629,7 @@ class Autoscaler:
         if canary is not None:
             groups.append((canary.result, [p for p in pods if _on_canary_track(p)]))
         for served, members in groups:
-            urls = [f"http://{ip}:{c.TRITON_HTTP_PORT}" for p in members if (ip := ready_pod_ip(p))]
+            urls = [pod_url(ip, c.TRITON_HTTP_PORT) for p in members if (ip := ready_pod_ip(p))]
             if served is not result and not urls:
                 continue  # canary replicas not started yet: they start with the ConfigMap's batching
             config = triton_model_config.model_config_for(

@@ -87,6 +87,12 @@ def ready_pod_ip(pod: Mapping[str, Any]) -> str | None:
     return str(ip) if ready and ip else None
 
 
+def pod_url(ip: str, port: int, path: str = "") -> str:
+    """`http://IP:PORT/path` of a pod, an IPv6 address in brackets (dual-stack and IPv6 clusters)."""
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}{path}"
+
+
 class Kube:
     """Thread-safe enough for the reconciler's worker threads (urllib3 pools its connections)."""
 

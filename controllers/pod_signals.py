@@ -23,6 +23,7 @@ import aiohttp
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.kubeapi import pod_url
 from tailpilot.controllers.observe import PENDING_GAUGE, RATE_COUNTERS
 from tailpilot.policy.signals import (
     DEFAULT_READS_PER_S,
@@ -109,7 +110,7 @@ def _labels_and_value(rest: str) -> tuple[dict[str, str] | None, float]:
 
 def pod_metrics_url(pod_ip: str) -> str:
     """Where a Triton pod serves its metrics page."""
-    return f"http://{pod_ip}:{c.TRITON_METRICS_PORT}/metrics"
+    return pod_url(pod_ip, c.TRITON_METRICS_PORT, "/metrics")
 
 
 @dataclass

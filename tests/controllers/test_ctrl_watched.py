@@ -119,3 +119,12 @@ def test_a_pod_event_delivered_during_the_list_is_applied_after_it():
     pods = asyncio.run(run())
     assert [p["status"]["conditions"][0]["status"] for p in pods] == ["True"]
     assert kube.lists == 1
+
+
+def test_pod_urls_bracket_ipv6_addresses():
+    from tailpilot.controllers.kubeapi import pod_url
+    from tailpilot.controllers.pod_signals import pod_metrics_url
+
+    assert pod_url("10.1.2.3", 8000) == "http://10.1.2.3:8000"
+    assert pod_url("fd00:10:244::5", 8000) == "http://[fd00:10:244::5]:8000"
+    assert pod_metrics_url("fd00::7") == "http://[fd00::7]:8002/metrics"
