@@ -199,6 +199,11 @@ def engine_profile(status: InferenceServiceStatus, *, max_batch_size: int) -> En
     profile, engine = status.profile, status.engine
     if profile is None or not profile.points:
         return None
+    one = profile.service_time.intercept_ms + profile.service_time.per_item_ms
+    if not one > 0:
+        # A batch that takes no time is a broken measurement, not an infinitely fast engine: sized by
+        # it, any load would fit one replica. Without a profile the service time is learned online.
+        return None
     return EngineProfile(
         engine_key=engine.key if engine else "",
         backend=engine.triton_backend if engine else "",

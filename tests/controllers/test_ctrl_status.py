@@ -89,6 +89,9 @@ def test_the_policys_profile_carries_tritons_compute_time_when_the_build_recorde
     older = engine_profile(decode_status(raw), max_batch_size=8)
     assert older is not None and older.compute_time is None
     assert engine_profile(decode_status({"engine": raw["engine"]}), max_batch_size=8) is None
+    # A profile whose batches take no time would size any load onto one replica: not used.
+    raw["profile"]["serviceTime"] = {"interceptMs": 0.0, "perItemMs": 0.0}
+    assert engine_profile(decode_status(raw), max_batch_size=8) is None
 
 
 def test_the_codec_round_trips_what_the_api_server_stores():
