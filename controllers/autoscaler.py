@@ -48,7 +48,7 @@ from tailpilot.controllers.gpu_products import (
     options_of,
     serving_spec,
 )
-from tailpilot.controllers.kubeapi import ISVC, PODS, Kube, pod_url, ready_pod_ip
+from tailpilot.controllers.kubeapi import PODS, Kube, pod_url, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import LatencyBoard, ObservationError, observe_service
 from tailpilot.controllers.pod_signals import PodSignals
@@ -681,13 +681,5 @@ class Autoscaler:
         )
         if not (force or significant_change(old, new)):
             return False
-        meta = body["metadata"]
-        await asyncio.to_thread(
-            self.kube.merge_patch,
-            ISVC,
-            meta["namespace"],
-            meta["name"],
-            {"status": status_patch(body.get("status"), new)},
-            subresource="status",
-        )
+        await asyncio.to_thread(self.kube.patch_status, body, status_patch(body.get("status"), new))
         return True

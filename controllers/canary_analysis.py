@@ -149,15 +149,7 @@ class CanaryAnalyst:
         old = decode_status(body.get("status"))
         new = old.model_copy(update={"canary": canary})
         if new != old:
-            meta = body["metadata"]
-            await asyncio.to_thread(
-                self.kube.merge_patch,
-                ISVC,
-                meta["namespace"],
-                meta["name"],
-                {"status": status_patch(body.get("status"), new)},
-                subresource="status",
-            )
+            await asyncio.to_thread(self.kube.patch_status, body, status_patch(body.get("status"), new))
         if event is not None:
             await asyncio.to_thread(post_events, self.kube, body, [event], now=utc_now(self.clock))
         return False

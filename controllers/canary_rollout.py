@@ -168,23 +168,19 @@ def canary_step(
             f"canary of engine {key} rolled back: {canary.message}. The serving engine keeps serving; "
             f"to serve the new one anyway, annotate the service {c.ANNOTATION_ACCEPT_ENGINE}={key}"
         )
-        return CanaryStep(
-            engine_ready=ConditionUpdate(
-                c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_CANARY_ROLLED_BACK, message
-            ),
-            blocked=ConditionUpdate(
-                c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_TRUE, c.REASON_CANARY_ROLLED_BACK, message
-            ),
-            status=status,
-            events=events,
-        )
+        return _held(status, events, c.REASON_CANARY_ROLLED_BACK, message, blocked=True)
     message = f"engine {key} under canary analysis: {canary.message}"
+    return _held(status, events, c.REASON_CANARY_ANALYSIS, message, blocked=False)
+
+
+def _held(
+    status: InferenceServiceStatus, events: list[EventRecord], reason: str, message: str, *, blocked: bool
+) -> CanaryStep:
+    """The new engine does not serve yet: EngineReady False and RolloutBlocked, both with `reason`."""
     return CanaryStep(
-        engine_ready=ConditionUpdate(
-            c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_CANARY_ANALYSIS, message
-        ),
+        engine_ready=ConditionUpdate(c.CONDITION_ENGINE_READY, c.STATUS_FALSE, reason, message),
         blocked=ConditionUpdate(
-            c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_FALSE, c.REASON_CANARY_ANALYSIS, message
+            c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_TRUE if blocked else c.STATUS_FALSE, reason, message
         ),
         status=status,
         events=events,

@@ -180,6 +180,13 @@ class Kube:
                 return None
             raise
 
+    def patch_status(self, body: Mapping[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource of the InferenceService `body` with `patch`."""
+        meta = body["metadata"]
+        return self.merge_patch(
+            ISVC, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
+        )
+
     def merge_patch(
         self,
         resource: Resource,

@@ -1405,12 +1405,5 @@ class Reconciler:
         )
         if new_status == decode_status(body.get("status")):
             return False
-        meta = body["metadata"]
-        self.kube.merge_patch(
-            ISVC,
-            meta["namespace"],
-            meta["name"],
-            {"status": status_patch(body.get("status"), new_status)},
-            subresource="status",
-        )
+        self.kube.patch_status(body, status_patch(body.get("status"), new_status))
         return True
