@@ -12,6 +12,7 @@ the phase (Promoting or RolledBack), posts an Event and wakes the reconcile that
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Final
@@ -54,6 +55,13 @@ def track_reading(pods: list[PodMetrics], *, window_s: float, now_s: float) -> T
     failed = sum((p.failure_rate or 0.0) for p in pods) * window_s
     merged = observation_from_pod_metrics(pods=pods, window_s=window_s, now_s=now_s)
     return TrackReading(pods=len(pods), requests=answered + failed, failures=failed, p99_ms=merged.p99_ms)
+
+
+def restarts_of(pod: dict[str, Any]) -> int:
+    """Container restarts of a pod (init containers included: a sidecar's crash counts)."""
+    status = pod.get("status") or {}
+    statuses = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    return sum(int(s.get("restartCount") or 0) for s in statuses)
 
 
 def track_status(reading: TrackReading) -> CanaryTrackStatus:
@@ -111,11 +119,10 @@ class CanaryAnalyst:
             message = f"Prometheus unavailable, analysis paused: {error}"[:1024]
             return await self._record(body, canary.model_copy(update={"message": message}), None)
         selector = f"{c.LABEL_ISVC}={name},{c.LABEL_TRACK}={c.TRACK_CANARY}"
-        canary_pods = {
-            p["metadata"]["name"]
-            for p in await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector)
-        }
+        listed = await asyncio.to_thread(self.kube.list, PODS, namespace, label_selector=selector)
+        canary_pods = {p["metadata"]["name"] for p in listed}
         candidate = track_reading([p for p in pods if p.pod in canary_pods], window_s=window, now_s=now)
+        candidate = dataclasses.replace(candidate, restarts=sum(restarts_of(p) for p in listed))
         stable = track_reading([p for p in pods if p.pod not in canary_pods], window_s=window, now_s=now)
         judgement = judge_canary(
             stable=stable, candidate=candidate, elapsed_s=elapsed, criteria=criteria_of(isvc)

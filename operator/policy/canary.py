@@ -5,6 +5,8 @@ judges it by what it does with the service's own traffic. While it runs, the can
 the stable ones serve the same request stream side by side (the Service spreads requests over
 both), so the two sides' observations over the same window are directly comparable:
 
+- **a crash** (a canary container restarted) rolls back at once: the requests it held failed on
+  the clients' side, where Triton's failure counter never sees them;
 - **errors** are judged as soon as both sides have answered `min_requests`: a canary whose
   failed-request share exceeds the stable replicas' by more than `max_error_rate_percent`
   percentage points is rolled back at once (waiting out the window would fail more requests);
@@ -38,12 +40,15 @@ class TrackReading:
         requests: Requests answered or failed.
         failures: Failed requests.
         p99_ms: Observed P99 (None: no latency summary yet).
+        restarts: Container restarts of its pods (a crash fails its in-flight requests where Triton
+            cannot count them).
     """
 
     pods: int
     requests: float
     failures: float
     p99_ms: float | None
+    restarts: int = 0
 
     @property
     def error_rate_percent(self) -> float | None:
@@ -114,6 +119,13 @@ def judge_canary(
 ) -> CanaryJudgement:
     """Promote, roll back, or go on analysing, from both sides' readings `elapsed_s` into the window."""
     figures = describe(stable, candidate)
+    if candidate.restarts > 0:
+        return CanaryJudgement(
+            Verdict.ROLL_BACK,
+            "CanaryRestarted",
+            f"the canary's containers restarted {candidate.restarts} time(s): the requests they held "
+            "failed where Triton cannot count them; " + figures,
+        )
     fewest = min(stable.requests, candidate.requests)
     if fewest < criteria.min_requests:
         return CanaryJudgement(

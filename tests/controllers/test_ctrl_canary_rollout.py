@@ -244,3 +244,16 @@ def test_each_side_reading_sums_its_pods_and_merges_their_tails() -> None:
     assert recorded.error_rate_percent == round(100 * 15 / 615, 3)
     empty = track_status(track_reading([], window_s=30.0, now_s=100.0))
     assert (empty.requests, empty.p99_ms, empty.error_rate_percent) == (0, None, None)
+
+
+def test_restarts_count_every_container_of_the_canarys_pods() -> None:
+    from tailpilot.controllers.canary_analysis import restarts_of
+
+    pod = {
+        "status": {
+            "containerStatuses": [{"restartCount": 2}],
+            "initContainerStatuses": [{"restartCount": 0}, {"restartCount": 1}],
+        }
+    }
+    assert restarts_of(pod) == 3
+    assert restarts_of({"status": {}}) == 0

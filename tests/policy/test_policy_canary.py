@@ -82,3 +82,10 @@ def test_no_verdict_without_enough_requests_on_both_sides_or_a_canary_p99() -> N
     # No P99 of the stable side: the canary is judged against the SLO alone.
     assert judge(side(None), side(30.0))[0] is Verdict.PROMOTE
     assert judge(side(None), side(80.0)) == (Verdict.ROLL_BACK, "CanaryOverSLO")
+
+
+def test_a_canary_whose_containers_restarted_is_rolled_back_at_once() -> None:
+    crashed = TrackReading(pods=1, requests=5.0, failures=0.0, p99_ms=None, restarts=1)
+    judgement = judge_canary(stable=side(10.0), candidate=crashed, elapsed_s=5.0, criteria=CRITERIA)
+    assert (judgement.verdict, judgement.reason) == (Verdict.ROLL_BACK, "CanaryRestarted")
+    assert "restarted 1 time(s)" in judgement.message
