@@ -47,7 +47,7 @@ cluster-up: tools ## start the local cluster (idempotent); kubeconfig in .cluste
 	@$(PY) -P -m tailpilot_e2e.cluster up
 
 .PHONY: cluster-down
-cluster-down: ## stop every process of the local cluster and remove its state
+cluster-down: ## stop every process of the local clusters (the real-pods one too) and remove their state
 	@test -x $(PY) && $(PY) -P -m tailpilot_e2e.cluster down || echo "no venv: nothing to stop"
 
 # mypy and import-linter cannot follow the editable install's import hook (five folders mapped into

@@ -528,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--real-node",
         action="store_true",
-        help="the real-pods cluster: node agent on local-0, state in .cluster-real/, ports +300",
+        help="the real-pods cluster: node agent on local-0, state in .cluster-real/, ports +300 "
+        "(down without it stops both clusters)",
     )
     args = parser.parse_args(argv)
     cluster = real_node_cluster() if args.real_node else LocalCluster()
@@ -548,8 +549,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {cluster.binaries.kubectl} get nodes -L nvidia.com/gpu.product")
             print(f"  logs: {cluster.paths.root / 'logs'}/")
         elif args.command == "down":
-            stopped = cluster.down()
-            print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}; state removed")
+            # Without --real-node: whichever local cluster runs, both if both do (a test or demo
+            # interrupted before its own teardown leaves the real-pods one up).
+            for each in [cluster] if args.real_node else [cluster, real_node_cluster()]:
+                stopped = each.down()
+                what = ", ".join(stopped) if stopped else "nothing was running"
+                print(f"{each.paths.root.name}: stopped {what}; state removed")
         else:
             print("running" if cluster.running() else "not running")
             return 0 if cluster.running() else 1
