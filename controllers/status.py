@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -335,6 +335,7 @@ def observed_status(observation: Observation) -> ObservedStatus:
         mean_batch_size=rounded(observation.mean_batch_size),
         time_dominated_by=dominated,
         rates_from=observation.rates_from,
+        at=datetime.fromtimestamp(observation.at_s, UTC) if observation.at_s > 0 else None,
     )
 
 

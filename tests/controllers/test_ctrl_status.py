@@ -259,6 +259,12 @@ def test_the_observation_says_where_the_time_went():
     # Without traffic (or without the split) there is nothing to attribute.
     assert observed_status(queued.model_copy(update={"request_rate": 0.0})).time_dominated_by is None
     assert observed_status(queued.model_copy(update={"queue_time_ms": None})).time_dominated_by is None
+    # The observation's time, so its figures can be checked against the same window elsewhere.
+    assert "at" not in shown  # at_s 0: an observation without a time
+    timed = encode_status(
+        InferenceServiceStatus(observed=observed_status(queued.model_copy(update={"at_s": 1.8e9})))
+    )
+    assert timed["observed"]["at"] == "2027-01-15T08:00:00Z"
 
 
 def test_the_decision_history_keeps_the_last_ten_oldest_first():

@@ -172,7 +172,10 @@ def check_breakdown(
             # Relative, with a floor of a millisecond for a queue that is all but empty.
             if not abs(status_ms - triton_ms) <= max(BREAKDOWN_TOLERANCE * triton_ms, 1.0):
                 far.append((round(t), part, status_ms, round(triton_ms, 2), round(requests)))
-    assert compared >= 10, f"only {compared} observations had {BREAKDOWN_MIN_REQUESTS} requests"
+    assert compared >= 10, (
+        f"{compared} of {len(observed)} observations had {BREAKDOWN_MIN_REQUESTS} requests: "
+        f"{[(round(t), seen.get('at'), seen.get('requestRate')) for t, seen in observed[:5]]}"
+    )
     assert not far, far
     # The dominant part: the server's before the step, the queue's while one replica is overrun,
     # the server's again once the second replica has drained it.
