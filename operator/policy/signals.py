@@ -282,10 +282,11 @@ def _rates(reads: Sequence[PodRead], pod: str, window_s: float) -> dict[str, flo
     if now is None or base is None or base[0] >= newest.at_s:
         return None
     elapsed = newest.at_s - base[0]
-    return {
+    rates: dict[str, float] = {
         field: _grown(getattr(now, counter), getattr(base[1], counter)) / elapsed
         for field, counter in RATE_FIELDS.items()
     }
+    return {**rates, "span_s": elapsed}
 
 
 def pod_metrics_from_reads(

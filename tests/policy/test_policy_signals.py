@@ -175,3 +175,17 @@ def test_a_sampled_read_stands_for_every_serving_pod():
     assert sample.queue_depth_per_replica == pytest.approx(whole.queue_depth_per_replica)
     assert arrival_rate_per_s(sampled, span_s=4.0) == pytest.approx(704.0)  # completions + queue growth
     assert completion_rate_per_s(sampled, span_s=4.0) == pytest.approx(640.0)
+
+
+def test_time_per_request_counts_a_pod_that_joined_inside_the_window_by_what_it_served():
+    # Pod a queued 500 ms per request for the whole 30 s window; b joined 6 s before its end, with an
+    # empty queue. Triton's counters say 60 + 6 requests and 30 s of queueing: 455 ms per request.
+    reads = [
+        read(100.0, a=counters(0, queue_duration_us=0)),
+        read(124.0, a=counters(48, queue_duration_us=24e6), b=counters(0, queue_duration_us=0)),
+        read(130.0, a=counters(60, queue_duration_us=30e6), b=counters(6, queue_duration_us=0)),
+    ]
+    windows = ObservationWindows(window_s=30.0, recent_window_s=6.0, arrival_lookback_s=None)
+    obs = observation_from_reads(reads, windows=windows, now_s=130.0)
+    assert obs.queue_time_ms == pytest.approx(30e3 / 66)  # not (1 s/s) / (2 + 1 req/s) = 333 ms
+    assert obs.request_rate == pytest.approx(60 / 30 + 6 / 6)  # rates stay per second: b serves 1/s now
