@@ -242,6 +242,28 @@ class Reconciler:
         children_written = 0
         if result is not None:
             rollout, children_written, status = self._rollout(isvc, status, result, events)
+            canary = status.canary
+            if (
+                canary is not None
+                and canary.phase == "RolledBack"
+                and engine_cond.reason == c.REASON_CANARY_ANALYSIS
+            ):
+                # Rolled back in this very pass (its name was taken): say so now, not a pass later.
+                held = canary_step(
+                    isvc,
+                    status,
+                    canary.engine,
+                    stable_replicas=replicas_in_force(isvc, status),
+                    accepted=False,
+                    now=utc_now(self.clock),
+                )
+                engine_cond = held.engine_ready or engine_cond  # a rolled-back canary's never serves
+                kept = [
+                    u
+                    for u in updates
+                    if u.type not in (c.CONDITION_ENGINE_READY, c.CONDITION_ROLLOUT_BLOCKED)
+                ]
+                updates = [engine_cond, held.blocked, *kept]
             move = status.gpu
             if rollout.status == c.STATUS_TRUE and move and (move.moving_to or move.replicas_after_move):
                 # A move is complete: every pod runs on the new product; shrink to what it needs.
