@@ -35,6 +35,7 @@ from tailpilot.api.v1alpha1 import (
     ObservedStatus,
 )
 from tailpilot.controllers.batching import apply_batching
+from tailpilot.controllers.breakdown import breakdown_condition
 from tailpilot.controllers.canary_rollout import canary_plan
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
@@ -226,6 +227,12 @@ def _reason(status: InferenceServiceStatus) -> str | None:
     return status.last_decision.reason if status.last_decision else None
 
 
+def _breakdown_reason(status: InferenceServiceStatus) -> str | None:
+    """The part LatencyBreakdown named, while it was True (the part it keeps naming while close)."""
+    held = next((x for x in status.conditions if x.type == c.CONDITION_LATENCY_BREAKDOWN), None)
+    return held.reason if held is not None and held.status == c.STATUS_TRUE else None
+
+
 @dataclass(frozen=True)
 class _Inputs:
     """What one decision needs from the object."""
@@ -400,6 +407,7 @@ class Autoscaler:
         updates = [
             profile_condition,
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
+            breakdown_condition(seen, previous_reason=_breakdown_reason(status)),
             ConditionUpdate(
                 c.CONDITION_SCALING_ACTIVE,
                 c.STATUS_TRUE,

@@ -79,8 +79,17 @@ class OperatorMetrics:
         self.time_ms = Gauge(
             "tailpilot_request_time_ms",
             "Where a request's time in Triton went over the evaluation window, per request, ms: part "
-            "queue (waiting for an instance), server (in Triton outside its queue) and compute (of "
-            "server, the model's execution).",
+            "queue (waiting for an instance), server (in Triton outside its queue) and, of server, "
+            "compute_input (moving the inputs to the model), compute_infer (the model's execution), "
+            "compute_output (taking the outputs); compute is compute_infer under its first name.",
+            ["namespace", "service", "part"],
+            registry=self.registry,
+        )
+        self.time_p99_ms = Gauge(
+            "tailpilot_request_time_p99_ms",
+            "P99 of a part of a request's time in Triton, ms, merged across pods from Triton's "
+            "per-pod summaries (about the last minute): part queue and compute_infer. Absent while "
+            "the summaries hold no request.",
             ["namespace", "service", "part"],
             registry=self.registry,
         )
@@ -164,10 +173,24 @@ class OperatorMetrics:
             "queue": observed.queue_time_ms,
             "server": observed.server_time_ms,
             "compute": observed.compute_time_ms,
+            "compute_input": observed.compute_input_time_ms,
+            "compute_infer": observed.compute_time_ms,
+            "compute_output": observed.compute_output_time_ms,
         }
         for part, value in parts.items():
             if value is not None:
                 self.time_ms.labels(namespace, service, part).set(value)
+        tails = {"queue": observed.queue_time_p99_ms, "compute_infer": observed.compute_time_p99_ms}
+        for part, value in tails.items():
+            if value is not None:
+                self.time_p99_ms.labels(namespace, service, part).set(value)
+            else:
+                # A summary without requests has no P99 (Triton's goes NaN a minute after the last
+                # request): the series goes rather than show the last busy minute's tail as now's.
+                try:
+                    self.time_p99_ms.remove(namespace, service, part)
+                except KeyError:
+                    pass
         if observed.mean_batch_size is not None:
             self.mean_batch.labels(namespace, service).set(observed.mean_batch_size)
         if service_time is not None:
@@ -229,7 +252,7 @@ class OperatorMetrics:
                 gauge.remove(namespace, service)
             except KeyError:
                 pass  # never set for this service
-        for gauge in (self.gpu_cost, self.time_ms, self.service_time, self.mean_batch):
+        for gauge in (self.gpu_cost, self.time_ms, self.time_p99_ms, self.service_time, self.mean_batch):
             for labels in list(gauge._metrics):  # noqa: SLF001 - prometheus_client has no label listing
                 if labels[:2] == (namespace, service):
                     gauge.remove(*labels)

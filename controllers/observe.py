@@ -23,7 +23,8 @@ window; they are dropped, not counted as replicas. Counters are turned
 into per-second rates with `rate(...[window])`; Triton does not reset them on
 a model reload, and `rate` handles pod restarts. The P99 is the newest value of
 Triton's summary (its own sliding window); all quantiles are fetched so the
-merge can fit each pod's tail.
+merge can fit each pod's tail. The queue's and compute infer's summaries are
+fetched and merged the same way (their P99s on the status beside the request's).
 
 The burst sizing needs the service's arrivals per scrape interval over a lookback
 (`arrival_queries`, `arrival_counts`): subqueries sample each pod's success counter and
@@ -45,6 +46,7 @@ import httpx
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import Observation
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
+from tailpilot.policy.estimate import Summary
 from tailpilot.policy.signals import PodLatency
 
 #: Label with the service's name on its series: what the generated ServiceMonitor relabels to.
@@ -61,9 +63,21 @@ RATE_COUNTERS: Mapping[str, str] = {
     "request_duration_us_rate": "nv_inference_request_duration_us",
     "queue_duration_us_rate": "nv_inference_queue_duration_us",
     "compute_duration_us_rate": "nv_inference_compute_infer_duration_us",
+    "compute_input_duration_us_rate": "nv_inference_compute_input_duration_us",
+    "compute_output_duration_us_rate": "nv_inference_compute_output_duration_us",
 }
 PENDING_GAUGE = "nv_inference_pending_request_count"
 LATENCY_SUMMARY = "nv_inference_request_summary_us"
+#: Triton's summaries of two parts of a request's time (with `--metrics-config=summary_latencies=true`,
+#: which the serving pods run with, beside the request's): the P99s of the queue and of compute infer.
+QUEUE_SUMMARY = "nv_inference_queue_summary_us"
+COMPUTE_SUMMARY = "nv_inference_compute_infer_summary_us"
+#: Query key -> the summary family it fetches every quantile of, per pod.
+SUMMARY_QUERIES: Mapping[str, str] = {
+    "quantiles": LATENCY_SUMMARY,
+    "queue_quantiles": QUEUE_SUMMARY,
+    "compute_quantiles": COMPUTE_SUMMARY,
+}
 
 
 class ObservationError(RuntimeError):
@@ -111,7 +125,8 @@ def build_queries(
         queries["recent_request_rate"] = f"sum {by} (rate({success}{{{sel}}}[{_window(recent_window_s)}]))"
     queries["pending_requests"] = f"sum {by} ({PENDING_GAUGE}{{{sel}}})"
     # max over models/versions in a pod: conservative when a pod serves more than one.
-    queries["quantiles"] = f"max by ({selector.pod_label}, quantile) ({LATENCY_SUMMARY}{{{sel}}})"
+    for key, family in SUMMARY_QUERIES.items():
+        queries[key] = f"max by ({selector.pod_label}, quantile) ({family}{{{sel}}})"
     queries["last_sample"] = f"max {by} (timestamp({PENDING_GAUGE}{{{sel}}}))"
     return queries
 
@@ -246,17 +261,18 @@ def pod_metrics_from_results(
     inside the window, and those are gone, not replicas.
     """
     fields: dict[str, dict[str, Any]] = {}
-    quantiles: dict[str, list[tuple[float, float]]] = {}
+    # Summary query key -> pod -> its (quantile, us) points.
+    quantiles: dict[str, dict[str, list[tuple[float, float]]]] = {key: {} for key in SUMMARY_QUERIES}
     for key, vector in results.items():
         for labels, value in vector:
             pod = labels.get(pod_label)
             if not pod:
                 continue
             entry = fields.setdefault(pod, {})
-            if key == "quantiles":
+            if key in SUMMARY_QUERIES:
                 q = _number(labels.get("quantile"))
                 if q is not None and value is not None:
-                    quantiles.setdefault(pod, []).append((q, value))
+                    quantiles[key].setdefault(pod, []).append((q, value))
             elif key == "last_sample":
                 entry["last_sample_s"] = value
             else:
@@ -266,11 +282,27 @@ def pod_metrics_from_results(
     for pod in sorted(fields):
         if "last_sample" in results and pod not in current:
             continue
-        summary = PodLatency.of(quantiles.get(pod, []))
+        summary = PodLatency.of(
+            quantiles["quantiles"].get(pod, []),
+            queue=_summary(quantiles["queue_quantiles"].get(pod)),
+            compute=_summary(quantiles["compute_quantiles"].get(pod)),
+        )
         pods.append(
-            PodMetrics(pod=pod, p99_us=summary.p99_us, quantiles_us=summary.quantiles_us, **fields[pod])
+            PodMetrics(
+                pod=pod,
+                p99_us=summary.p99_us,
+                quantiles_us=summary.quantiles_us,
+                queue_summary=summary.queue,
+                compute_summary=summary.compute,
+                **fields[pod],
+            )
         )
     return pods
+
+
+def _summary(points: list[tuple[float, float]] | None) -> Summary | None:
+    """A part's summary from its points; None when Prometheus had none for the pod (not exported)."""
+    return Summary.of(points) if points else None
 
 
 def latency_query(
@@ -282,10 +314,13 @@ def latency_query(
     """One query for the latency summaries of every service a Prometheus scrapes, grouped by pod.
 
     The fast signals take everything else from the pods; only the P99 feedback comes from
-    Prometheus, and one query a period serves every service (not one per service).
+    Prometheus, and one query a period serves every service (not one per service). It fetches the
+    request's, the queue's and compute infer's summaries at once, keeping each series' family
+    (`__name__`) apart (checked against Prometheus 3.16: grouping by `__name__` keeps it).
     """
-    by = f"{namespace_label}, {service_label}, {pod_label}, quantile"
-    return f'max by ({by}) ({LATENCY_SUMMARY}{{{service_label}!=""}})'
+    by = f"__name__, {namespace_label}, {service_label}, {pod_label}, quantile"
+    families = "|".join(SUMMARY_QUERIES.values())
+    return f'max by ({by}) ({{__name__=~"{families}",{service_label}!=""}})'
 
 
 def latency_by_service(
@@ -295,18 +330,28 @@ def latency_by_service(
     service_label: str = DEFAULT_SERVICE_LABEL,
     pod_label: str = DEFAULT_POD_LABEL,
 ) -> dict[tuple[str, str], dict[str, PodLatency]]:
-    """(namespace, service) -> pod -> its summary, from `latency_query`'s answer."""
-    points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    """(namespace, service) -> pod -> its summaries, from `latency_query`'s answer.
+
+    A series without a family name is the request's summary (what the query asked for before it
+    fetched the parts' too).
+    """
+    # (namespace, service, pod) -> family -> (quantile, us) points.
+    points: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = {}
     for labels, value in vector:
         q = _number(labels.get("quantile"))
         pod = labels.get(pod_label)
         if q is None or value is None or not pod:
             continue
         key = (labels.get(namespace_label, ""), labels.get(service_label, ""), pod)
-        points.setdefault(key, []).append((q, value))
+        family = labels.get("__name__", LATENCY_SUMMARY)
+        points.setdefault(key, {}).setdefault(family, []).append((q, value))
     out: dict[tuple[str, str], dict[str, PodLatency]] = {}
-    for (namespace, service, pod), qs in points.items():
-        out.setdefault((namespace, service), {})[pod] = PodLatency.of(qs)
+    for (namespace, service, pod), families in points.items():
+        out.setdefault((namespace, service), {})[pod] = PodLatency.of(
+            families.get(LATENCY_SUMMARY, []),
+            queue=_summary(families.get(QUEUE_SUMMARY)),
+            compute=_summary(families.get(COMPUTE_SUMMARY)),
+        )
     return out
 
 

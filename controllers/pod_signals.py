@@ -54,7 +54,7 @@ def parse_triton_counters(text: str, *, model: str) -> TritonCounters | None:
 
     None when the page has none of them for the model (not loaded yet, or another server).
 
-    A page is read every 2 s from every pod, so this reads only the lines of the eight metrics it
+    A page is read every 2 s from every pod, so this reads only the lines of the ten metrics it
     needs (Triton's page has dozens of families: GPU, CPU, cache, per-version latencies) and only
     their `model` label; `prometheus_client`'s full parser took about 0.8 ms a page here, most of the
     loop's parsing time. `tests/controllers/test_ctrl_fast_checks.py` checks it against that parser.

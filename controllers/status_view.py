@@ -23,6 +23,13 @@ def _ms(value: Any) -> str:
     return f"{float(value):.1f} ms" if isinstance(value, int | float) else "-"
 
 
+def _part_ms(value: Any) -> str:
+    # Compute input and output often take tens of microseconds: one decimal would show 0.0 ms.
+    if isinstance(value, int | float) and abs(value) < 1:
+        return f"{float(value):.2f} ms"
+    return _ms(value)
+
+
 def _num(value: Any, unit: str = "", digits: int = 1) -> str:
     return f"{float(value):.{digits}f}{unit}" if isinstance(value, int | float) else "-"
 
@@ -65,6 +72,34 @@ def _observed(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
             f"server {_ms(observed.get('serverTimeMs'))} (compute {_ms(observed.get('computeTimeMs'))}), "
             f"mean batch {_num(observed.get('meanBatchSize'))}"
             f": {observed.get('timeDominatedBy') or '?'} dominates"
+        )
+    lines += _parts(observed, _condition(status, c.CONDITION_LATENCY_BREAKDOWN))
+    return lines
+
+
+def _parts(observed: dict[str, Any], breakdown: dict[str, Any]) -> list[str]:
+    """The server time's compute parts, the queue's and compute's P99s, and the largest part."""
+    compute = [
+        f"{label} {_part_ms(observed.get(key))}"
+        for label, key in (
+            ("compute input", "computeInputTimeMs"),
+            ("compute infer", "computeTimeMs"),
+            ("compute output", "computeOutputTimeMs"),
+        )
+    ]
+    tails = [
+        f"{label} {_part_ms(observed.get(key))}"
+        for label, key in (("queue", "queueTimeP99Ms"), ("compute infer", "computeTimeP99Ms"))
+        if observed.get(key) is not None
+    ]
+    shown = observed.get("computeInputTimeMs") is not None or observed.get("computeOutputTimeMs") is not None
+    lines = [f"Parts       {', '.join(compute)}"] if shown else []
+    if tails:
+        lines.append(f"Tails       P99 {', '.join(tails)}")
+    if breakdown:
+        lines.append(
+            f"Largest     {breakdown.get('reason', '-')} ({breakdown.get('status', '?')}): "
+            f"{breakdown.get('message', '')}"
         )
     return lines
 

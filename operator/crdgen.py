@@ -146,7 +146,10 @@ def openapi_schema() -> Schema:
 
 
 def printer_columns() -> list[dict[str, Any]]:
-    """`kubectl get` columns: Ready, Replicas, P99, SLO, Batch, Age (+ Engine, Reason, Time with -o wide)."""
+    """`kubectl get` columns: Ready, Replicas, P99, SLO, Batch, Age (+ Engine, Reason, Time, Breakdown, GPU).
+
+    The second group shows with `-o wide` (priority 1).
+    """
     ready = f'.status.conditions[?(@.type=="{c.CONDITION_READY}")]'
     return [
         {"name": "Ready", "type": "string", "jsonPath": f"{ready}.status", "description": "Ready condition"},
@@ -182,6 +185,16 @@ def printer_columns() -> list[dict[str, Any]]:
             "type": "string",
             "jsonPath": ".status.observed.timeDominatedBy",
             "description": "Where requests' time went: Queue or Server",
+            "priority": 1,
+        },
+        {
+            "name": "Breakdown",
+            "type": "string",
+            "jsonPath": f'.status.conditions[?(@.type=="{c.CONDITION_LATENCY_BREAKDOWN}")].reason',
+            "description": (
+                "The largest part of a request's time: QueueDominated, ComputeDominated (compute infer), "
+                "ComputeInputDominated, ComputeOutputDominated or ServerOverheadDominated"
+            ),
             "priority": 1,
         },
         {

@@ -46,6 +46,14 @@ class Observation(_Frozen):
     #: the batch's compute plus the backend's input/output handling, which a replica spends
     #: per request whether or not it computes. None when not measured.
     service_time_ms: float | None = None
+    #: Of the service time, Triton's compute input and compute output per request (copying the
+    #: inputs into the batch, the outputs out of it); `compute_time_ms` is its compute infer.
+    compute_input_time_ms: float | None = None
+    compute_output_time_ms: float | None = None
+    #: The P99 of the time a request spent queued, and in compute infer, merged across pods from
+    #: Triton's per-pod summaries as `p99_ms` is. None when no pod exports them or none served.
+    queue_time_p99_ms: float | None = None
+    compute_time_p99_ms: float | None = None
     mean_batch_size: float | None = None
     failure_rate: float | None = None
     ready_replicas: int = 0

@@ -84,6 +84,8 @@ CONDITION_PROFILE_ACCURATE: Final = "ProfileAccurate"
 CONDITION_ROLLOUT_BLOCKED: Final = "RolloutBlocked"
 #: For a service listing several GPU products: which one serves, and why (status.gpu has the figures).
 CONDITION_GPU_PRODUCT_CHOSEN: Final = "GpuProductChosen"
+#: Which part of a request's time in Triton is the largest (status.observed has every part's figure).
+CONDITION_LATENCY_BREAKDOWN: Final = "LatencyBreakdown"
 CONDITION_TYPES: Final = (
     CONDITION_READY,
     CONDITION_ENGINE_READY,
@@ -94,6 +96,7 @@ CONDITION_TYPES: Final = (
     CONDITION_PROFILE_ACCURATE,
     CONDITION_ROLLOUT_BLOCKED,
     CONDITION_GPU_PRODUCT_CHOSEN,
+    CONDITION_LATENCY_BREAKDOWN,
 )
 
 STATUS_TRUE: Final = "True"
@@ -166,6 +169,19 @@ REASON_PROFILE_DISAGREES: Final = "ProfileDisagrees"
 REASON_NO_PROFILE: Final = "NoProfile"
 #: ScalingActive Unknown: no profile and no traffic yet to learn the service time from.
 REASON_LEARNING_SERVICE_TIME: Final = "LearningServiceTime"
+#: LatencyBreakdown True: the largest part of a request's time is waiting in Triton's queue (more
+#: replicas or larger batches shorten it).
+REASON_QUEUE_DOMINATED: Final = "QueueDominated"
+#: LatencyBreakdown True: the largest part is compute infer, the model's own execution (a faster
+#: engine or precision shortens it; more replicas do not).
+REASON_COMPUTE_DOMINATED: Final = "ComputeDominated"
+#: LatencyBreakdown True: the largest part is compute input, moving the request's inputs to the model.
+REASON_COMPUTE_INPUT_DOMINATED: Final = "ComputeInputDominated"
+#: LatencyBreakdown True: the largest part is compute output, taking the outputs from the batch's results.
+REASON_COMPUTE_OUTPUT_DOMINATED: Final = "ComputeOutputDominated"
+#: LatencyBreakdown True: the largest part is Triton's own handling outside the queue and the compute
+#: steps (the server time the three compute parts leave).
+REASON_SERVER_OVERHEAD_DOMINATED: Final = "ServerOverheadDominated"
 
 # --- GPUs ----------------------------------------------------------------------------
 

@@ -1239,7 +1239,49 @@ class ObservedStatus(_Model):
         ),
     )
     compute_time_ms: float | None = Field(
-        default=None, ge=0, description="Of which Triton's compute (the batch it ran in), per request, ms."
+        default=None,
+        ge=0,
+        description=(
+            "Of which Triton's compute infer: the model's execution of the batch the request ran in, "
+            "per request, ms."
+        ),
+    )
+    compute_input_time_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Of the server time, Triton's compute input: preparing the request's input tensors for the "
+            "model (copies into its batch, to the GPU on a GPU), per request, ms. Large beside "
+            "computeTimeMs: the inputs cost more to move than to compute."
+        ),
+    )
+    compute_output_time_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Of the server time, Triton's compute output: taking the request's output tensors from its "
+            "batch's results (copies, from the GPU on a GPU), per request, ms. What serverTimeMs holds "
+            "beyond the three compute parts is Triton's own handling of the request."
+        ),
+    )
+    queue_time_p99_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "P99 of the time a request waited in Triton's queue, ms: each pod's "
+            "nv_inference_queue_summary_us as Prometheus last scraped it (Triton's summaries cover "
+            "about the last minute), merged across pods by request rate as p99Ms is. Absent without "
+            "traffic in that minute."
+        ),
+    )
+    compute_time_p99_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "P99 of a request's compute infer time (the model's execution of its batch), ms: from "
+            "each pod's nv_inference_compute_infer_summary_us, merged as queueTimeP99Ms is. Absent "
+            "without traffic in the summaries' last minute."
+        ),
     )
     mean_batch_size: float | None = Field(default=None, ge=0, description="Mean executed batch size.")
     time_dominated_by: Literal["Queue", "Server"] | None = Field(
@@ -1255,7 +1297,8 @@ class ObservedStatus(_Model):
         description=(
             "Where the request rate, queues and arrivals came from: Pods (each Ready Triton pod's "
             "metrics page, read every 2 s) or Prometheus (no pod could be read; rates at the scrape "
-            "interval). The P99 always comes from Prometheus."
+            "interval). The P99s (the request's, the queue's, compute infer's) always come from "
+            "Prometheus."
         ),
     )
     at: datetime | None = Field(default=None, description="When the observation was taken.")

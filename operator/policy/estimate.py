@@ -19,17 +19,54 @@ is exact when pods agree and bounded by the pods' range when they do not; the fi
 only decides where inside that range it lands. Against synthetic per-pod samples
 with unequal rates and latencies (tests/policy/test_policy_estimate.py) the error is a few
 percent, within the 15% the estimate is held to.
+
+The parts of a request's time have summaries of their own (`nv_inference_queue_summary_us`,
+`nv_inference_compute_infer_summary_us`: one observation per request, like the request's), so
+their P99s merge the same way (`merge_part_p99_us`): weighted by the pods' request rates, each
+pod's fit through its own quantiles of that part or its mean time in it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from tailpilot.api.autoscaling import Observation
 
 _LN100 = math.log(100.0)
+
+
+def split_p99(points: Iterable[tuple[float, float]]) -> tuple[float | None, tuple[tuple[float, float], ...]]:
+    """(the 0.99 quantile, the other quantiles ascending) of (quantile, value) points in any order."""
+    ordered = sorted(points)
+    p99 = next((v for q, v in ordered if abs(q - 0.99) < 1e-9), None)
+    return p99, tuple((q, v) for q, v in ordered if abs(q - 0.99) >= 1e-9)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One of a pod's Triton latency summaries as last scraped (a part of the request's time).
+
+    Attributes:
+        p99_us: The 0.99 quantile (None: no request in the summary's sliding window).
+        quantiles_us: The other quantiles, (quantile, microseconds), ascending.
+    """
+
+    p99_us: float | None
+    quantiles_us: tuple[tuple[float, float], ...] = ()
+
+    @classmethod
+    def of(cls, points: Iterable[tuple[float, float]]) -> Summary:
+        """From (quantile, microseconds) points in any order."""
+        p99, others = split_p99(points)
+        return cls(p99_us=p99, quantiles_us=others)
+
+
+#: The parts of a request's time whose P99 is merged from Triton's summaries: the queue
+#: (`nv_inference_queue_summary_us`) and the model's execution (`nv_inference_compute_infer_summary_us`).
+TailPart = Literal["queue", "compute"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +87,10 @@ class PodMetrics:
         request_duration_us_rate: Rate of `nv_inference_request_duration_us` (gives the mean latency).
         quantiles_us: Other summary quantiles as (quantile, us) pairs, e.g. ((0.9, 1200.0),).
         recent_request_rate: Successful requests per second over a shorter, recent window.
+        compute_input_duration_us_rate: Rate of `nv_inference_compute_input_duration_us`.
+        compute_output_duration_us_rate: Rate of `nv_inference_compute_output_duration_us`.
+        queue_summary: The pod's queue-time summary (`nv_inference_queue_summary_us`).
+        compute_summary: Its compute-infer summary (`nv_inference_compute_infer_summary_us`).
     """
 
     pod: str
@@ -67,11 +108,24 @@ class PodMetrics:
     #: Seconds the rates cover (a pod read since less than the window covers less); None: the window.
     span_s: float | None = None
     recent_request_rate: float | None = None
+    compute_input_duration_us_rate: float | None = None
+    compute_output_duration_us_rate: float | None = None
+    queue_summary: Summary | None = None
+    compute_summary: Summary | None = None
 
 
-def _tail_fit(pod: PodMetrics, p99: float) -> tuple[float, float]:
+class _Tail(NamedTuple):
+    """What one pod tells of one latency distribution: its request rate, P99, other quantiles, mean (us)."""
+
+    rate: float | None
+    p99_us: float | None
+    quantiles_us: tuple[tuple[float, float], ...]
+    mean_us: float | None
+
+
+def _tail_fit(tail: _Tail, p99: float) -> tuple[float, float]:
     """(shift, scale) of the pod's shifted-exponential latency fit, in us."""
-    points = sorted({(q, x) for q, x in pod.quantiles_us if 0 < q < 1 and x > 0 and math.isfinite(x)})
+    points = sorted({(q, x) for q, x in tail.quantiles_us if 0 < q < 1 and x > 0 and math.isfinite(x)})
     points = [p for p in points if abs(p[0] - 0.99) > 1e-9] + [(0.99, p99)]
     points.sort()
     theta = 0.0
@@ -79,24 +133,26 @@ def _tail_fit(pod: PodMetrics, p99: float) -> tuple[float, float]:
         (q_lo, x_lo), (q_hi, x_hi) = points[-2], points[-1]
         if x_hi > x_lo:
             theta = (x_hi - x_lo) / math.log((1 - q_lo) / (1 - q_hi))
-    elif pod.request_duration_us_rate is not None and pod.request_rate:
-        mean = pod.request_duration_us_rate / pod.request_rate
-        theta = (p99 - mean) / (_LN100 - 1.0)
+    elif tail.mean_us is not None:
+        theta = (p99 - tail.mean_us) / (_LN100 - 1.0)
     else:
         theta = p99 / _LN100
-    theta = max(theta, p99 * 1e-6)
+    # A floor above zero: a queue's P99 can be 0 us (no request waited), and a zero scale would
+    # divide by zero in the survival function.
+    theta = max(theta, p99 * 1e-6, 1e-3)
     return p99 - theta * _LN100, theta
 
 
-def merge_p99_us(pods: Sequence[PodMetrics]) -> float | None:
-    """Service-level P99 (us) of the rate-weighted mixture of the pods' latency distributions.
+def _mean_us(total_rate: float | None, request_rate: float | None) -> float | None:
+    return total_rate / request_rate if total_rate is not None and request_rate else None
 
-    Pods without a rate or a P99, or with no traffic, do not contribute. None when none does.
-    """
+
+def _merge_p99(tails: Iterable[_Tail]) -> float | None:
+    """P99 (us) of the rate-weighted mixture of the pods' distributions (None: no pod contributes)."""
     parts = [
-        (p.request_rate, p.p99_us, p)
-        for p in pods
-        if p.request_rate and p.request_rate > 0 and p.p99_us is not None and math.isfinite(p.p99_us)
+        (t.rate, t.p99_us, t)
+        for t in tails
+        if t.rate and t.rate > 0 and t.p99_us is not None and math.isfinite(t.p99_us)
     ]
     if not parts:
         return None
@@ -105,7 +161,7 @@ def merge_p99_us(pods: Sequence[PodMetrics]) -> float | None:
     if hi - lo <= 1e-9 * max(hi, 1.0):
         return hi
     total = sum(r for r, _, _ in parts)
-    fits = [(r / total, *_tail_fit(p, x)) for r, x, p in parts]
+    fits = [(r / total, *_tail_fit(t, x)) for r, x, t in parts]
 
     def survival(x: float) -> float:
         # Below its shift a pod's survival is 1; exp() of a large positive number would overflow.
@@ -121,6 +177,37 @@ def merge_p99_us(pods: Sequence[PodMetrics]) -> float | None:
         if hi - lo <= 1e-4 * hi:
             break
     return 0.5 * (lo + hi)
+
+
+def merge_p99_us(pods: Sequence[PodMetrics]) -> float | None:
+    """Service-level P99 (us) of the rate-weighted mixture of the pods' latency distributions.
+
+    Pods without a rate or a P99, or with no traffic, do not contribute. None when none does.
+    """
+    return _merge_p99(
+        _Tail(p.request_rate, p.p99_us, p.quantiles_us, _mean_us(p.request_duration_us_rate, p.request_rate))
+        for p in pods
+    )
+
+
+def merge_part_p99_us(pods: Sequence[PodMetrics], part: TailPart) -> float | None:
+    """Service-level P99 (us) of one part of a request's time (the queue, or compute infer).
+
+    Triton observes each request once in each part's summary, so the pods are weighted by their
+    request rates, as for the request's P99. None when no pod has that part's summary with a P99.
+    """
+    tails = []
+    for p in pods:
+        summary, total = (
+            (p.queue_summary, p.queue_duration_us_rate)
+            if part == "queue"
+            else (p.compute_summary, p.compute_duration_us_rate)
+        )
+        if summary is not None:
+            tails.append(
+                _Tail(p.request_rate, summary.p99_us, summary.quantiles_us, _mean_us(total, p.request_rate))
+            )
+    return _merge_p99(tails)
 
 
 def _ratio(pods: Sequence[PodMetrics], num: str, den: str) -> tuple[float, float] | None:
@@ -179,6 +266,8 @@ def observation_from_pod_metrics(
     batch = _ratio(live, "inference_count_rate", "exec_count_rate")
     request_ms = _per_request_ms(live, "request_duration_us_rate")
     queue_ms = _per_request_ms(live, "queue_duration_us_rate")
+    queue_p99_us = merge_part_p99_us(live, "queue")
+    compute_p99_us = merge_part_p99_us(live, "compute")
     failures = [p.failure_rate for p in live if p.failure_rate is not None]
     recent = [p.recent_request_rate for p in live if p.recent_request_rate is not None]
     measured_recent = recent_window_s is not None and bool(recent)
@@ -189,6 +278,10 @@ def observation_from_pod_metrics(
         queue_depth_per_replica=sum(pending) / len(pending) if pending else None,
         queue_time_ms=queue_ms,
         compute_time_ms=_per_request_ms(live, "compute_duration_us_rate"),
+        compute_input_time_ms=_per_request_ms(live, "compute_input_duration_us_rate"),
+        compute_output_time_ms=_per_request_ms(live, "compute_output_duration_us_rate"),
+        queue_time_p99_ms=queue_p99_us / 1000.0 if queue_p99_us is not None else None,
+        compute_time_p99_ms=compute_p99_us / 1000.0 if compute_p99_us is not None else None,
         service_time_ms=max(0.0, request_ms - queue_ms)
         if request_ms is not None and queue_ms is not None
         else None,

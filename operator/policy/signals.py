@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tailpilot.api.autoscaling import Observation
-from tailpilot.policy.estimate import PodMetrics, observation_from_pod_metrics
+from tailpilot.policy.estimate import PodMetrics, Summary, observation_from_pod_metrics, split_p99
 
 #: Seconds between two reads of a service's pods (the operator's default and the benchmark's): the
 #: period of the fast rules (rotation, surge check) too.
@@ -73,6 +73,8 @@ class TritonCounters:
         request_duration_us: `nv_inference_request_duration_us`.
         queue_duration_us: `nv_inference_queue_duration_us`.
         compute_duration_us: `nv_inference_compute_infer_duration_us`.
+        compute_input_duration_us: `nv_inference_compute_input_duration_us`.
+        compute_output_duration_us: `nv_inference_compute_output_duration_us`.
     """
 
     success: float
@@ -83,6 +85,8 @@ class TritonCounters:
     request_duration_us: float = 0.0
     queue_duration_us: float = 0.0
     compute_duration_us: float = 0.0
+    compute_input_duration_us: float = 0.0
+    compute_output_duration_us: float = 0.0
 
 
 _ZERO = TritonCounters(success=0.0, pending=0.0)
@@ -96,6 +100,8 @@ RATE_FIELDS: Final[Mapping[str, str]] = {
     "request_duration_us_rate": "request_duration_us",
     "queue_duration_us_rate": "queue_duration_us",
     "compute_duration_us_rate": "compute_duration_us",
+    "compute_input_duration_us_rate": "compute_input_duration_us",
+    "compute_output_duration_us_rate": "compute_output_duration_us",
 }
 
 
@@ -145,17 +151,26 @@ class PodLatency:
     Attributes:
         p99_us: The 0.99 quantile (None: not exported, or no request in the summary's window).
         quantiles_us: The other quantiles, (quantile, microseconds).
+        queue: Its queue-time summary (`nv_inference_queue_summary_us`; None: not scraped).
+        compute: Its compute-infer summary (`nv_inference_compute_infer_summary_us`; None: not scraped).
     """
 
     p99_us: float | None
     quantiles_us: tuple[tuple[float, float], ...] = ()
+    queue: Summary | None = None
+    compute: Summary | None = None
 
     @classmethod
-    def of(cls, points: Iterable[tuple[float, float]]) -> PodLatency:
+    def of(
+        cls,
+        points: Iterable[tuple[float, float]],
+        *,
+        queue: Summary | None = None,
+        compute: Summary | None = None,
+    ) -> PodLatency:
         """From (quantile, microseconds) points in any order: the 0.99 one apart, the rest ascending."""
-        ordered = sorted(points)
-        p99 = next((v for q, v in ordered if abs(q - 0.99) < 1e-9), None)
-        return cls(p99_us=p99, quantiles_us=tuple((q, v) for q, v in ordered if abs(q - 0.99) >= 1e-9))
+        p99, others = split_p99(points)
+        return cls(p99_us=p99, quantiles_us=others, queue=queue, compute=compute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +332,8 @@ def pod_metrics_from_reads(
                 p99_us=summary.p99_us if summary else None,
                 quantiles_us=summary.quantiles_us if summary else (),
                 recent_request_rate=recent["request_rate"] if recent else None,
+                queue_summary=summary.queue if summary else None,
+                compute_summary=summary.compute if summary else None,
                 **rates,
             )
         )

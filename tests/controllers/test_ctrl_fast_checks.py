@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from tailpilot.api import constants as c
 from tailpilot.controllers.fast_checks import FastChecker, label_changes
 from tailpilot.controllers.kubeapi import ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.observe import SUMMARY_QUERIES
 from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.signals import (
@@ -56,6 +58,8 @@ def test_every_counter_the_observation_needs_is_read_from_the_page():
             ("nv_inference_request_duration_us", 5000),
             ("nv_inference_queue_duration_us", 1200),
             ("nv_inference_compute_infer_duration_us", 3000),
+            ("nv_inference_compute_input_duration_us", 40),
+            ("nv_inference_compute_output_duration_us", 90),
             ("nv_inference_pending_request_count", 2),
         ]
     )
@@ -68,6 +72,8 @@ def test_every_counter_the_observation_needs_is_read_from_the_page():
         request_duration_us=5000,
         queue_duration_us=1200,
         compute_duration_us=3000,
+        compute_input_duration_us=40,
+        compute_output_duration_us=90,
     )
 
 
@@ -81,6 +87,8 @@ def reference_counters(text: str, *, model: str) -> TritonCounters | None:
         "nv_inference_request_duration_us": "request_duration_us",
         "nv_inference_queue_duration_us": "queue_duration_us",
         "nv_inference_compute_infer_duration_us": "compute_duration_us",
+        "nv_inference_compute_input_duration_us": "compute_input_duration_us",
+        "nv_inference_compute_output_duration_us": "compute_output_duration_us",
         "nv_inference_pending_request_count": "pending",
     }
     sums = dict.fromkeys(fields.values(), 0.0)
@@ -113,6 +121,8 @@ def test_the_fast_parser_reads_what_the_full_parser_reads_on_a_busy_page():
         ("nv_inference_request_duration_us", "counter"),
         ("nv_inference_queue_duration_us", "counter"),
         ("nv_inference_compute_infer_duration_us", "counter"),
+        ("nv_inference_compute_input_duration_us", "counter"),
+        ("nv_inference_compute_output_duration_us", "counter"),
         ("nv_inference_pending_request_count", "gauge"),
     ]
     for metric, kind in metrics:
@@ -125,6 +135,33 @@ def test_the_fast_parser_reads_what_the_full_parser_reads_on_a_busy_page():
     page = "\n".join(lines) + "\n"
     for model in [*models, "absent"]:
         assert parse_triton_counters(page, model=model) == reference_counters(page, model=model), model
+
+
+#: A real Triton's page: tritonserver 2.51 (nvidia-pytriton) with `--metrics-config=summary_latencies=true`,
+#: as the serving pods run, after 406 requests to the echo model of `triton_fixtures` (max batch 4).
+REAL_PAGE = (Path(__file__).parent / "triton_metrics_page.txt").read_text()
+
+
+def test_the_fast_parser_reads_a_real_tritons_page_as_the_full_parser_does():
+    counters = parse_triton_counters(REAL_PAGE, model="echo")
+    assert counters == reference_counters(REAL_PAGE, model="echo")
+    assert counters is not None
+    assert (counters.success, counters.exec_count) == (406, 288)
+    assert (counters.compute_input_duration_us, counters.compute_duration_us) == (11658, 1217471)
+    assert counters.compute_output_duration_us == 60027
+
+
+def test_every_summary_the_operator_queries_is_one_triton_exports_with_summary_latencies():
+    summaries = {f.name for f in text_string_to_metric_families(REAL_PAGE) if f.type == "summary"}
+    assert set(SUMMARY_QUERIES.values()) <= summaries
+    # Compute input and output have summaries too; the status keeps their means only.
+    assert summaries == {
+        "nv_inference_request_summary_us",
+        "nv_inference_queue_summary_us",
+        "nv_inference_compute_input_summary_us",
+        "nv_inference_compute_infer_summary_us",
+        "nv_inference_compute_output_summary_us",
+    }
 
 
 def sample(at_s: float, **pods: tuple[float, float]) -> PodRead:

@@ -134,3 +134,36 @@ def test_time_breakdown_service_time_and_gpu_costs_per_service_and_forgotten_wit
         k[0] in ("tailpilot_request_time_ms", "tailpilot_gpu_cost_per_hour", "tailpilot_mean_batch_size")
         for k in left
     )
+
+
+def test_each_compute_part_and_the_tails_are_series_and_a_tail_without_requests_goes():
+    from tailpilot.api.v1alpha1 import ObservedStatus
+
+    m = OperatorMetrics()
+    observed = ObservedStatus(
+        queue_time_ms=40.1,
+        server_time_ms=4.4,
+        compute_time_ms=3.9,
+        compute_input_time_ms=0.06,
+        compute_output_time_ms=0.31,
+        queue_time_p99_ms=120.4,
+        compute_time_p99_ms=5.2,
+    )
+    m.record_breakdown(namespace="shop", service="resnet", observed=observed, service_time=None)
+    got = samples(m)
+
+    def key(name: str, part: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return name, (("namespace", "shop"), ("part", part), ("service", "resnet"))
+
+    parts = {"queue": 40.1, "server": 4.4, "compute": 3.9, "compute_input": 0.06, "compute_infer": 3.9}
+    for part, value in {**parts, "compute_output": 0.31}.items():
+        assert got[key("tailpilot_request_time_ms", part)] == value, part
+    assert got[key("tailpilot_request_time_p99_ms", "queue")] == 120.4
+    assert got[key("tailpilot_request_time_p99_ms", "compute_infer")] == 5.2
+    # A minute without requests: Triton's summaries have no P99 any more, and neither has the gauge.
+    quiet = observed.model_copy(update={"queue_time_p99_ms": None, "compute_time_p99_ms": None})
+    m.record_breakdown(namespace="shop", service="resnet", observed=quiet, service_time=None)
+    assert not any(k[0] == "tailpilot_request_time_p99_ms" for k in samples(m))
+    m.record_breakdown(namespace="shop", service="resnet", observed=observed, service_time=None)
+    m.forget_service(namespace="shop", service="resnet")
+    assert not any(k[0].startswith("tailpilot_request_time") for k in samples(m))

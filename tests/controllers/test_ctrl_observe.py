@@ -15,11 +15,15 @@ from tailpilot.controllers.observe import (
     arrival_counts,
     arrival_queries,
     build_queries,
+    latency_by_service,
+    latency_query,
     observe_service,
     parse_series,
     parse_vector,
     pod_metrics_from_results,
 )
+from tailpilot.policy.estimate import Summary
+from tailpilot.policy.signals import PodLatency
 
 NOW = 1_800_000_000.0
 
@@ -41,6 +45,10 @@ def test_queries_select_the_service_and_aggregate_by_pod():
     )
     assert queries["pending_requests"] == f"sum by (pod) (nv_inference_pending_request_count{{{sel}}})"
     assert queries["quantiles"] == f"max by (pod, quantile) (nv_inference_request_summary_us{{{sel}}})"
+    assert queries["queue_quantiles"] == f"max by (pod, quantile) (nv_inference_queue_summary_us{{{sel}}})"
+    assert queries["compute_quantiles"] == (
+        f"max by (pod, quantile) (nv_inference_compute_infer_summary_us{{{sel}}})"
+    )
     assert queries["last_sample"] == f"max by (pod) (timestamp(nv_inference_pending_request_count{{{sel}}}))"
     metrics = {m for q in queries.values() for m in re.findall(r"rate\((\w+)\{", q)}
     assert metrics == {
@@ -51,6 +59,8 @@ def test_queries_select_the_service_and_aggregate_by_pod():
         "nv_inference_request_duration_us",
         "nv_inference_queue_duration_us",
         "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_output_duration_us",
     }
 
 
@@ -100,6 +110,52 @@ def test_results_join_by_pod():
         NOW - 5,
     )
     assert (b.pod, b.p99_us, b.pending_requests, b.failure_rate) == ("b", None, 3.0, None)
+    assert (a.queue_summary, a.compute_summary) == (None, None)  # not asked for: not exported
+
+
+def test_the_queue_and_compute_summaries_join_by_pod_apart_from_the_requests():
+    results = {
+        "request_rate": [({"pod": "a"}, 100.0), ({"pod": "b"}, 50.0)],
+        "quantiles": [({"pod": "a", "quantile": "0.99"}, 9000.0)],
+        "queue_quantiles": [
+            ({"pod": "a", "quantile": "0.99"}, 4000.0),
+            ({"pod": "a", "quantile": "0.5"}, 100.0),
+            ({"pod": "b", "quantile": "0.99"}, None),  # NaN: no request in the summary's minute
+        ],
+        "compute_quantiles": [({"pod": "b", "quantile": "0.99"}, 2500.0)],
+    }
+    a, b = pod_metrics_from_results(results)
+    assert (a.p99_us, a.quantiles_us) == (9000.0, ())
+    assert a.queue_summary == Summary(p99_us=4000.0, quantiles_us=((0.5, 100.0),))
+    assert a.compute_summary is None
+    assert b.queue_summary is None  # only a NaN point: nothing to merge
+    assert b.compute_summary == Summary(p99_us=2500.0)
+
+
+def test_one_latency_query_fetches_the_three_summaries_and_keeps_each_family_apart():
+    query = latency_query()
+    assert query == (
+        "max by (__name__, namespace, inferenceservice, pod, quantile) "
+        '({__name__=~"nv_inference_request_summary_us|nv_inference_queue_summary_us|'
+        'nv_inference_compute_infer_summary_us",inferenceservice!=""})'
+    )
+    answer = vector(
+        ({"__name__": "nv_inference_request_summary_us", **POD_A, "quantile": "0.99"}, "9000"),
+        ({"__name__": "nv_inference_queue_summary_us", **POD_A, "quantile": "0.99"}, "4000"),
+        ({"__name__": "nv_inference_queue_summary_us", **POD_A, "quantile": "0.9"}, "1000"),
+        ({"__name__": "nv_inference_compute_infer_summary_us", **POD_A, "quantile": "0.99"}, "NaN"),
+        # A series without its family's name (an answer to the request-only query): the request's.
+        ({**POD_B, "quantile": "0.99"}, "7000"),
+    )
+    pods = latency_by_service(parse_vector(answer))[("shop", "resnet")]
+    assert pods["a"] == PodLatency(
+        p99_us=9000.0, queue=Summary(p99_us=4000.0, quantiles_us=((0.9, 1000.0),)), compute=None
+    )
+    assert pods["b"] == PodLatency(p99_us=7000.0)
+
+
+POD_A = {"namespace": "shop", "inferenceservice": "resnet", "pod": "a"}
+POD_B = {"namespace": "shop", "inferenceservice": "resnet", "pod": "b"}
 
 
 class ScriptedPrometheus:
@@ -153,19 +209,35 @@ def test_observe_service_builds_the_observation():
         "nv_inference_request_failure": vector(({"pod": "a"}, "0"), ({"pod": "b"}, "0.2")),
         "timestamp(nv_inference_pending": vector(*((m, str(NOW - 4)) for m, _ in two_pods)),
         "nv_inference_pending_request_count": vector(({"pod": "a"}, "2"), ({"pod": "b"}, "6")),
+        "nv_inference_compute_input_duration_us": vector(
+            ({"pod": "a"}, str(300 * 100)), ({"pod": "b"}, str(100 * 300))
+        ),
+        "nv_inference_compute_output_duration_us": vector(
+            ({"pod": "a"}, str(300 * 50)), ({"pod": "b"}, str(100 * 50))
+        ),
         "nv_inference_request_summary_us": vector(
             ({"pod": "a", "quantile": "0.99"}, "8000"), ({"pod": "b", "quantile": "0.99"}, "20000")
+        ),
+        "nv_inference_queue_summary_us": vector(
+            ({"pod": "a", "quantile": "0.99"}, "3000"), ({"pod": "b", "quantile": "0.99"}, "3000")
+        ),
+        "nv_inference_compute_infer_summary_us": vector(
+            ({"pod": "a", "quantile": "0.99"}, "2000"), ({"pod": "b", "quantile": "0.99"}, "6000")
         ),
     }
     prom = ScriptedPrometheus(answers)
     obs = observe(httpx.MockTransport(prom))
-    assert len(prom.seen) == 10
+    assert len(prom.seen) == 14
     assert all(r.url.path == "/api/v1/query" and r.url.params["time"] == f"{NOW:.3f}" for r in prom.seen)
     assert obs.request_rate == pytest.approx(400.0)
     assert 8.0 < obs.p99_ms < 20.0  # a mixture, not the mean (14) of two quantiles by construction
     assert obs.queue_depth_per_replica == pytest.approx(4.0)
     assert obs.queue_time_ms == pytest.approx((300 * 1.0 + 100 * 5.0) / 400)
     assert obs.compute_time_ms == pytest.approx(2.5)
+    assert obs.compute_input_time_ms == pytest.approx((300 * 0.1 + 100 * 0.3) / 400)
+    assert obs.compute_output_time_ms == pytest.approx(0.05)
+    assert obs.queue_time_p99_ms == pytest.approx(3.0)  # both pods agree: their P99 exactly
+    assert 2.0 < obs.compute_time_p99_ms < 6.0  # merged between the pods' P99s, as the request's
     assert obs.mean_batch_size == pytest.approx(4.0)
     assert obs.failure_rate == pytest.approx(0.2)
     assert obs.ready_replicas == 2
@@ -273,6 +345,6 @@ def test_observe_service_passes_the_arrival_curve_on_when_asked():
     obs = observe(httpx.MockTransport(prom), arrival_lookback_s=300, arrival_bin_s=2)
     # The counter and the pending gauge got the same series here: (10 + 10, 30 + 30).
     assert (obs.arrival_counts, obs.arrival_bin_s) == ((20.0, 60.0), 2)
-    assert len(prom.seen) == 13
+    assert len(prom.seen) == 17
     plain = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
     assert (plain.arrival_counts, plain.arrival_bin_s) == ((), None)

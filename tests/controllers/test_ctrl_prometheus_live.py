@@ -149,10 +149,10 @@ def warm_up(servers: list[TritonServer]) -> None:
                 )
 
 
-def server_p99_ms(server: TritonServer) -> float:
-    """The pod's own P99 from its metrics page (diagnostics for the report)."""
+def server_p99_ms(server: TritonServer, family: str = "nv_inference_request_summary_us") -> float:
+    """The pod's own P99 of one of its summaries, from its metrics page (-1: not on the page)."""
     for line in httpx.get(server.metrics_url, timeout=5).text.splitlines():
-        if line.startswith("nv_inference_request_summary_us{") and 'quantile="0.99"' in line:
+        if line.startswith(family + "{") and 'quantile="0.99"' in line:
             return round(float(line.rsplit(" ", 1)[1]) / 1000, 1)
     return -1.0
 
@@ -188,6 +188,7 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
         for pod, ms in POD_BASE_MS.items()
     }
     report = []
+    parts_report: list[tuple[str, dict[str, float | None], dict[str, list[float]]]] = []
     phases: list[float] = []
     # Requests of every level, without and with the warm-up ones (scraped, maybe before the first sample).
     sent, sent_with_warmups = 0, 0
@@ -239,6 +240,13 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
             sent, sent_with_warmups = sent + count, sent_with_warmups + count + warmups
             obs = observe(prometheus.url)
             per_pod = [(client_p99_ms_of(load, srv.http_url), server_p99_ms(srv)) for srv in servers.values()]
+            parts_p99 = {
+                part: [server_p99_ms(srv, family) for srv in servers.values()]
+                for part, family in (
+                    ("queue", "nv_inference_queue_summary_us"),
+                    ("compute", "nv_inference_compute_infer_summary_us"),
+                )
+            }
         finally:
             with ThreadPoolExecutor(max_workers=len(servers)) as pool:
                 list(pool.map(lambda srv: srv.close(), servers.values()))
@@ -248,6 +256,16 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
         assert obs.ready_replicas == 2
         report.append((level, count, round(client_p99_ms, 2), round(obs.p99_ms, 2), per_pod))
         assert abs(obs.p99_ms - client_p99_ms) / client_p99_ms <= 0.15, report
+        # The parts' P99s merge the pods' own summaries the same way: within their range (the pages
+        # print 0.1 ms; no request since the scrape, so Prometheus holds the same values).
+        merged = {"queue": obs.queue_time_p99_ms, "compute": obs.compute_time_p99_ms}
+        parts_report.append((level, {k: round(v, 2) if v else v for k, v in merged.items()}, parts_p99))
+        for part, value in merged.items():
+            assert value is not None, parts_report
+            assert min(parts_p99[part]) - 0.1 <= value <= max(parts_p99[part]) + 0.1, parts_report
+        # Every compute part per request was read: the model computes its 100 or 150 ms in infer.
+        assert obs.compute_input_time_ms is not None and obs.compute_output_time_ms is not None
+        assert obs.compute_time_ms is not None and obs.compute_time_ms >= 100.0
 
     # The arrival curve's bins add up to the requests sent, across three generations of pods: each
     # pod counts from its first sample (taken before its load, after at most its warm-ups) and a
@@ -261,3 +279,4 @@ def test_service_p99_estimate_within_15_percent_of_client_p99(tmp_path: Path, pr
     assert curve_total() <= sent_with_warmups, (curve_total(), sent)
     print("level, requests, client P99 ms, estimated P99 ms, per pod (client, server) P99 ms:", report)
     print("seconds per level:", phases)
+    print("level, merged queue / compute infer P99 ms, per pod's own P99 ms:", parts_report)

@@ -267,6 +267,36 @@ def test_the_observation_says_where_the_time_went():
     assert timed["observed"]["at"] == "2027-01-15T08:00:00Z"
 
 
+def test_the_observation_gives_each_compute_part_and_the_tails_beside_the_existing_figures():
+    from tailpilot.api.autoscaling import Observation
+    from tailpilot.controllers.status import observed_status
+
+    observation = Observation(
+        at_s=0.0,
+        request_rate=40.0,
+        p99_ms=180.0,
+        queue_time_ms=95.123,
+        compute_time_ms=30.0,
+        service_time_ms=41.0,
+        compute_input_time_ms=0.0571,
+        compute_output_time_ms=0.314,
+        queue_time_p99_ms=250.456,
+        compute_time_p99_ms=38.1,
+    )
+    shown = encode_status(InferenceServiceStatus(observed=observed_status(observation)))["observed"]
+    assert (shown["computeInputTimeMs"], shown["computeOutputTimeMs"]) == (0.06, 0.31)
+    assert (shown["queueTimeP99Ms"], shown["computeTimeP99Ms"]) == (250.46, 38.1)
+    assert (shown["queueTimeMs"], shown["serverTimeMs"], shown["computeTimeMs"]) == (95.12, 41.0, 30.0)
+    assert shown["timeDominatedBy"] == "Queue"
+    # An older operator's status (none of the new fields) still reads; unmeasured figures are left out.
+    old = decode_status({"observed": {"queueTimeMs": 1.0, "serverTimeMs": 2.0, "timeDominatedBy": "Server"}})
+    assert old.observed is not None and old.observed.compute_input_time_ms is None
+    bare = encode_status(
+        InferenceServiceStatus(observed=observed_status(Observation(at_s=0.0, request_rate=0.0, p99_ms=None)))
+    )
+    assert not {"computeInputTimeMs", "queueTimeP99Ms", "computeTimeP99Ms"} & set(bare["observed"])
+
+
 def test_the_decision_history_keeps_the_last_ten_oldest_first():
     from datetime import UTC, datetime
 

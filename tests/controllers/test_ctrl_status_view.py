@@ -122,3 +122,29 @@ def test_status_shows_the_canary_and_both_sides():
     )
     assert "  candidate  P99 15.2 ms, 316 requests, 0 failed, 1 pod(s)" in text
     assert "  stable     P99 8.4 ms, 322 requests, 0 failed, 1 pod(s)" in text
+
+
+def test_status_shows_each_compute_part_the_tails_and_the_largest_part():
+    observed = {
+        **OBJ["status"]["observed"],
+        "computeInputTimeMs": 0.06,
+        "computeOutputTimeMs": 0.31,
+        "queueTimeP99Ms": 120.4,
+        "computeTimeP99Ms": 5.2,
+    }
+    breakdown = {
+        "type": "LatencyBreakdown",
+        "status": "True",
+        "reason": "QueueDominated",
+        "message": "queue 9.5 ms of 15.5 ms per request (61%)",
+    }
+    status = {**OBJ["status"], "observed": observed, "conditions": [*OBJ["status"]["conditions"], breakdown]}
+    lines = render({**OBJ, "status": status}).splitlines()
+    assert "Parts       compute input 0.06 ms, compute infer 5.1 ms, compute output 0.31 ms" in lines
+    assert "Tails       P99 queue 120.4 ms, compute infer 5.2 ms" in lines
+    assert "Largest     QueueDominated (True): queue 9.5 ms of 15.5 ms per request (61%)" in lines
+    # The existing line stays as it was, and an older status without the parts shows none of this.
+    assert any(
+        "queue 9.5 ms, server 6.0 ms (compute 5.1 ms), mean batch 4.2: Queue dominates" in x for x in lines
+    )
+    assert not any(x.startswith(("Parts", "Tails", "Largest")) for x in render(OBJ).splitlines())

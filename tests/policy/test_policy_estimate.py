@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from tailpilot.policy import PodMetrics, merge_p99_us, observation_from_pod_metrics
+from tailpilot.policy.estimate import Summary, merge_part_p99_us
 
 WINDOW_S = 60.0
 
@@ -195,3 +197,118 @@ def test_service_time_is_the_request_duration_outside_the_queue():
     ]
     obs = observation_from_pod_metrics(pods=pods, window_s=WINDOW_S, now_s=100.0)
     assert obs.service_time_ms == pytest.approx(6.0)
+
+
+def pod_with_parts(name: str, queue: np.ndarray, compute: np.ndarray) -> PodMetrics:
+    """What Triton exports for these per-request queue and compute infer times (us) over the window."""
+
+    def summary(samples: np.ndarray) -> Summary:
+        return Summary.of((q, float(np.quantile(samples, q))) for q in (0.5, 0.9, 0.95, 0.99, 0.999))
+
+    rate = len(queue) / WINDOW_S
+    return PodMetrics(
+        pod=name,
+        request_rate=rate,
+        p99_us=float(np.quantile(queue + compute, 0.99)),
+        queue_duration_us_rate=float(queue.sum()) / WINDOW_S,
+        compute_duration_us_rate=float(compute.sum()) / WINDOW_S,
+        queue_summary=summary(queue),
+        compute_summary=summary(compute),
+        last_sample_s=100.0,
+    )
+
+
+def queued(rng: np.random.Generator, *, n: int, waiting: float, mean_wait: float) -> np.ndarray:
+    """Queue times: a share `waiting` of the requests wait (exponentially), the others not at all."""
+    waits = rng.exponential(mean_wait, size=n)
+    return np.where(rng.random(n) < waiting, waits, 0.0)
+
+
+# Per pod: (requests, share that waits, mean wait us, compute gamma kwargs).
+PART_SCENARIOS = {
+    "one_pod_overrun_with_a_fifth_of_the_requests": [
+        (8000, 0.2, 500.0, dict(shift=2000, mean_extra=1000, shape=3.0)),
+        (8000, 0.2, 500.0, dict(shift=2000, mean_extra=1000, shape=3.0)),
+        (4000, 0.95, 40000.0, dict(shift=2000, mean_extra=1000, shape=3.0)),
+    ],
+    "a_slower_replica_computes_half_the_requests": [
+        (6000, 0.5, 2000.0, dict(shift=3000, mean_extra=1000, shape=4.0)),
+        (6000, 0.5, 3000.0, dict(shift=6000, mean_extra=3000, shape=2.0)),
+    ],
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(PART_SCENARIOS))
+def test_the_queue_and_compute_p99s_merge_within_15_percent_of_the_pooled_truth(scenario: str):
+    rng = np.random.default_rng(zlib.crc32(scenario.encode()))
+    pods, queues, computes = [], [], []
+    for i, (n, waiting, mean_wait, compute_kwargs) in enumerate(PART_SCENARIOS[scenario]):
+        queue = queued(rng, n=n, waiting=waiting, mean_wait=mean_wait)
+        compute = gamma(rng, n=n, **compute_kwargs)
+        pods.append(pod_with_parts(f"p{i}", queue, compute))
+        queues.append(queue)
+        computes.append(compute)
+    for part, samples in (("queue", queues), ("compute", computes)):
+        truth = float(np.quantile(np.concatenate(samples), 0.99))
+        estimate = merge_part_p99_us(pods, part)
+        assert estimate is not None
+        assert abs(estimate - truth) / truth < 0.15, (part, estimate, truth)
+
+
+def test_a_parts_p99_is_weighted_by_requests_and_read_from_that_parts_summary_only():
+    busy = PodMetrics(pod="a", request_rate=90.0, p99_us=50_000.0, compute_summary=Summary(p99_us=3000.0))
+    quiet = PodMetrics(pod="b", request_rate=10.0, p99_us=90_000.0, compute_summary=Summary(p99_us=9000.0))
+    merged = merge_part_p99_us([busy, quiet], "compute")
+    # 90% of the requests compute within 3 ms: the mixture's P99 is far nearer the busy pod's.
+    assert merged is not None and 3000.0 < merged < 6000.0
+    assert merge_part_p99_us([busy, quiet], "queue") is None  # no pod exports the queue's summary
+    flipped = merge_part_p99_us(
+        [replace(busy, request_rate=10.0), replace(quiet, request_rate=90.0)], "compute"
+    )
+    assert flipped is not None and flipped > merged
+
+
+def test_a_queue_p99_of_zero_merges_without_dividing_by_zero():
+    idle_queue = PodMetrics(
+        pod="a", request_rate=50.0, queue_duration_us_rate=0.0, queue_summary=Summary(p99_us=0.0)
+    )
+    waiting = PodMetrics(
+        pod="b",
+        request_rate=50.0,
+        queue_duration_us_rate=50.0 * 800.0,
+        queue_summary=Summary(p99_us=4000.0, quantiles_us=((0.9, 1500.0),)),
+    )
+    merged = merge_part_p99_us([idle_queue, waiting], "queue")
+    assert merged is not None and 0.0 <= merged <= 4000.0
+    silent = replace(waiting, queue_summary=Summary(p99_us=None))  # NaN: no request in its minute
+    assert merge_part_p99_us([silent], "queue") is None
+
+
+def test_the_observation_carries_every_part_per_request_and_the_parts_tails():
+    pods = [
+        PodMetrics(
+            pod=name,
+            request_rate=rate,
+            compute_duration_us_rate=rate * 4000.0,
+            compute_input_duration_us_rate=rate * input_us,
+            compute_output_duration_us_rate=rate * 300.0,
+            queue_summary=Summary(p99_us=7000.0),
+            compute_summary=Summary(p99_us=5000.0),
+            span_s=span_s,
+            last_sample_s=99.0,
+        )
+        # Pod b joined 10 s ago: its rates cover 10 s, and count for what they cover.
+        for name, rate, input_us, span_s in (("a", 100.0, 100.0, 60.0), ("b", 100.0, 700.0, 10.0))
+    ]
+    obs = observation_from_pod_metrics(pods=pods, window_s=WINDOW_S, now_s=100.0)
+    assert obs.compute_input_time_ms == pytest.approx((60 * 0.1 + 10 * 0.7) / 70)
+    assert obs.compute_output_time_ms == pytest.approx(0.3)
+    assert (obs.queue_time_p99_ms, obs.compute_time_p99_ms) == (pytest.approx(7.0), pytest.approx(5.0))
+    bare = observation_from_pod_metrics(
+        pods=[PodMetrics(pod="x", request_rate=5.0, last_sample_s=99.0)], window_s=WINDOW_S, now_s=100.0
+    )
+    assert (bare.compute_input_time_ms, bare.queue_time_p99_ms, bare.compute_time_p99_ms) == (
+        None,
+        None,
+        None,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tailpilot.policy.estimate import Summary
 from tailpilot.policy.signals import (
     READ_PERIOD_S,
     ObservationWindows,
@@ -107,6 +108,38 @@ def test_the_observation_sums_the_pods_rates_and_merges_prometheus_latency():
     # No latency from Prometheus: rates still, no P99.
     blind = observation_from_reads(reads, windows=WINDOWS, now_s=107.0)
     assert blind.p99_ms is None and blind.request_rate == obs.request_rate
+
+
+def test_compute_input_and_output_per_request_come_from_the_pods_counters_and_the_tails_from_prometheus():
+    def parts(success: float) -> TritonCounters:
+        # Per request: 0.2 ms of compute input, 5 ms of compute infer, 0.5 ms of compute output.
+        return counters(
+            success,
+            compute_input_duration_us=success * 200,
+            compute_duration_us=success * 5000,
+            compute_output_duration_us=success * 500,
+        )
+
+    reads = [read(100.0, a=parts(0)), read(102.0, a=parts(40)), read(106.0, a=parts(120))]
+    latency = {
+        "a": PodLatency(
+            p99_us=30_000.0,
+            queue=Summary(p99_us=12_000.0, quantiles_us=((0.9, 4000.0),)),
+            compute=Summary(p99_us=6000.0),
+        )
+    }
+    (pod,) = pod_metrics_from_reads(reads, window_s=6.0, latency=latency)
+    assert pod.compute_input_duration_us_rate == pytest.approx(120 * 200 / 6)
+    assert pod.queue_summary == latency["a"].queue and pod.compute_summary == latency["a"].compute
+    obs = observation_from_reads(reads, windows=WINDOWS, now_s=106.0, latency=latency)
+    assert obs.compute_input_time_ms == pytest.approx(0.2)
+    assert obs.compute_time_ms == pytest.approx(5.0)
+    assert obs.compute_output_time_ms == pytest.approx(0.5)
+    assert (obs.queue_time_p99_ms, obs.compute_time_p99_ms) == (pytest.approx(12.0), pytest.approx(6.0))
+    # Prometheus without the parts' summaries (an older query's answer): the means, no tails.
+    plain = observation_from_reads(reads, windows=WINDOWS, now_s=106.0, latency={"a": PodLatency(p99_us=3e4)})
+    assert (plain.queue_time_p99_ms, plain.compute_time_p99_ms) == (None, None)
+    assert plain.compute_input_time_ms == pytest.approx(0.2)
 
 
 def test_no_read_is_missing_data_and_no_lookback_sizes_no_bursts():
