@@ -20,10 +20,14 @@ from typing import Any
 import kopf
 
 from tailpilot.api import constants as c
+from tailpilot.controllers.alert_webhook import AlertNotification
+from tailpilot.controllers.alerts import FiringAlerts
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.canary_analysis import ANALYSIS_PERIOD_S, CanaryAnalyst
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.fast_checks import FastChecker
+from tailpilot.controllers.kubeapi import ISVC
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.surge import SurgeReading
@@ -69,7 +73,9 @@ class ServiceLoops:
         self._fast_checks: dict[tuple[str, str], asyncio.Task[None]] = {}
         #: A surge a fast check saw, for the decision it called (taken by that decision).
         self._surges: dict[tuple[str, str], SurgeReading] = {}
-        self._alerts: dict[tuple[str, str], bool] = {}
+        self._alerts: dict[tuple[str, str], FiringAlerts] = {}
+        #: Events being posted about alerts (kept so the tasks are not collected mid-way).
+        self._alert_events: set[asyncio.Task[None]] = set()
         self._next_control: dict[tuple[str, str], float] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._wakeups: dict[tuple[str, str], asyncio.Event] = {}
@@ -90,20 +96,39 @@ class ServiceLoops:
         if namespace and name and (namespace, name) in self._wakeups:
             self._wakeups[(namespace, name)].set()
 
-    def alert(self, namespace: str, name: str, *, firing: bool) -> None:
-        """An SLO alert fired or resolved: decide now, in the aggressive mode while it fires.
+    def alert(self, alert: AlertNotification) -> None:
+        """An SLO alert fired or resolved: decide now, in the aggressive mode while any fires.
 
         Alerts about services this operator does not run are dropped: kept, anyone who reaches the
-        webhook could grow its memory with made-up names.
+        webhook could grow its memory with made-up names. An alert that starts or stops firing is
+        told on the InferenceService with an Event.
         """
+        namespace, name = alert.namespace, alert.inferenceservice
         key = (namespace, name)
         if key not in self._tasks:
             log.info("alert about %s/%s, which this operator does not serve: ignored", namespace, name)
             return
-        self._alerts[key] = firing
+        event = self._alerts.setdefault(key, FiringAlerts()).update(alert)
+        if event is not None:
+            task = asyncio.get_running_loop().create_task(self._post_event(namespace, name, event))
+            self._alert_events.add(task)
+            task.add_done_callback(self._alert_events.discard)
         self._next_control[key] = 0.0
         if key in self._wakeups:
             self._wakeups[key].set()
+
+    async def _post_event(self, namespace: str, name: str, event: EventRecord) -> None:
+        kube = self._reconciler.kube
+        try:
+            body = await asyncio.to_thread(kube.get, ISVC, namespace, name)
+            if body is not None:
+                await asyncio.to_thread(post_events, kube, body, [event], now=utc_now(self.clock))
+        except Exception:  # noqa: BLE001 - an Event lost must not stop the webhook or the loop
+            log.exception("could not post the %s Event about %s/%s", event.reason, namespace, name)
+
+    def _is_alerted(self, key: tuple[str, str]) -> bool:
+        alerts = self._alerts.get(key)
+        return alerts is not None and alerts.active
 
     def stop(self, namespace: str, name: str) -> None:
         """Stop the loop of a deleted service."""
@@ -244,7 +269,7 @@ class ServiceLoops:
         if now < due:
             return due - now
         period, scale = await self.autoscaler.step(
-            namespace, name, alert_active=self._alerts.get(key, False), surge=self._surges.pop(key, None)
+            namespace, name, alert_active=self._is_alerted(key), surge=self._surges.pop(key, None)
         )
         self._next_control[key] = self.clock.monotonic() + period
         if scale:

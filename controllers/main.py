@@ -318,7 +318,7 @@ def _register_webhook(
     """Serve the Alertmanager webhook while the operator runs; a firing alert re-evaluates at once."""
 
     async def on_alert(alert: AlertNotification) -> None:
-        loops.alert(alert.namespace, alert.inferenceservice, firing=alert.status == "firing")
+        loops.alert(alert)
 
     runner = web.AppRunner(make_webhook_app(token=token, on_alert=on_alert, metrics=metrics))
 

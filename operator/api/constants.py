@@ -145,6 +145,10 @@ EVENT_REPLICAS_HELD_OUT: Final = "ReplicasHeldOut"
 EVENT_REPLICAS_RETURNED: Final = "ReplicasReturned"
 #: An optional child (metrics Service, ServiceMonitor, PrometheusRule) deleted because the spec turned it off.
 EVENT_CHILD_REMOVED: Final = "ChildRemoved"
+#: Warning Event: an SLO burn-rate alert about the service started firing (Alertmanager's webhook).
+EVENT_SLO_ALERT_FIRING: Final = "SLOAlertFiring"
+#: Normal Event: a firing SLO alert about the service resolved.
+EVENT_SLO_ALERT_RESOLVED: Final = "SLOAlertResolved"
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_CHOOSING_GPU_PRODUCT: Final = "ChoosingGpuProduct"

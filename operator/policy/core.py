@@ -617,6 +617,8 @@ def _message(call: _Call, demand: _Demand, choice: _Choice) -> str:
     )
     if call.service is not call.profile.service_time:
         message += f"; compute x{call.state.learned.service_scale:.2f} of the profile"
+    if call.alert_active:
+        message += "; an SLO alert fires: decided with its wider margin, no scale-down while it fires"
     if choice.reload_delay_ms > 0:
         message += f"; reloads held: one now would delay requests ~{choice.reload_delay_ms:.0f} ms"
     if demand.bursts:

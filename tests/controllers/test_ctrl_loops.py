@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tailpilot.controllers.alert_webhook import AlertNotification
 from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.handlers import ServiceLoops
 from tailpilot.controllers.reconciler import ReconcileResult
@@ -155,17 +156,79 @@ def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
         def reconcile(self, namespace: str, name: str) -> ReconcileResult:
             return ReconcileResult(requeue_after=300.0)
 
-    async def scenario() -> tuple[dict[Any, bool], dict[Any, bool]]:
+    async def scenario() -> tuple[dict[Any, Any], dict[Any, Any]]:
         loops = ServiceLoops(reconciler=Noop(), executor=None)  # type: ignore[arg-type]
         for i in range(1000):  # made-up names from anyone who reaches the webhook
-            loops.alert("ns", f"nobody-{i}", firing=True)
+            loops.alert(firing("ns", f"nobody-{i}"))
         before = dict(loops._alerts)
         loops.ensure("ns", "svc")
-        loops.alert("ns", "svc", firing=True)
-        after = dict(loops._alerts)
+        loops.alert(firing("ns", "svc"))
+        after = {key: sorted(alerts.firing) for key, alerts in loops._alerts.items()}
         await loops.stop_all()
         return before, after
 
     before, after = asyncio.run(scenario())
     assert before == {}
-    assert after == {("ns", "svc"): True}
+    assert after == {("ns", "svc"): ["TailPilotP99BurnFast"]}
+
+
+def test_an_alert_that_starts_or_stops_firing_is_told_on_the_service_once():
+    class EventSink:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, str]] = []
+
+        def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+            return {"metadata": {"namespace": namespace, "name": name, "uid": "u1"}}
+
+        def post_event(
+            self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
+        ) -> None:
+            self.events.append((type_, reason))
+
+    class Noop:
+        def __init__(self) -> None:
+            self.kube = EventSink()
+
+        def reconcile(self, namespace: str, name: str) -> ReconcileResult:
+            return ReconcileResult(requeue_after=300.0)
+
+    reconciler = Noop()
+
+    async def scenario() -> list[bool]:
+        loops = ServiceLoops(reconciler=reconciler, executor=None)  # type: ignore[arg-type]
+        loops.ensure("ns", "svc")
+        active = []
+        for alert in (
+            firing("ns", "svc"),
+            firing("ns", "svc"),  # Alertmanager repeats a firing alert
+            firing("ns", "svc", alert="TailPilotQueueBurnFast"),
+            firing("ns", "svc", status="resolved"),
+            firing("ns", "svc", alert="TailPilotQueueBurnFast", status="resolved"),
+        ):
+            loops.alert(alert)
+            active.append(loops._is_alerted(("ns", "svc")))
+        await asyncio.gather(*loops._alert_events)
+        await loops.stop_all()
+        return active
+
+    active = asyncio.run(scenario())
+    # One alert resolving leaves the other firing: the autoscaler stays alerted until both resolve.
+    assert active == [True, True, True, True, False]
+    assert reconciler.kube.events == [
+        ("Warning", "SLOAlertFiring"),
+        ("Warning", "SLOAlertFiring"),
+        ("Normal", "SLOAlertResolved"),
+        ("Normal", "SLOAlertResolved"),
+    ]
+
+
+def firing(
+    namespace: str, name: str, *, alert: str = "TailPilotP99BurnFast", status: str = "firing"
+) -> AlertNotification:
+    return AlertNotification(
+        status=status,  # type: ignore[arg-type]
+        alertname=alert,
+        namespace=namespace,
+        inferenceservice=name,
+        severity="critical",
+    )
