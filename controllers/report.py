@@ -45,6 +45,8 @@ PARTS: Mapping[str, str] = {
     "compute_output": "nv_inference_compute_output_duration_us",
 }
 SUCCESS = "nv_inference_request_success"
+#: Prometheus' own series of its alerts; the operator's burn-rate alerts keep the service's labels.
+ALERTS = "ALERTS"
 
 
 def series_queries(selector: Selector, *, rate_window_s: float) -> dict[str, str]:
@@ -61,6 +63,8 @@ def series_queries(selector: Selector, *, rate_window_s: float) -> dict[str, str
         "p99_ms": f'max({LATENCY_SUMMARY}{{{sel},quantile="0.99"}}) / 1000',
         "replicas": f"count({PENDING_GAUGE}{{{sel}}})",
         "mean_batch": f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
+        # How many of the service's SLO alerts fire (absent, so NaN, while none does).
+        "alerts_firing": f'count({ALERTS}{{{sel},alertstate="firing"}})',
     }
     for part, metric in PARTS.items():
         queries[f"{part}_ms"] = f"{rate(metric)} / {rate(SUCCESS)} / 1000"
@@ -167,6 +171,9 @@ class Summary:
     replicas_max: float
     mean_batch: float
     failures: float
+    #: Share of the points at which an SLO alert fired, and when one first did (None: never).
+    alert_share: float
+    first_alert_s: float | None
     #: Mean time per request by part (ms), weighted by the request rate.
     parts_ms: dict[str, float]
     dominant: str
@@ -177,6 +184,8 @@ def summarize(data: ReportData) -> Summary:
     s = data.series
     p99 = _finite(s["p99_ms"])
     rates = s["rate_per_s"]
+    # Absent means none fired: a point counts as alerting only where the count is positive.
+    alerts = [v if math.isfinite(v) else 0.0 for v in s.get("alerts_firing", [math.nan] * len(data.times_s))]
     parts: dict[str, float] = {}
     for part in PARTS:
         pairs = [
@@ -199,6 +208,8 @@ def summarize(data: ReportData) -> Summary:
         replicas_max=max(_finite(s["replicas"]), default=math.nan),
         mean_batch=_mean(s["mean_batch"]),
         failures=sum(v * data.step_s for v in _finite(s["failures_per_s"])),
+        alert_share=sum(1 for v in alerts if v > 0) / len(alerts) if alerts else math.nan,
+        first_alert_s=next((t for t, v in zip(data.times_s, alerts, strict=True) if v > 0), None),
         parts_ms=parts,
         dominant=dominant,
     )
@@ -210,6 +221,12 @@ def _utc(seconds: float) -> str:
 
 def _f(value: float, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if math.isfinite(value) else "-"
+
+
+def _alerts(summary: Summary) -> str:
+    if summary.first_alert_s is None:
+        return "never"
+    return f"{_f(100 * summary.alert_share)}% of the points, first at {_utc(summary.first_alert_s)[11:19]}"
 
 
 def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "report.png") -> str:
@@ -230,6 +247,7 @@ def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "repo
         f"| replicas min / max | {_f(summary.replicas_min, 0)} / {_f(summary.replicas_max, 0)} |",
         f"| mean executed batch | {_f(summary.mean_batch, 2)} |",
         f"| failed requests | {_f(summary.failures, 0)} |",
+        f"| SLO alerts firing | {_alerts(summary)} |",
         f"| mean time per request | {parts} |",
         f"| dominated by | {summary.dominant} |",
         "",

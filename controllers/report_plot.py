@@ -23,6 +23,7 @@ COLOURS: Mapping[str, str] = {
     "compute_infer_ms": "#17becf",
     "compute_output_ms": "#bcbd22",
     "mean_batch": "#e377c2",
+    "alerts_firing": "#f4cccc",
 }
 
 
@@ -39,6 +40,16 @@ def plot(data: ReportData, path: Path) -> None:
     p99, rate, replicas, parts, batch = axes
     p99.plot(t, s["p99_ms"], color=COLOURS["p99_ms"], linewidth=2, label="P99 (worst pod)")
     p99.axhline(data.slo_ms, color=COLOURS["slo"], linestyle="--", linewidth=2, label="SLO")
+    firing = [t[i] for i, v in enumerate(s.get("alerts_firing", [])) if math.isfinite(v) and v > 0]
+    for i, start in enumerate(firing):  # a band per point at which an SLO alert fired, behind the lines
+        p99.axvspan(
+            start,
+            start + data.step_s,
+            color=COLOURS["alerts_firing"],
+            zorder=0,
+            linewidth=0,
+            label="SLO alert firing" if i == 0 else None,
+        )
     p99.set_ylabel("ms")
     p99.legend(loc="upper left")
     rate.plot(t, s["rate_per_s"], color=COLOURS["rate_per_s"], linewidth=2, label="answered")

@@ -35,6 +35,7 @@ def data() -> ReportData:
         "compute_input_ms": [2.0] * 5 + [NAN],
         "compute_infer_ms": [5.0, 5.0, 8.0, 7.0, 7.0, NAN],
         "compute_output_ms": [1.0] * 5 + [NAN],
+        "alerts_firing": [NAN, NAN, 1.0, 2.0, NAN, NAN],
     }
     return ReportData(
         namespace="shop",
@@ -65,14 +66,23 @@ def data() -> ReportData:
 
 def test_one_query_per_series_over_the_services_labelled_series() -> None:
     queries = series_queries(Selector(namespace="shop", service="resnet"), rate_window_s=30)
-    assert set(queries) == {"rate_per_s", "failures_per_s", "p99_ms", "replicas", "mean_batch"} | {
-        f"{p}_ms" for p in PARTS
-    }
+    assert set(queries) == {
+        "rate_per_s",
+        "failures_per_s",
+        "p99_ms",
+        "replicas",
+        "mean_batch",
+        "alerts_firing",
+    } | {f"{p}_ms" for p in PARTS}
     assert queries["rate_per_s"] == (
         'sum(rate(nv_inference_request_success{namespace="shop",inferenceservice="resnet"}[30s]))'
     )
     assert 'quantile="0.99"' in queries["p99_ms"] and queries["p99_ms"].startswith("max(")
     assert "nv_inference_queue_duration_us" in queries["queue_ms"] and "/ 1000" in queries["queue_ms"]
+    # The burn-rate alerts keep the service's labels (manifests.prometheus_rule): counted by them.
+    assert queries["alerts_firing"] == (
+        'count(ALERTS{namespace="shop",inferenceservice="resnet",alertstate="firing"})'
+    )
 
 
 def test_the_periods_figures_weight_the_breakdown_by_rate_and_name_the_dominant_part() -> None:
@@ -83,6 +93,8 @@ def test_the_periods_figures_weight_the_breakdown_by_rate_and_name_the_dominant_
     assert math.isclose(summary.parts_ms["queue"], 1620 / 140)
     assert summary.dominant == "queue"  # 11.6 ms of queue against 10.0 ms of compute
     assert math.isclose(summary.failures, 1.0)
+    # Alerts fired at two of six points (absent means none), first at t = 1020 s.
+    assert (summary.alert_share, summary.first_alert_s) == (2 / 6, 1020.0)
 
 
 def test_the_markdown_has_the_figures_and_the_decisions() -> None:
@@ -92,6 +104,10 @@ def test_the_markdown_has_the_figures_and_the_decisions() -> None:
     assert "| dominated by | queue |" in text
     assert "| 00:16:58 | ScaleUp | SLOAtRisk | 1 -> 2 | 16 -> 16 | 39.5 | 80.0 / 30.1 |" in text
     assert "![resnet](report.png)" in text
+    assert "| SLO alerts firing | 33.3% of the points, first at 00:17:00 |" in text
+    quiet = data()
+    quiet.series["alerts_firing"] = [NAN] * 6
+    assert "| SLO alerts firing | never |" in render_markdown(quiet, summarize(quiet))
 
 
 def test_decisions_are_those_of_the_period() -> None:
@@ -127,7 +143,7 @@ def test_the_png_draws_every_series_in_its_colour(tmp_path: Path) -> None:
             assert drawn > 500 and legend_only > 500  # the SLO line is drawn without data too
         else:
             assert drawn > legend_only + 200, (series, drawn, legend_only)
-    assert (tmp_path / "empty" / "report.json").read_text().count("null") >= 9 * 6
+    assert (tmp_path / "empty" / "report.json").read_text().count("null") >= 10 * 6
 
 
 def test_report_is_a_subcommand() -> None:
