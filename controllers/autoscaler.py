@@ -348,6 +348,9 @@ class Autoscaler:
                 profile.service_time.per_item_ms * speed,
             ),
         )
+        self.metrics.record_batch_sizes(
+            namespace=namespace, service=name, sizes=observation.executed_batch_sizes
+        )
         events: list[EventRecord] = list(profile_events)
         scale = False
         target = status

@@ -9,11 +9,14 @@ registry=...)` or `render()` from any HTTP handler.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from tailpilot.api.autoscaling import Decision
+from tailpilot.api.autoscaling import Decision, ExecutedBatchSize
 from tailpilot.api.v1alpha1 import ObservedStatus
+from tailpilot.policy.batch_sizes import bounded
 
 #: Content type of `render()`'s body.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -97,6 +100,14 @@ class OperatorMetrics:
             "tailpilot_mean_batch_size",
             "Mean executed batch size over the evaluation window.",
             ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.executed_batches = Gauge(
+            "tailpilot_executed_batches",
+            "Executions of the model per second over the evaluation window, by executed batch size "
+            "(Triton's statistics extension, summed across pods; status.observed.batchSizes). At most "
+            "32 sizes: the largest beyond share one series, size \"FIRST-LAST\". Absent when not read.",
+            ["namespace", "service", "size"],
             registry=self.registry,
         )
         self.service_time = Gauge(
@@ -197,6 +208,22 @@ class OperatorMetrics:
             self.service_time.labels(namespace, service, "intercept").set(service_time[0])
             self.service_time.labels(namespace, service, "per_item").set(service_time[1])
 
+    def record_batch_sizes(
+        self, *, namespace: str, service: str, sizes: Sequence[ExecutedBatchSize] | None
+    ) -> None:
+        """Set the executions per second by batch size (bounded as on the status); none: removed."""
+        self._remove_service(self.executed_batches, namespace, service)
+        for size in bounded(sizes or ()):
+            label = str(size.size) if size.max_size is None else f"{size.size}-{size.max_size}"
+            self.executed_batches.labels(namespace, service, label).set(size.executions_per_s)
+
+    @staticmethod
+    def _remove_service(gauge: Gauge, namespace: str, service: str) -> None:
+        """Drop every series of one service from a gauge with more labels than its two."""
+        for labels in list(gauge._metrics):  # noqa: SLF001 - prometheus_client has no label listing
+            if labels[:2] == (namespace, service):
+                gauge.remove(*labels)
+
     def record_gpu_choice(
         self,
         *,
@@ -252,10 +279,15 @@ class OperatorMetrics:
                 gauge.remove(namespace, service)
             except KeyError:
                 pass  # never set for this service
-        for gauge in (self.gpu_cost, self.time_ms, self.time_p99_ms, self.service_time, self.mean_batch):
-            for labels in list(gauge._metrics):  # noqa: SLF001 - prometheus_client has no label listing
-                if labels[:2] == (namespace, service):
-                    gauge.remove(*labels)
+        for gauge in (
+            self.gpu_cost,
+            self.time_ms,
+            self.time_p99_ms,
+            self.service_time,
+            self.mean_batch,
+            self.executed_batches,
+        ):
+            self._remove_service(gauge, namespace, service)
 
     def render(self) -> bytes:
         """Render the registry in Prometheus' text exposition format (`CONTENT_TYPE`)."""

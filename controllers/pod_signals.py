@@ -9,15 +9,24 @@ is appended to the service's `ReadHistory`. The autoscaler builds its Observatio
 A pod whose page cannot be read (a NetworkPolicy, a port, a pod still loading its model) is left out
 of the read; when no pod of a service can be read, the autoscaler falls back to Prometheus' rates.
 
-Cost: one GET per Ready pod per period, concurrent, each bounded by `METRICS_TIMEOUT_S`.
+Every `BATCH_STATS_PERIOD_S` a read also asks each pod's Triton statistics extension
+(`:8000/v2/models/<model>/stats`), concurrently with the pages and under the same timeout, for the
+executions per batch size (`parse_batch_stats`; the metrics page has no per-size figure). A pod whose
+statistics cannot be read has none that period; the read still stands on its page.
+
+Cost: one GET per Ready pod per period, concurrent, each bounded by `METRICS_TIMEOUT_S`; one more per
+pod every `BATCH_STATS_PERIOD_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -25,6 +34,7 @@ from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.kubeapi import pod_url
 from tailpilot.controllers.observe import PENDING_GAUGE, RATE_COUNTERS
+from tailpilot.policy.batch_sizes import BatchCounts
 from tailpilot.policy.signals import (
     DEFAULT_READS_PER_S,
     RATE_FIELDS,
@@ -42,6 +52,13 @@ log = logging.getLogger("tailpilot.signals")
 METRICS_TIMEOUT_S = 1.0
 #: Connections open at once to the pods (kept alive between reads).
 MAX_CONNECTIONS = 256
+#: Seconds between two reads of a service's pods' executions per batch size (Triton's statistics
+#: extension). Not every read: the answer is JSON with three counters per batch size ever executed
+#: (a few KB a version, against the page's ten filtered lines), parsed whole; and the distribution is
+#: a figure of the evaluation window (30 s by default) that gains nothing from 2 s freshness, while
+#: a GET per pod every 2 s more would double the fast loop's requests (`make bench-fast-loop`).
+#: Every 10 s leaves three reads or more in a window of 30 s.
+BATCH_STATS_PERIOD_S = 10.0
 
 #: Triton metric name -> TritonCounters field.
 _COUNTER_OF_METRIC: Mapping[str, str] = {
@@ -108,9 +125,45 @@ def _labels_and_value(rest: str) -> tuple[dict[str, str] | None, float]:
         return None, 0.0
 
 
+def parse_batch_stats(body: Any, *, model: str) -> dict[int, int] | None:
+    """The model's cumulative executions per batch size in a statistics answer, every version summed.
+
+    Triton's `GET /v2/models/<model>/stats` answers `model_stats[]`, one entry per version, each with
+    `batch_stats[]`: `batch_size` and `compute_infer.count` (executions at that size; the figures of
+    a real Triton 2.51 are in `tests/controllers/triton_model_stats.json`). None when the answer has
+    no entry for the model.
+    """
+    entries = body.get("model_stats") if isinstance(body, dict) else None
+    if not isinstance(entries, list):
+        return None
+    counts: dict[int, int] = {}
+    seen = False
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("name") != model:
+            continue
+        seen = True
+        for batch in entry.get("batch_stats") or ():
+            if not isinstance(batch, dict):
+                continue
+            infer = batch.get("compute_infer")
+            size, count = batch.get("batch_size"), infer.get("count") if isinstance(infer, dict) else None
+            try:
+                size, count = int(size), int(count)  # type: ignore[arg-type]  # JSON numbers, or strings
+            except (TypeError, ValueError):
+                continue
+            if size >= 1 and count >= 0:
+                counts[size] = counts.get(size, 0) + count
+    return counts if seen else None
+
+
 def pod_metrics_url(pod_ip: str) -> str:
     """Where a Triton pod serves its metrics page."""
     return pod_url(pod_ip, c.TRITON_METRICS_PORT, "/metrics")
+
+
+def pod_stats_url(pod_ip: str, model: str) -> str:
+    """Where a Triton pod serves the model's statistics (every version)."""
+    return pod_url(pod_ip, c.TRITON_HTTP_PORT, f"/v2/models/{quote(model, safe='')}/stats")
 
 
 @dataclass
@@ -126,6 +179,8 @@ class PodSignals:
     clock: Clock = SYSTEM_CLOCK
     #: Pod IP -> its metrics page's URL (tests route pods to local servers).
     url_of: Callable[[str], str] = pod_metrics_url
+    #: (pod IP, model) -> its statistics' URL (tests route pods to local servers).
+    stats_url_of: Callable[[str, str], str] = pod_stats_url
     _session: aiohttp.ClientSession | None = None
     _histories: dict[tuple[str, str], ReadHistory] = field(default_factory=dict)
     #: Pod reads per second at most, all services together (`read_period_s`).
@@ -136,11 +191,14 @@ class PodSignals:
     _pods_asked: dict[tuple[str, str], int] = field(default_factory=dict)
     _pods_asked_total: int = 0
     _period_s: float = READ_PERIOD_S
+    #: When each service's pods' statistics were last asked for.
+    _stats_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a service's reads (deleted, or no longer served)."""
         self._histories.pop((namespace, name), None)
         self._unreadable.pop((namespace, name), None)
+        self._stats_at.pop((namespace, name), None)
         self._pods_asked_total -= self._pods_asked.pop((namespace, name), 0)
 
     @property
@@ -189,13 +247,21 @@ class PodSignals:
         """
         asked = {pod: pod_ips[pod] for pod in sample_pods(list(pod_ips))}
         self._budget((namespace, name), len(asked))
-        counters = await self._fetch(asked, model=model)
+        # Due once `BATCH_STATS_PERIOD_S` has passed, within half a read period (reads fall on the
+        # period's steps: a 10 s gap must not wait for the read after it).
+        started = self.clock.time()
+        due = started - self._stats_at.get((namespace, name), -math.inf) >= (
+            BATCH_STATS_PERIOD_S - self._period_s / 2
+        )
+        if due:
+            self._stats_at[(namespace, name)] = started
+        at_s, counters, batches = await self._fetch(asked, model=model, stats=due)
         self._note_unreadable((namespace, name), frozenset(asked) - set(counters))
         # A sample, or a Ready pod whose page could not be read: the read stands for every Ready
         # pod, so the pods that answered count for those that did not. Summing only what answered
         # would read as a fall in the load, and a scale-down on missing data.
         serving = len(pod_ips) if len(counters) < len(pod_ips) else None
-        read = PodRead(at_s=self.clock.time(), pods=counters, serving=serving)
+        read = PodRead(at_s=at_s, pods=counters, serving=serving, batches=batches)
         history = self._histories.get((namespace, name))
         if history is None or history.keep_s != keep_s:
             kept = history.reads if history is not None else ()
@@ -205,16 +271,35 @@ class PodSignals:
         history.add(read)
         return read
 
-    async def _fetch(self, pod_ips: Mapping[str, str], *, model: str) -> dict[str, TritonCounters]:
+    async def _fetch(
+        self, pod_ips: Mapping[str, str], *, model: str, stats: bool
+    ) -> tuple[float, dict[str, TritonCounters], dict[str, BatchCounts] | None]:
+        """(when the pages were in, each pod's counters, with `stats` its executions per batch size).
+
+        Pages and statistics are asked at once, each under the session's timeout.
+        """
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT_S),
                 connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS),
             )
+        session = self._session
         names = list(pod_ips)
-        pages = await asyncio.gather(
-            *(self._page(self._session, self.url_of(pod_ips[n])) for n in names), return_exceptions=True
+        # Both gathers start now; the read's time is when the pages are in, not when the slower
+        # statistics are (a pod's port 8000 closed would otherwise date its counters a timeout late).
+        pages_in = asyncio.gather(
+            *(self._page(session, self.url_of(pod_ips[n])) for n in names), return_exceptions=True
         )
+        answers_in = asyncio.gather(
+            *(self._json(session, self.stats_url_of(pod_ips[n], model)) for n in names if stats),
+            return_exceptions=True,
+        )
+        try:
+            pages = await pages_in
+            at_s = self.clock.time()
+            answers = await answers_in
+        finally:
+            answers_in.cancel()  # when the read itself was cancelled; nothing once it is done
         out = {}
         for pod, page in zip(names, pages, strict=True):
             if isinstance(page, BaseException):
@@ -223,7 +308,22 @@ class PodSignals:
             counters = parse_triton_counters(page, model=model)
             if counters is not None:
                 out[pod] = counters
-        return out
+        if not stats:
+            return at_s, out, None
+        batches: dict[str, BatchCounts] = {}
+        for pod, answer in zip(names, answers, strict=True):
+            counts = None if isinstance(answer, BaseException) else parse_batch_stats(answer, model=model)
+            if counts is None:
+                log.debug("statistics of pod %s unreadable: %r", pod, answer)
+                continue
+            batches[pod] = counts
+        return at_s, out, batches
+
+    @staticmethod
+    async def _json(session: aiohttp.ClientSession, url: str) -> Any:
+        async with session.get(url) as response:
+            response.raise_for_status()
+            return await response.json(content_type=None)
 
     @staticmethod
     async def _page(session: aiohttp.ClientSession, url: str) -> str:

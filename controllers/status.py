@@ -34,6 +34,7 @@ from tailpilot.api.v1alpha1 import (
     AccuracyStatus,
     BatchingMode,
     BatchingStatus,
+    BatchSizeStatus,
     DecisionRecordStatus,
     DecisionStatus,
     EngineComparisonStatus,
@@ -48,6 +49,7 @@ from tailpilot.api.v1alpha1 import (
 )
 from tailpilot.api.validation import check_batching
 from tailpilot.policy import Learned, PolicyState
+from tailpilot.policy.batch_sizes import bounded
 from tailpilot.policy.regression import EngineComparison
 from tailpilot.policy.service_fit import FitQuality, ServiceFit
 
@@ -337,10 +339,30 @@ def observed_status(observation: Observation) -> ObservedStatus:
         queue_time_p99_ms=rounded(observation.queue_time_p99_ms),
         compute_time_p99_ms=rounded(observation.compute_time_p99_ms),
         mean_batch_size=rounded(observation.mean_batch_size),
+        batch_sizes=batch_sizes_status(observation),
         time_dominated_by=dominated,
         rates_from=observation.rates_from,
         at=datetime.fromtimestamp(observation.at_s, UTC) if observation.at_s > 0 else None,
     )
+
+
+def batch_sizes_status(observation: Observation) -> list[BatchSizeStatus] | None:
+    """status.observed.batchSizes: the executed sizes, bounded (the largest merged), shares to 0.001.
+
+    None when not measured or when the window executed nothing (no list of nothing on the object).
+    """
+    sizes = observation.executed_batch_sizes
+    if not sizes:
+        return None
+    return [
+        BatchSizeStatus(
+            size=size.size,
+            max_size=size.max_size,
+            executions=size.executions,
+            request_share=round(size.request_share, 3),
+        )
+        for size in bounded(sizes)
+    ]
 
 
 def decision_status(decision: Decision, *, at: datetime) -> DecisionStatus:

@@ -74,7 +74,22 @@ def _observed(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
             f": {observed.get('timeDominatedBy') or '?'} dominates"
         )
     lines += _parts(observed, _condition(status, c.CONDITION_LATENCY_BREAKDOWN))
+    lines += _batch_sizes(observed)
     return lines
+
+
+def _batch_sizes(observed: dict[str, Any]) -> list[str]:
+    """The executed batch sizes on one line: size x executions (share of requests), ascending."""
+    sizes = [entry for entry in observed.get("batchSizes") or () if isinstance(entry, dict)]
+    if not sizes:
+        return []
+    shown = []
+    for i, entry in enumerate(sizes):
+        size = f"{entry.get('size')}-{entry['maxSize']}" if entry.get("maxSize") else f"{entry.get('size')}"
+        share_of = entry.get("requestShare")
+        share = _num(100 * share_of if isinstance(share_of, int | float) else None, "%", 0)
+        shown.append(f"{size} x {entry.get('executions', '?')} ({share}{' of requests' if i == 0 else ''})")
+    return [f"Batch sizes {', '.join(shown)}"]
 
 
 def _parts(observed: dict[str, Any], breakdown: dict[str, Any]) -> list[str]:

@@ -28,6 +28,23 @@ class BatchingConfig(_Frozen):
     instances_per_replica: int = Field(default=1, ge=1)
 
 
+class ExecutedBatchSize(_Frozen):
+    """Executions at one batch size over the evaluation window, summed across the service's pods.
+
+    From Triton's statistics extension (`batch_stats`: executions of the model per batch size), not
+    its metrics page, which has no per-size figure.
+    """
+
+    size: int = Field(ge=1)
+    #: Set only on the last entry of a bounded list: the sizes `size` to `max_size` merged into one.
+    max_size: int | None = Field(default=None, ge=1)
+    executions: int = Field(ge=0)
+    executions_per_s: float = Field(ge=0)
+    #: The share of the window's requests (inferences: a request of several items counts each) that
+    #: ran in batches of this size: size x executions over the sum of size x executions.
+    request_share: float = Field(ge=0, le=1)
+
+
 class Observation(_Frozen):
     """What the controller knows about a service's traffic at one instant.
 
@@ -55,6 +72,9 @@ class Observation(_Frozen):
     queue_time_p99_ms: float | None = None
     compute_time_p99_ms: float | None = None
     mean_batch_size: float | None = None
+    #: Executions per batch size over the window, by size (`tailpilot.policy.batch_sizes`); None when
+    #: no pod's statistics were read twice in it (or the rates came from Prometheus, which has none).
+    executed_batch_sizes: tuple[ExecutedBatchSize, ...] | None = None
     failure_rate: float | None = None
     ready_replicas: int = 0
     #: Age of the newest sample the observation was built from.

@@ -57,6 +57,8 @@ MAX_TOLERATIONS = 32
 MAX_CONDITIONS = 16
 MAX_PROFILE_POINTS = 32
 MAX_TENSORS = 64
+#: Entries of status.observed.batchSizes at most (beyond it the largest sizes share the last entry).
+MAX_OBSERVED_BATCH_SIZES = 32
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 #: Schemes the builder's fetcher supports (tailpilot.builders.fetch); others are rejected at apply time.
 MODEL_URI_PATTERN = r"^(https://|s3://|pvc://)\S+$"
@@ -1221,6 +1223,29 @@ class BatchingStatus(_Model):
         )
 
 
+class BatchSizeStatus(_Model):
+    """Executions at one batch size over the evaluation window, summed across the service's pods."""
+
+    size: int = Field(ge=1, description="The executed batch size (inferences in one execution of the model).")
+    max_size: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Only on the last entry of a list that reached its bound (32 entries): this entry holds "
+            "every size from size to maxSize, merged."
+        ),
+    )
+    executions: int = Field(ge=0, description="Executions of the model at this batch size over the window.")
+    request_share: float = Field(
+        ge=0,
+        le=1,
+        description=(
+            "Share of the window's requests that ran in batches of this size (0-1): size x executions "
+            "over the sum of size x executions (a request of several items counts each)."
+        ),
+    )
+
+
 class ObservedStatus(_Model):
     """Service-level traffic measured over the SLO evaluation window."""
 
@@ -1284,6 +1309,18 @@ class ObservedStatus(_Model):
         ),
     )
     mean_batch_size: float | None = Field(default=None, ge=0, description="Mean executed batch size.")
+    batch_sizes: list[BatchSizeStatus] | None = Field(
+        default=None,
+        max_length=MAX_OBSERVED_BATCH_SIZES,
+        description=(
+            "The executed batch sizes over the window, ascending: per size, the model's executions and "
+            "the share of requests that ran at it, summed across pods from Triton's statistics "
+            "extension (GET /v2/models/<model>/stats, batch_stats; read from each pod every 10 s). At "
+            "most 32 entries: beyond, the largest sizes are merged into the last (which has maxSize). "
+            "Absent when the rates came from Prometheus (no per-size figure there) or no pod's "
+            "statistics were read twice in the window."
+        ),
+    )
     time_dominated_by: Literal["Queue", "Server"] | None = Field(
         default=None,
         description=(

@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tailpilot.api.autoscaling import Observation
+from tailpilot.api.autoscaling import ExecutedBatchSize, Observation
+from tailpilot.policy.batch_sizes import BatchCounts, executed_batch_sizes
 from tailpilot.policy.estimate import PodMetrics, Summary, observation_from_pod_metrics, split_p99
 
 #: Seconds between two reads of a service's pods (the operator's default and the benchmark's): the
@@ -111,11 +112,17 @@ class PodRead:
 
     `serving`: how many Ready pods the read stands for when it read a sample of them
     (`sample_pods`); None when it asked every one.
+
+    `batches`: pod -> its cumulative executions per batch size (Triton's statistics extension,
+    every version summed), on the reads that asked for them (every `BATCH_STATS_PERIOD_S` of the
+    reader, not every read); a pod whose statistics could not be read is absent. None on the
+    other reads.
     """
 
     at_s: float
     pods: Mapping[str, TritonCounters]
     serving: int | None = None
+    batches: Mapping[str, BatchCounts] | None = None
 
     @classmethod
     def sampled(
@@ -397,17 +404,39 @@ def observation_from_reads(
         arrival_counts=counts,
         arrival_bin_s=windows.arrival_bin_s if counts else None,
     )
+    observation = observation.model_copy(
+        update={"executed_batch_sizes": batch_sizes_from_reads(reads, window_s=windows.window_s)}
+    )
     return scaled_to_serving(observation, reads[-1])
+
+
+def batch_sizes_from_reads(
+    reads: Sequence[PodRead], *, window_s: float
+) -> tuple[ExecutedBatchSize, ...] | None:
+    """Executions per batch size over the window, of the pods of the newest read (`batch_sizes`).
+
+    Each pod's reads that carry its counts are the span's candidates; the pods are those the
+    Observation describes (the newest read's), so a pod gone before the newest read is left out as
+    it is from the rates. None when no pod's counts were read twice.
+    """
+    if not reads:
+        return None
+    newest = reads[-1]
+    per_pod = {
+        pod: [(read.at_s, read.batches[pod]) for read in reads if read.batches and pod in read.batches]
+        for pod in newest.pods
+    }
+    return executed_batch_sizes(per_pod, since_s=newest.at_s - window_s)
 
 
 def scaled_to_serving(observation: Observation, newest: PodRead) -> Observation:
     """An observation of a sampled read, scaled to the pods the sample stands for.
 
-    Totals (request, failure and recent rates, the arrival curve) are multiplied by the serving pods
-    over the pods that answered (a sampled pod that did not answer counts as one like the others);
-    the replicas are the serving pods; per-request and per-replica figures stay the sample's. The
-    newest read's ratio scales the whole arrival curve: a sample's pods are stable, and the ratio
-    moves only when the fleet does.
+    Totals (request, failure and recent rates, the arrival curve, the executions per batch size) are
+    multiplied by the serving pods over the pods that answered (a sampled pod that did not answer
+    counts as one like the others); the replicas are the serving pods; per-request and per-replica
+    figures stay the sample's. The newest read's ratio scales the whole arrival curve: a sample's
+    pods are stable, and the ratio moves only when the fleet does.
     """
     factor = _sample_factor(newest)
     if factor == 1.0:
@@ -416,8 +445,20 @@ def scaled_to_serving(observation: Observation, newest: PodRead) -> Observation:
     def times(value: float | None) -> float | None:
         return None if value is None else value * factor
 
+    sizes = observation.executed_batch_sizes
     return observation.model_copy(
         update={
+            "executed_batch_sizes": None
+            if sizes is None
+            else tuple(
+                size.model_copy(
+                    update={
+                        "executions": round(size.executions * factor),
+                        "executions_per_s": size.executions_per_s * factor,
+                    }
+                )
+                for size in sizes
+            ),
             "request_rate": times(observation.request_rate),
             "failure_rate": times(observation.failure_rate),
             "recent_request_rate": times(observation.recent_request_rate),

@@ -167,3 +167,36 @@ def test_each_compute_part_and_the_tails_are_series_and_a_tail_without_requests_
     m.record_breakdown(namespace="shop", service="resnet", observed=observed, service_time=None)
     m.forget_service(namespace="shop", service="resnet")
     assert not any(k[0].startswith("tailpilot_request_time") for k in samples(m))
+
+
+def test_executions_per_second_by_batch_size_bounded_replaced_each_period_and_forgotten():
+    import pytest
+
+    from tailpilot.api.autoscaling import ExecutedBatchSize
+
+    def size(n: int, per_s: float) -> ExecutedBatchSize:
+        return ExecutedBatchSize(
+            size=n, executions=round(per_s * 30), executions_per_s=per_s, request_share=0.0
+        )
+
+    def series(m: OperatorMetrics) -> dict[str, float]:
+        return {
+            dict(labels)["size"]: value
+            for (name, labels), value in samples(m).items()
+            if name == "tailpilot_executed_batches" and dict(labels)["service"] == "resnet"
+        }
+
+    m = OperatorMetrics()
+    m.record_batch_sizes(namespace="shop", service="resnet", sizes=(size(1, 0.5), size(4, 2.0)))
+    m.record_batch_sizes(namespace="shop", service="other", sizes=(size(2, 1.0),))
+    assert series(m) == {"1": 0.5, "4": 2.0}
+    # A size no longer executed goes; beyond 32 sizes the largest share one series.
+    m.record_batch_sizes(namespace="shop", service="resnet", sizes=tuple(size(n, 0.1) for n in range(1, 41)))
+    got = series(m)
+    assert len(got) == 32 and got["32-40"] == pytest.approx(0.9) and "33" not in got
+    m.record_batch_sizes(namespace="shop", service="resnet", sizes=None)  # the Prometheus path
+    assert series(m) == {}
+    m.record_batch_sizes(namespace="shop", service="resnet", sizes=(size(1, 0.5),))
+    m.forget_service(namespace="shop", service="resnet")
+    assert series(m) == {}
+    assert any(k[0] == "tailpilot_executed_batches" for k in samples(m))  # the other service's stays

@@ -319,3 +319,40 @@ def test_the_decision_history_keeps_the_last_ten_oldest_first():
         history = with_decision(history, record(i))
     assert len(history) == MAX_DECISION_HISTORY
     assert [r.replicas_before for r in history] == list(range(3, MAX_DECISION_HISTORY + 3))
+
+
+def test_the_observation_gives_the_executed_batch_sizes_bounded_and_none_when_not_measured():
+    from tailpilot.api.autoscaling import ExecutedBatchSize, Observation
+    from tailpilot.controllers.status import observed_status
+
+    def size(n: int, executions: int, share: float) -> ExecutedBatchSize:
+        return ExecutedBatchSize(
+            size=n, executions=executions, executions_per_s=executions / 30, request_share=share
+        )
+
+    observation = Observation(
+        at_s=0.0,
+        request_rate=10.0,
+        p99_ms=20.0,
+        executed_batch_sizes=(size(1, 20, 0.08032), size(2, 17, 0.13655), size(8, 1, 0.03213)),
+    )
+    shown = encode_status(InferenceServiceStatus(observed=observed_status(observation)))["observed"]
+    assert shown["batchSizes"] == [
+        {"size": 1, "executions": 20, "requestShare": 0.08},
+        {"size": 2, "executions": 17, "requestShare": 0.137},
+        {"size": 8, "executions": 1, "requestShare": 0.032},
+    ]
+    many = observation.model_copy(
+        update={"executed_batch_sizes": tuple(size(n, 1, 1 / 40) for n in range(1, 41))}
+    )
+    bounded = encode_status(InferenceServiceStatus(observed=observed_status(many)))["observed"]["batchSizes"]
+    assert len(bounded) == 32
+    assert bounded[-1] == {"size": 32, "maxSize": 40, "executions": 9, "requestShare": 0.225}
+    # Not measured (the Prometheus path), or nothing executed: no list on the object.
+    for sizes in (None, ()):
+        bare = observation.model_copy(update={"executed_batch_sizes": sizes})
+        shown = encode_status(InferenceServiceStatus(observed=observed_status(bare)))["observed"]
+        assert "batchSizes" not in shown
+    # An older operator's status (without the field) still reads.
+    old = decode_status({"observed": {"meanBatchSize": 2.0}}).observed
+    assert old is not None and old.batch_sizes is None

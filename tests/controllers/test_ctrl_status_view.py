@@ -148,3 +148,17 @@ def test_status_shows_each_compute_part_the_tails_and_the_largest_part():
         "queue 9.5 ms, server 6.0 ms (compute 5.1 ms), mean batch 4.2: Queue dominates" in x for x in lines
     )
     assert not any(x.startswith(("Parts", "Tails", "Largest")) for x in render(OBJ).splitlines())
+
+
+def test_status_shows_the_executed_batch_sizes_on_one_line():
+    observed = {
+        **OBJ["status"]["observed"],
+        "batchSizes": [
+            {"size": 1, "executions": 20, "requestShare": 0.08},
+            {"size": 4, "executions": 14, "requestShare": 0.225},
+            {"size": 32, "maxSize": 64, "executions": 9, "requestShare": 0.695},
+        ],
+    }
+    lines = render({**OBJ, "status": {**OBJ["status"], "observed": observed}}).splitlines()
+    assert "Batch sizes 1 x 20 (8% of requests), 4 x 14 (22%), 32-64 x 9 (70%)" in lines
+    assert not any(x.startswith("Batch sizes") for x in render(OBJ).splitlines())
