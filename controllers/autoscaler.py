@@ -51,7 +51,13 @@ from tailpilot.controllers.gpu_products import (
 )
 from tailpilot.controllers.kubeapi import PODS, Kube, pod_url, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.observe import LatencyBoard, ObservationError, observe_service
+from tailpilot.controllers.observe import (
+    ClientLatency,
+    LatencyBoard,
+    ObservationError,
+    client_latency,
+    observe_service,
+)
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
@@ -101,6 +107,9 @@ _QUIET_ACTIONS = {ScalingAction.NONE, ScalingAction.HOLD}
 #: A read of the pods older than this many read periods is not used (the fast loop stopped or fell
 #: behind): the decision takes Prometheus' rates instead.
 FRESH_READS = 3
+#: The clients' P99 answer is reused for this share of a control period: a decision the fast checks
+#: call early does not query it again (the timer's own periods, a little jittered, do).
+CLIENT_QUERY_REUSE = 0.9
 
 
 def slo_condition(observation: Observation, *, target_ms: float) -> ConditionUpdate:
@@ -204,6 +213,8 @@ def significant_change(old: InferenceServiceStatus, new: InferenceServiceStatus)
         or new.batching != old.batching
         or _moved(old_seen.p99_ms, new_seen.p99_ms)
         or _moved(old_seen.request_rate, new_seen.request_rate)
+        # The clients' P99 appearing or going (a query that starts or stops answering) is said at once.
+        or (old_seen.client_p99_ms is None) != (new_seen.client_p99_ms is None)
         or _reason(old) != _reason(new)
         or _gpu_choice(old) != _gpu_choice(new)
     )
@@ -272,12 +283,15 @@ class Autoscaler:
     #: product can hold are those the last reconcile recorded.
     inventory: GpuInventory | None = None
     _gpu_memory: dict[tuple[str, str], MoveMemory] = field(default_factory=dict)
+    #: Each service's last client-latency answer: (the query, when, the answer).
+    _client_answers: dict[tuple[str, str], tuple[str, float, ClientLatency]] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
         self._states.pop((namespace, name), None)
         self._service_samples.pop((namespace, name), None)
         self._gpu_memory.pop((namespace, name), None)
+        self._client_answers.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
 
     async def step(
@@ -304,6 +318,7 @@ class Autoscaler:
         self.metrics.record_observation(
             rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
         )
+        observed, client_error = await self._client_latency(isvc, inputs.prometheus_url, observed, now)
         observation = with_surge(observed, surge)
         fit = self._learn_service_time((namespace, name), status, observation, state)
         profile = inputs.profile or learned_profile(fit, isvc=isvc, status=status)
@@ -410,7 +425,9 @@ class Autoscaler:
         updates = [
             profile_condition,
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
-            breakdown_condition(seen, previous_reason=_breakdown_reason(status)),
+            breakdown_condition(
+                seen, previous_reason=_breakdown_reason(status), client_error=client_error
+            ),
             ConditionUpdate(
                 c.CONDITION_SCALING_ACTIVE,
                 c.STATUS_TRUE,
@@ -559,6 +576,33 @@ class Autoscaler:
         except ObservationError as error:
             log.warning("observing %s/%s: %s", namespace, name, error)
             return Observation(at_s=now, request_rate=None, p99_ms=None)
+
+    async def _client_latency(
+        self, isvc: InferenceService, prometheus_url: str, observation: Observation, now: float
+    ) -> tuple[Observation, str | None]:
+        """The observation with the clients' P99 (spec.monitoring.clientLatencyP99Query), and why not.
+
+        One instant query at the observation's time against the service's Prometheus, through the
+        observation's client (its timeout). An answer is kept for most of a control period, so a
+        decision the fast checks call early reuses it: a failing query is not retried faster than
+        the control period. It never fails the decision.
+        """
+        query = isvc.spec.monitoring.client_latency_p99_query
+        key = (isvc.namespace, isvc.name)
+        if query is None:
+            self._client_answers.pop(key, None)
+            return observation, None
+        cached = self._client_answers.get(key)
+        fresh = cached is not None and 0 <= now - cached[1] < CLIENT_QUERY_REUSE * self.control_period_s
+        if cached is not None and fresh and cached[0] == query:
+            answer = cached[2]
+        else:
+            answer = await client_latency(self.http, prometheus_url=prometheus_url, query=query, now_s=now)
+            before = cached[2].error if cached is not None else None
+            if answer.error is not None and answer.error != before:
+                log.warning("%s/%s: spec.monitoring.clientLatencyP99Query: %s", *key, answer.error)
+            self._client_answers[key] = (query, now, answer)
+        return observation.model_copy(update={"client_p99_ms": answer.p99_ms}), answer.error
 
     def _learn_service_time(
         self,

@@ -9,6 +9,13 @@ and of compute infer where Triton's summaries gave them, in its message.
 `timeDominatedBy` (Queue or Server) stays as it was; this is the finer answer: a Server-dominated
 service whose compute input is the largest part needs lighter inputs, not a faster model.
 
+Where the spec names the clients' P99 (`spec.monitoring.clientLatencyP99Query`), what they see
+beyond Triton's P99 (`outsideServerP99Ms`: network, an ingress, serialization) is one more part,
+named `OutsideServerDominated` when it is the largest. It is a difference of P99s where the other
+parts are means per request, and it is compared with them as it is: a tail the clients add that
+is longer than any part of a request's mean time in Triton is what to shorten first, whatever
+Triton does. A query that failed is said at the end of the message, with Prometheus' words.
+
 A reason that changes is a status write (`autoscaler.significant_change`), so the reason keeps the
 part it named while that part stays within `HOLD_MARGIN` of the largest: two parts of about the same
 size would otherwise flip it, and write the status, every period. The message still gives the
@@ -27,6 +34,10 @@ from tailpilot.controllers.conditions import ConditionUpdate
 
 #: The part the reason names stays named while the largest part is within this factor of it.
 HOLD_MARGIN: Final = 1.1
+#: The spec field a failed client query is named by.
+CLIENT_QUERY_FIELD: Final = "spec.monitoring.clientLatencyP99Query"
+#: Of Prometheus' error, this many characters at most (the message also carries every figure).
+MAX_ERROR_CHARS: Final = 512
 
 
 @dataclass(frozen=True)
@@ -81,8 +92,36 @@ def _ms(value: float) -> str:
     return f"{value:.1f} ms" if value >= 1 else f"{value:.2f} ms"
 
 
-def breakdown_condition(observed: ObservedStatus, *, previous_reason: str | None) -> ConditionUpdate:
-    """LatencyBreakdown from the observed figures; `previous_reason`: its reason when it was last True."""
+def _outside(observed: ObservedStatus) -> Part | None:
+    """The clients' time beyond the server's P99, as a part; None without the clients' P99."""
+    if observed.outside_server_p99_ms is None:
+        return None
+    return Part(c.REASON_OUTSIDE_SERVER_DOMINATED, "outside the server", observed.outside_server_p99_ms)
+
+
+def _outside_words(observed: ObservedStatus) -> str:
+    return (
+        f"outside the server {_ms(observed.outside_server_p99_ms or 0.0)} at P99 (the clients' P99 "
+        f"{_ms(observed.client_p99_ms or 0.0)} less the server's {_ms(observed.p99_ms or 0.0)})"
+    )
+
+
+def breakdown_condition(
+    observed: ObservedStatus, *, previous_reason: str | None, client_error: str | None = None
+) -> ConditionUpdate:
+    """LatencyBreakdown from the observed figures; `previous_reason`: its reason when it was last True.
+
+    `client_error`: why spec.monitoring.clientLatencyP99Query gave no figure this period (None: it
+    gave one, or there is none), said at the end of the message.
+    """
+    update = _breakdown(observed, previous_reason=previous_reason)
+    if client_error is None:
+        return update
+    said = f"; {CLIENT_QUERY_FIELD} gave no figure: {client_error[:MAX_ERROR_CHARS]}"
+    return ConditionUpdate(update.type, update.status, update.reason, update.message + said)
+
+
+def _breakdown(observed: ObservedStatus, *, previous_reason: str | None) -> ConditionUpdate:
     rate = observed.request_rate
     if rate is None:
         return ConditionUpdate(
@@ -107,15 +146,19 @@ def breakdown_condition(observed: ObservedStatus, *, previous_reason: str | None
             "Triton's queue and compute time counters (nv_inference_queue_duration_us, "
             "nv_inference_compute_{input,infer,output}_duration_us) could not all be read",
         )
-    top = dominant(parts, previous_reason=previous_reason)
-    largest = max(parts, key=lambda part: part.ms)
+    outside = _outside(observed)
+    every = (*parts, outside) if outside is not None else parts
+    top = dominant(every, previous_reason=previous_reason)
+    largest = max(every, key=lambda part: part.ms)
     total = sum(part.ms for part in parts)
-    share = f" ({top.ms / total:.0%})" if total > 0 else ""
-    lead = f"{top.label} {_ms(top.ms)} of {_ms(total)} per request{share}"
-    if top is not largest and largest.ms > top.ms:
-        lead += f", named while within {HOLD_MARGIN:g}x of {largest.label}"
-    rest = ", ".join(f"{part.label} {_ms(part.ms)}" for part in parts if part is not top)
-    text = f"{lead}; {rest}"
+    held = f", named while within {HOLD_MARGIN:g}x of {largest.label}" if largest.ms > top.ms else ""
+    if top is outside:
+        inside = ", ".join(f"{part.label} {_ms(part.ms)}" for part in parts)
+        text = f"{_outside_words(observed)}{held}; in Triton {_ms(total)} per request: {inside}"
+    else:
+        share = f" ({top.ms / total:.0%})" if total > 0 else ""
+        rest = ", ".join(f"{part.label} {_ms(part.ms)}" for part in parts if part is not top)
+        text = f"{top.label} {_ms(top.ms)} of {_ms(total)} per request{share}{held}; {rest}"
     tails = [
         f"{label} {_ms(value)}"
         for label, value in (
@@ -126,6 +169,8 @@ def breakdown_condition(observed: ObservedStatus, *, previous_reason: str | None
     ]
     if tails:
         text += f"; P99 {', '.join(tails)}"
+    if outside is not None and top is not outside:
+        text += f"; {_outside_words(observed)}"
     if observed.mean_batch_size is not None:
         text += f"; mean batch {observed.mean_batch_size:.1f}"
     return ConditionUpdate(c.CONDITION_LATENCY_BREAKDOWN, c.STATUS_TRUE, top.reason, text)

@@ -92,7 +92,9 @@ class OperatorMetrics:
             "tailpilot_request_time_p99_ms",
             "P99 of a part of a request's time in Triton, ms, merged across pods from Triton's "
             "per-pod summaries (about the last minute): part queue and compute_infer. Absent while "
-            "the summaries hold no request.",
+            "the summaries hold no request. Where the spec names the clients' P99 query: part client "
+            "(its answer) and outside_server (client less the server's P99, at least 0); absent while "
+            "the query gives no figure.",
             ["namespace", "service", "part"],
             registry=self.registry,
         )
@@ -191,13 +193,19 @@ class OperatorMetrics:
         for part, value in parts.items():
             if value is not None:
                 self.time_ms.labels(namespace, service, part).set(value)
-        tails = {"queue": observed.queue_time_p99_ms, "compute_infer": observed.compute_time_p99_ms}
+        tails = {
+            "queue": observed.queue_time_p99_ms,
+            "compute_infer": observed.compute_time_p99_ms,
+            "client": observed.client_p99_ms,
+            "outside_server": observed.outside_server_p99_ms,
+        }
         for part, value in tails.items():
             if value is not None:
                 self.time_p99_ms.labels(namespace, service, part).set(value)
             else:
                 # A summary without requests has no P99 (Triton's goes NaN a minute after the last
                 # request): the series goes rather than show the last busy minute's tail as now's.
+                # So does the clients' P99 of a query that stopped answering.
                 try:
                     self.time_p99_ms.remove(namespace, service, part)
                 except KeyError:

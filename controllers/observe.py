@@ -488,3 +488,52 @@ async def observe_service(
         arrival_counts=counts,
         arrival_bin_s=bin_s,
     )
+
+
+@dataclass(frozen=True)
+class ClientLatency:
+    """The clients' P99 from the spec's query (ms), or why there is none (Prometheus' words)."""
+
+    p99_ms: float | None
+    error: str | None = None
+
+
+def client_latency_of(body: Any) -> ClientLatency:
+    """The one finite number of an instant query's answer (a scalar, or a vector of one series).
+
+    An error, no series, several series or a value that is not finite (a quantile of no requests is
+    NaN) or negative gives no figure and says which.
+    """
+    if not isinstance(body, dict):
+        return ClientLatency(None, f"Prometheus answered {str(body)[:200]}")
+    if body.get("status") != "success":
+        return ClientLatency(None, f"Prometheus error {body.get('errorType', '')}: {body.get('error', body)}")
+    data = body.get("data")
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if kind == "scalar" and isinstance(result, list) and len(result) == 2:
+        raw = result[1]
+    elif kind == "vector" and isinstance(result, list):
+        if len(result) != 1:
+            return ClientLatency(None, f"{len(result) or 'no'} series, one expected")
+        value = result[0].get("value") if isinstance(result[0], dict) else None
+        raw = value[1] if isinstance(value, list) and len(value) == 2 else None
+    else:
+        expected = "a vector of one series or a scalar expected"
+        return ClientLatency(None, f"a {kind or 'malformed'} answer, {expected}")
+    number = _number(raw)
+    if number is None or number < 0:
+        return ClientLatency(None, f"the value is {raw!r}, not a finite number of ms at least 0")
+    return ClientLatency(number)
+
+
+async def client_latency(
+    client: httpx.AsyncClient, *, prometheus_url: str, query: str, now_s: float
+) -> ClientLatency:
+    """Evaluate the spec's clientLatencyP99Query at `now_s`; never raises (a failure is the error)."""
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    try:
+        body = await _query(client, url, query, now_s)
+    except ObservationError as error:
+        return ClientLatency(None, str(error))
+    return client_latency_of(body)

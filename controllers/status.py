@@ -324,6 +324,10 @@ def observed_status(observation: Observation) -> ObservedStatus:
         return None if value is None else round(value, 2)
 
     queue, server = observation.queue_time_ms, observation.service_time_ms
+    client, p99 = observation.client_p99_ms, observation.p99_ms
+    # What the clients see beyond Triton's tail; never below 0 (the two P99s are of different
+    # windows and requests: a client P99 under the server's says nothing is outside).
+    outside = None if client is None or p99 is None else max(0.0, client - p99)
     dominated: Literal["Queue", "Server"] | None = None
     if queue is not None and server is not None and (observation.request_rate or 0) > 0:
         dominated = "Queue" if queue > server else "Server"
@@ -338,6 +342,8 @@ def observed_status(observation: Observation) -> ObservedStatus:
         compute_output_time_ms=rounded(observation.compute_output_time_ms),
         queue_time_p99_ms=rounded(observation.queue_time_p99_ms),
         compute_time_p99_ms=rounded(observation.compute_time_p99_ms),
+        client_p99_ms=rounded(client),
+        outside_server_p99_ms=rounded(outside),
         mean_batch_size=rounded(observation.mean_batch_size),
         batch_sizes=batch_sizes_status(observation),
         time_dominated_by=dominated,

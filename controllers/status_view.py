@@ -111,6 +111,11 @@ def _parts(observed: dict[str, Any], breakdown: dict[str, Any]) -> list[str]:
     lines = [f"Parts       {', '.join(compute)}"] if shown else []
     if tails:
         lines.append(f"Tails       P99 {', '.join(tails)}")
+    if observed.get("clientP99Ms") is not None:
+        lines.append(
+            f"Clients     P99 {_part_ms(observed.get('clientP99Ms'))}, outside the server "
+            f"{_part_ms(observed.get('outsideServerP99Ms'))} (the clients' P99 less the server's)"
+        )
     if breakdown:
         lines.append(
             f"Largest     {breakdown.get('reason', '-')} ({breakdown.get('status', '?')}): "

@@ -193,7 +193,8 @@ def printer_columns() -> list[dict[str, Any]]:
             "jsonPath": f'.status.conditions[?(@.type=="{c.CONDITION_LATENCY_BREAKDOWN}")].reason',
             "description": (
                 "The largest part of a request's time: QueueDominated, ComputeDominated (compute infer), "
-                "ComputeInputDominated, ComputeOutputDominated or ServerOverheadDominated"
+                "ComputeInputDominated, ComputeOutputDominated, ServerOverheadDominated or "
+                "OutsideServerDominated (beyond the server, from the clients' P99)"
             ),
             "priority": 1,
         },

@@ -72,6 +72,8 @@ class Observation(_Frozen):
     queue_time_p99_ms: float | None = None
     compute_time_p99_ms: float | None = None
     mean_batch_size: float | None = None
+    #: The clients' P99 from the spec's clientLatencyP99Query, ms (None: no query, or it failed).
+    client_p99_ms: float | None = None
     #: Executions per batch size over the window, by size (`tailpilot.policy.batch_sizes`); None when
     #: no pod's statistics were read twice in it (or the rates came from Prometheus, which has none).
     executed_batch_sizes: tuple[ExecutedBatchSize, ...] | None = None

@@ -186,6 +186,9 @@ REASON_COMPUTE_OUTPUT_DOMINATED: Final = "ComputeOutputDominated"
 #: LatencyBreakdown True: the largest part is Triton's own handling outside the queue and the compute
 #: steps (the server time the three compute parts leave).
 REASON_SERVER_OVERHEAD_DOMINATED: Final = "ServerOverheadDominated"
+#: LatencyBreakdown True: what the clients see beyond Triton's P99 (their P99, from the spec's
+#: clientLatencyP99Query, less the server's) is longer than every part of a request's time in Triton.
+REASON_OUTSIDE_SERVER_DOMINATED: Final = "OutsideServerDominated"
 
 # --- GPUs ----------------------------------------------------------------------------
 

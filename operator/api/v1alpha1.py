@@ -57,6 +57,8 @@ MAX_TOLERATIONS = 32
 MAX_CONDITIONS = 16
 MAX_PROFILE_POINTS = 32
 MAX_TENSORS = 64
+#: spec.monitoring.clientLatencyP99Query's length at most (a PromQL expression).
+MAX_PROMQL_LENGTH = 2048
 #: Entries of status.observed.batchSizes at most (beyond it the largest sizes share the last entry).
 MAX_OBSERVED_BATCH_SIZES = 32
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
@@ -848,6 +850,21 @@ class MonitoringSpec(_Model):
     scrape_interval_seconds: int = Field(
         default=15, ge=1, le=300, description="Scrape interval of Triton's metrics."
     )
+    client_latency_p99_query: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PROMQL_LENGTH,
+        pattern=r"\S",
+        description=(
+            "A PromQL expression giving the P99 latency the service's clients see, in milliseconds "
+            "(an ingress, a gateway or the clients' own histogram), evaluated by the autoscaler each "
+            "control period as an instant query against the service's Prometheus. Shown as "
+            "status.observed.clientP99Ms and, less the server's P99, outsideServerP99Ms (network, "
+            "ingress, serialization); not used to decide. It must return one series or a scalar. "
+            "Example: histogram_quantile(0.99, sum by (le) (rate("
+            'nginx_ingress_controller_request_duration_seconds_bucket{ingress="resnet"}[1m]))) * 1000'
+        ),
+    )
 
 
 # --- spec -------------------------------------------------------------------------------------
@@ -1309,6 +1326,24 @@ class ObservedStatus(_Model):
         ),
     )
     mean_batch_size: float | None = Field(default=None, ge=0, description="Mean executed batch size.")
+    client_p99_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "The P99 latency the clients see, ms: spec.monitoring.clientLatencyP99Query at the "
+            "observation's time. Absent without the query, or when it failed (the LatencyBreakdown "
+            "condition's message says why)."
+        ),
+    )
+    outside_server_p99_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "clientP99Ms less p99Ms (Triton's own P99), floored at 0, ms: what the clients see beyond "
+            "the server's tail (network, ingress, serialization, the client's own queue). Absent "
+            "when either is."
+        ),
+    )
     batch_sizes: list[BatchSizeStatus] | None = Field(
         default=None,
         max_length=MAX_OBSERVED_BATCH_SIZES,

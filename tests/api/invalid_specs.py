@@ -100,6 +100,18 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
             },
         ),
     ),
+    (
+        "cpu-client-latency-query",
+        merge(
+            CPU_BASE,
+            {
+                "monitoring": {
+                    "clientLatencyP99Query": "histogram_quantile(0.99, sum by (le) (rate("
+                    'nginx_ingress_controller_request_duration_seconds_bucket{ingress="resnet"}[1m]))) * 1000'
+                }
+            },
+        ),
+    ),
 ]
 
 #: (name, spec, expected substring of the rejection). Names are unique; each breaks exactly one rule.
@@ -267,4 +279,19 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.engine.shapes",
     ),
     ("unknown-device", merge(CPU_BASE, {"runtime": {"device": "tpu"}}), "spec.runtime.device"),
+    (
+        "client-latency-query-empty",
+        merge(CPU_BASE, {"monitoring": {"clientLatencyP99Query": ""}}),
+        "spec.monitoring.clientLatencyP99Query",
+    ),
+    (
+        "client-latency-query-blank",
+        merge(CPU_BASE, {"monitoring": {"clientLatencyP99Query": "   "}}),
+        "spec.monitoring.clientLatencyP99Query",
+    ),
+    (
+        "client-latency-query-too-long",
+        merge(CPU_BASE, {"monitoring": {"clientLatencyP99Query": "sum(x) + " * 228 + "1"}}),
+        "spec.monitoring.clientLatencyP99Query",
+    ),
 ]

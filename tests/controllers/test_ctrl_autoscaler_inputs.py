@@ -90,3 +90,52 @@ def test_a_condition_message_with_the_periods_figures_alone_is_no_reason_to_writ
     assert not significant_change(before, _status("Hold: 40.1 requests/s fit 2 replicas"))
     assert significant_change(before, _status("ScaleUp: 80 requests/s", reason="ScaleUp"))
     assert significant_change(before, _status("Hold: 39.8 requests/s fit 2 replicas", p99_ms=23.0))
+
+
+def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_the_observation():
+    import asyncio
+
+    import httpx
+
+    from tailpilot.controllers.autoscaler import Autoscaler
+    from tailpilot.controllers.metrics import OperatorMetrics
+
+    answers = iter(
+        [
+            {"status": "error", "errorType": "bad_data", "error": "1:5: parse error: unexpected <EOF>"},
+            {"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "88.5"]}]}},
+        ]
+    )
+    sent: list[str] = []
+
+    def prometheus(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.params["time"])
+        return httpx.Response(400 if not sent[1:] else 200, json=next(answers))
+
+    isvc = service(monitoring={"clientLatencyP99Query": "histogram_quantile(0.99, x) * 1000"})
+    seen = Observation(at_s=0.0, request_rate=5.0, p99_ms=40.0)
+
+    async def run() -> list[tuple[Observation, str | None]]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
+            autoscaler = Autoscaler(
+                kube=None,  # type: ignore[arg-type]
+                http=http,
+                metrics=OperatorMetrics(),
+                default_prometheus_url=None,
+                control_period_s=15.0,
+            )
+            out = []
+            # A period, a surge decision 3 s later, the next period, and the query removed.
+            for now in (100.0, 103.0, 115.0):
+                out.append(await autoscaler._client_latency(isvc, "http://prom:9090", seen, now))
+            plain = service()
+            out.append(await autoscaler._client_latency(plain, "http://prom:9090", seen, 130.0))
+            return out
+
+    (first, again, later, without) = asyncio.run(run())
+    assert sent == ["100.000", "115.000"]  # not again at 103 s: within the control period
+    assert first[0].client_p99_ms is None
+    assert first[1] == "Prometheus error bad_data: 1:5: parse error: unexpected <EOF>"
+    assert again == first
+    assert later == (seen.model_copy(update={"client_p99_ms": 88.5}), None)
+    assert without == (seen, None)

@@ -111,3 +111,55 @@ def test_a_held_reason_writes_no_status_and_a_new_largest_part_does():
     # The same request rate and P99 next period: only the condition could call for a write.
     assert not significant_change(queued, status_after(CLOSE, previous_reason="QueueDominated"))
     assert significant_change(queued, status_after(CLOSE, previous_reason=None))
+
+
+def test_the_clients_time_beyond_the_servers_p99_is_a_part_named_when_it_is_the_largest():
+    # The clients see 190 ms at P99 where Triton's is 60 ms: 130 ms outside, above the 40.1 ms queue.
+    outside = observed(p99_ms=60.0, client_p99_ms=190.0, outside_server_p99_ms=130.0)
+    update = breakdown_condition(outside, previous_reason=None)
+    assert (update.status, update.reason) == ("True", c.REASON_OUTSIDE_SERVER_DOMINATED)
+    assert update.message == (
+        "outside the server 130.0 ms at P99 (the clients' P99 190.0 ms less the server's 60.0 ms); "
+        "in Triton 44.5 ms per request: queue 40.1 ms, compute input 0.06 ms, compute infer 3.9 ms, "
+        "compute output 0.31 ms, other server time 0.13 ms; P99 queue 120.4 ms, compute infer 5.2 ms; "
+        "mean batch 3.2"
+    )
+    # Smaller than the queue: the queue is named and the clients' figures are in the message.
+    inside = breakdown_condition(
+        observed(p99_ms=60.0, client_p99_ms=65.0, outside_server_p99_ms=5.0), previous_reason=None
+    )
+    assert inside.reason == c.REASON_QUEUE_DOMINATED
+    assert inside.message.endswith(
+        "; outside the server 5.0 ms at P99 (the clients' P99 65.0 ms less the server's 60.0 ms); "
+        "mean batch 3.2"
+    )
+    # The hold margin applies to it as to any part: named before, kept while within 1.1x.
+    close = observed(p99_ms=60.0, client_p99_ms=98.0, outside_server_p99_ms=38.0)
+    assert breakdown_condition(close, previous_reason=c.REASON_OUTSIDE_SERVER_DOMINATED).reason == (
+        c.REASON_OUTSIDE_SERVER_DOMINATED
+    )
+    assert breakdown_condition(close, previous_reason=None).reason == c.REASON_QUEUE_DOMINATED
+
+
+def test_without_the_clients_figure_nothing_changes_and_a_failed_query_is_said_with_its_error():
+    assert breakdown_condition(QUEUED, previous_reason=None) == breakdown_condition(
+        QUEUED, previous_reason=None, client_error=None
+    )
+    error = "Prometheus error bad_data: 1:26: parse error: unclosed left parenthesis"
+    failed = breakdown_condition(QUEUED, previous_reason=None, client_error=error)
+    assert failed.reason == c.REASON_QUEUE_DOMINATED
+    assert failed.message.endswith(f"; spec.monitoring.clientLatencyP99Query gave no figure: {error}")
+    # Said in the Unknown cases too, and bounded.
+    quiet = breakdown_condition(observed(request_rate=0.0), previous_reason=None, client_error="x" * 5000)
+    assert quiet.reason == c.REASON_NO_TRAFFIC
+    assert quiet.message.startswith("no requests over the window; spec.monitoring.clientLatencyP99Query")
+    assert len(quiet.message) < 700
+
+
+def test_the_clients_p99_appearing_or_going_is_a_status_write_its_value_moving_is_not():
+    def status(client: float | None) -> InferenceServiceStatus:
+        return InferenceServiceStatus(observed=observed(client_p99_ms=client))
+
+    assert significant_change(status(None), status(80.0))
+    assert significant_change(status(80.0), status(None))
+    assert not significant_change(status(80.0), status(95.0))

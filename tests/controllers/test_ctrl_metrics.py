@@ -200,3 +200,22 @@ def test_executions_per_second_by_batch_size_bounded_replaced_each_period_and_fo
     m.forget_service(namespace="shop", service="resnet")
     assert series(m) == {}
     assert any(k[0] == "tailpilot_executed_batches" for k in samples(m))  # the other service's stays
+
+
+def test_the_clients_p99_and_the_part_outside_the_server_are_tails_removed_without_the_query():
+    from tailpilot.api.v1alpha1 import ObservedStatus
+
+    m = OperatorMetrics()
+    seen = ObservedStatus(p99_ms=60.0, client_p99_ms=190.0, outside_server_p99_ms=130.0)
+    m.record_breakdown(namespace="shop", service="resnet", observed=seen, service_time=None)
+
+    def tails() -> dict[str, float]:
+        return {
+            dict(labels)["part"]: value
+            for (name, labels), value in samples(m).items()
+            if name == "tailpilot_request_time_p99_ms"
+        }
+
+    assert tails() == {"client": 190.0, "outside_server": 130.0}
+    m.record_breakdown(namespace="shop", service="resnet", observed=ObservedStatus(), service_time=None)
+    assert tails() == {}

@@ -348,3 +348,50 @@ def test_observe_service_passes_the_arrival_curve_on_when_asked():
     assert len(prom.seen) == 17
     plain = observe(httpx.MockTransport(ScriptedPrometheus(answers)))
     assert (plain.arrival_counts, plain.arrival_bin_s) == ((), None)
+
+
+def test_the_clients_p99_is_the_one_finite_figure_of_the_answer_or_says_why_not():
+    from tailpilot.controllers.observe import ClientLatency, client_latency_of
+
+    def vector(*values: str) -> dict[str, Any]:
+        result = [{"metric": {"i": str(i)}, "value": [1.0, v]} for i, v in enumerate(values)]
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+    assert client_latency_of(vector("182.5")) == ClientLatency(182.5)
+    scalar = {"status": "success", "data": {"resultType": "scalar", "result": [1.0, "40"]}}
+    assert client_latency_of(scalar) == ClientLatency(40.0)
+    assert client_latency_of(vector()) == ClientLatency(None, "no series, one expected")
+    assert client_latency_of(vector("1", "2")) == ClientLatency(None, "2 series, one expected")
+    for raw in ("NaN", "+Inf", "-3"):
+        answer = client_latency_of(vector(raw))
+        assert answer.p99_ms is None and f"'{raw}', not a finite number of ms" in (answer.error or "")
+    said = "1:26: parse error: unexpected end of input"
+    error = {"status": "error", "errorType": "bad_data", "error": said}
+    assert client_latency_of(error) == ClientLatency(None, f"Prometheus error bad_data: {said}")
+    matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    assert "a matrix answer" in (client_latency_of(matrix).error or "")
+
+
+def test_the_clients_query_is_sent_at_the_observations_time_and_an_unreachable_prometheus_is_an_error():
+    from tailpilot.controllers.observe import client_latency
+
+    sent: list[httpx.QueryParams] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.params)
+        body = {"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "75"]}]}}
+        return httpx.Response(200, json=body)
+
+    async def run(transport: httpx.AsyncBaseTransport) -> Any:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await client_latency(client, prometheus_url="http://prom:9090/", query="q", now_s=1234.5)
+
+    assert asyncio.run(run(httpx.MockTransport(answer))).p99_ms == 75.0
+    assert sent == [httpx.QueryParams({"query": "q", "time": "1234.500"})]
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    down = asyncio.run(run(httpx.MockTransport(refuse)))
+    assert down.p99_ms is None
+    assert "Prometheus unreachable at http://prom:9090/api/v1/query" in (down.error or "")

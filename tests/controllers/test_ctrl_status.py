@@ -356,3 +356,21 @@ def test_the_observation_gives_the_executed_batch_sizes_bounded_and_none_when_no
     # An older operator's status (without the field) still reads.
     old = decode_status({"observed": {"meanBatchSize": 2.0}}).observed
     assert old is not None and old.batch_sizes is None
+
+
+def test_the_observation_gives_the_clients_p99_and_the_part_outside_the_server_floored_at_zero():
+    from tailpilot.api.autoscaling import Observation
+    from tailpilot.controllers.status import observed_status
+
+    def shown(client: float | None, p99: float | None) -> dict[str, Any]:
+        observation = Observation(at_s=0.0, request_rate=10.0, p99_ms=p99, client_p99_ms=client)
+        return encode_status(InferenceServiceStatus(observed=observed_status(observation)))["observed"]
+
+    got = shown(190.456, 60.0)
+    assert (got["clientP99Ms"], got["outsideServerP99Ms"]) == (190.46, 130.46)
+    # A client P99 under the server's (other windows, other requests): nothing outside, not negative.
+    assert shown(55.0, 60.0)["outsideServerP99Ms"] == 0.0
+    # Without the query's figure, or without the server's P99: no remainder.
+    assert not {"clientP99Ms", "outsideServerP99Ms"} & set(shown(None, 60.0))
+    no_server = shown(190.0, None)
+    assert no_server["clientP99Ms"] == 190.0 and "outsideServerP99Ms" not in no_server

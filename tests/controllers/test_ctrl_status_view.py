@@ -162,3 +162,12 @@ def test_status_shows_the_executed_batch_sizes_on_one_line():
     lines = render({**OBJ, "status": {**OBJ["status"], "observed": observed}}).splitlines()
     assert "Batch sizes 1 x 20 (8% of requests), 4 x 14 (22%), 32-64 x 9 (70%)" in lines
     assert not any(x.startswith("Batch sizes") for x in render(OBJ).splitlines())
+
+
+def test_status_shows_the_clients_p99_and_the_part_outside_the_server():
+    observed = {**OBJ["status"]["observed"], "clientP99Ms": 190.0, "outsideServerP99Ms": 159.0}
+    lines = render({**OBJ, "status": {**OBJ["status"], "observed": observed}}).splitlines()
+    assert (
+        "Clients     P99 190.0 ms, outside the server 159.0 ms (the clients' P99 less the server's)" in lines
+    )
+    assert not any(x.startswith("Clients") for x in render(OBJ).splitlines())
