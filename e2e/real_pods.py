@@ -127,11 +127,23 @@ def serve_and_wait_ready(api: client.ApiClient, service: dict[str, Any], *, time
     )
 
 
-def prepare_storage(core: client.CoreV1Api, namespace: str, work_dir: Path, *, model_width: int = 1) -> None:
-    """The engine store and the `models` claim (hostPath PVs under work_dir), with the example model."""
+def prepare_storage(
+    core: client.CoreV1Api,
+    namespace: str,
+    work_dir: Path,
+    *,
+    model_width: int = 1,
+    dense_hidden: int | None = None,
+) -> None:
+    """The engine store and the `models` claim (hostPath PVs under work_dir), with the example model.
+
+    `dense_hidden`: its weight-bound variant instead (`example_model.build_dense_model`).
+    """
     create_engine_store(core, namespace, host_path=work_dir / "engines")
     create_engine_store(core, namespace, host_path=work_dir / "models", claim="models")
-    example_model.write_example_model(work_dir / "models" / MODEL_NAME / "model.onnx", width=model_width)
+    example_model.write_example_model(
+        work_dir / "models" / MODEL_NAME / "model.onnx", width=model_width, dense_hidden=dense_hidden
+    )
 
 
 def cpu_example(namespace: str, *, name: str = "mlp-cpu", **spec_overrides: Any) -> dict[str, Any]:

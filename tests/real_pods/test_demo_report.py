@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,38 @@ def test_the_report_has_the_runs_figures_its_decisions_and_a_plot(
     assert "| 4 | 4 | {} |" in report and "75.00%" in report  # 3 of 4 within the SLO
     assert "| 2.0 | step x4 | 40.0 | 450.0 | 1/2 | 16/[]/0us | ScaleUp SLOAtRisk |" in report
     assert (tmp_path / "client.png").stat().st_size > 10_000
+
+
+def test_the_story_rises_past_one_replica_within_its_batches_then_steps_past_them() -> None:
+    calm, rise, step, again = demo.story(20.0, batch_gain=3.6)
+    assert calm.rate_per_s == again.rate_per_s < 20.0  # within one replica
+    assert 20.0 < rise.rate_per_s < 2.6 * 20.0  # past single requests, within what batches serve
+    assert step.rate_per_s > 2.6 * 20.0  # past one replica at the batching it forms under load
+    # Without a batching gain (a model bound on its compute) nothing is asked of batching.
+    assert demo.story(20.0, batch_gain=1.0)[1].rate_per_s <= 0.6 * 20.0
+    assert demo.batch_gain({"profile": {"points": [
+        {"batchSize": 1, "throughputPerS": 18.0}, {"batchSize": 4, "throughputPerS": 66.0}
+    ]}}) == 66.0 / 18.0  # fmt: skip
+    assert demo.batch_gain({}) == 1.0
+
+
+def test_the_story_names_each_part_from_the_events_of_the_load() -> None:
+    started = 1_000_000.0
+    at = lambda s: datetime.fromtimestamp(started + s, UTC)  # noqa: E731
+    events = [
+        demo.SeenEvent(at(-30), "Normal", "EngineBuilt", "engine ready"),  # before the load: not told
+        demo.SeenEvent(at(86), "Normal", "SLOAtRisk", "ScaleUp: replicas 1->2"),
+        demo.SeenEvent(at(190), "Normal", "OverProvisioned", "ScaleDown: replicas 2->1"),
+        demo.SeenEvent(at(208), "Warning", "SLOAlertFiring", "TailPilotP99BurnFast (critical) fires"),
+    ]
+    rows = [
+        demo.Row(t=40.0, phase="rise", rate=27.0, p99_ms=150.0, replicas=1, ready=1, batching="4/[2]/0us",
+                 max_batch=4, decision="", executed_batch=1.34, time_in="Server"),
+    ]  # fmt: skip
+    told = demo.tell_story(demo.story(20.0, 3.6), rows, events, load_started=started)
+    assert "mean executed batch up to 1.34 at 27.0 req/s, on 1 replica(s)" in told
+    assert "- step: replicas added: 86 s into the load: ScaleUp: replicas 1->2" in told
+    assert "- calm again: replicas removed: 190 s into the load: ScaleDown" in told
+    assert "- the burn-rate alert reached the operator: 208 s into the load" in told
+    assert "- the alert resolved: not within the run" in told
+    assert "batching moved" not in told  # no Rebatch happened: not claimed

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from kubernetes import client
 
+from tailpilot.api import constants as c
 from tailpilot.bench import traces
 from tailpilot.controllers.report import build_report, summarize, write_report
 from tailpilot.controllers.report_plot import COLOURS
@@ -27,7 +28,7 @@ from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.operator_harness import custom_object
+from tailpilot_e2e.operator_harness import condition, custom_object
 from tailpilot_e2e.real_pods import (
     SINGLE_REQUESTS,
     SLO_LOOP_MODEL_WIDTH,
@@ -268,6 +269,8 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
     samples: list[tuple[float, int, int, str]] = []  # (load time, target replicas, ready, reason)
     #: status.observed as the loop saw it, by its time: (load time, the observation).
     observed_by_time: dict[str, tuple[float, dict[str, Any]]] = {}
+    #: The LatencyBreakdown condition's reason as the loop wrote it: (load time, reason).
+    breakdowns: list[tuple[float, str]] = []
     with load:
 
         def follow_pods_until_done() -> bool:
@@ -284,6 +287,9 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
                 seen = now.get("observed") or {}
                 if seen.get("at") and seen.get("queueTimeMs") is not None:
                     observed_by_time[seen["at"]] = (t, seen)
+                named = condition({"status": now}, c.CONDITION_LATENCY_BREAKDOWN) or {}
+                if named.get("status") == "True":
+                    breakdowns.append((t, named["reason"]))
                 in_force = {"replicas": now["replicas"], "batching": now.get("batching")}
                 if t < LOW_S:
                     before_step = in_force
@@ -344,6 +350,12 @@ def test_a_load_step_is_answered_until_the_client_p99_is_back_under_the_slo_then
 
     check_report(real_api, ns, monitored, tmp_path / "report", start_s=load_started, high_per_s=high)
     check_breakdown(monitored, ns, list(observed_by_time.values()), window_s=30.0)
+    # The condition names the same flips, in words: compute (the model at batch 1) before the step,
+    # the queue while one replica is overrun, compute again once the second has drained it.
+    assert [r for t, r in breakdowns if t < LOW_S], breakdowns
+    assert all(r == c.REASON_COMPUTE_DOMINATED for t, r in breakdowns if t < LOW_S), breakdowns
+    assert any(r == c.REASON_QUEUE_DOMINATED for t, r in breakdowns if t >= LOW_S), breakdowns
+    assert breakdowns[-1][1] == c.REASON_COMPUTE_DOMINATED, breakdowns
 
     # With the load gone, back to one replica once the stabilization window has passed.
     if peak_replicas == 1:
