@@ -2,7 +2,8 @@
 
 Runs the operator's own reader (`tailpilot.controllers.pod_signals.PodSignals`) against real HTTP
 endpoints: a separate process serves Triton's metrics page (`bench/triton_metrics.py`, counters that
-grow with time) for every simulated pod on 127.0.0.1, and every pod's URL points there. Each service
+grow with time) and its statistics extension (asked every 10 s) for every simulated pod on
+127.0.0.1, and every pod's URLs point there. Each service
 is read every `READ_PERIOD_S` by its own task, as the operator's loops do, for `--seconds`; then
 `observation_from_reads` is timed on the histories the run built (what each decision adds).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import statistics
 import time
@@ -38,7 +40,11 @@ MODEL = "model"
 
 
 def _serve(port_out: multiprocessing.connection.Connection) -> None:
-    """The endpoint process: every path answers a Triton page whose counters grow 20 requests/s."""
+    """The endpoint process, every pod's Triton: its metrics page, counters growing 20 requests/s.
+
+    Paths ending in `/stats` answer the statistics extension for the same executions, which the
+    reader asks every `BATCH_STATS_PERIOD_S`.
+    """
     started = time.monotonic()
 
     class Handler(BaseHTTPRequestHandler):
@@ -55,9 +61,12 @@ def _serve(port_out: multiprocessing.connection.Connection) -> None:
                 queue_duration_us=answered * 5_000,
                 compute_duration_us=answered * 30_000,
             )
-            body = metrics_page(counters, model=MODEL).encode()
+            if self.path.endswith("/stats"):
+                body, kind = json.dumps(model_stats(answered)).encode(), "application/json"
+            else:
+                body, kind = metrics_page(counters, model=MODEL).encode(), "text/plain; version=0.0.4"
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -78,7 +87,10 @@ async def _run(port: int, *, services: int, pods: int, seconds: float) -> dict[s
     windows = ObservationWindows(window_s=60.0, recent_window_s=15.0, arrival_lookback_s=300.0)
     periods: list[float] = []
     reads = 0
-    signals = PodSignals(url_of=lambda ip: f"http://127.0.0.1:{port}/pods/{ip}/metrics")
+    signals = PodSignals(
+        url_of=lambda ip: f"http://127.0.0.1:{port}/pods/{ip}/metrics",
+        stats_url_of=lambda ip, model: f"http://127.0.0.1:{port}/pods/{ip}/{model}/stats",
+    )
     try:
         end = time.monotonic() + seconds
 
@@ -112,6 +124,26 @@ async def _run(port: int, *, services: int, pods: int, seconds: float) -> dict[s
         "period_p50_s": statistics.median(periods),
         "period_max_s": max(periods),
         **_observation_cost(windows, pods=pods),
+    }
+
+
+def model_stats(answered: float) -> dict[str, object]:
+    """Triton's statistics answer for `answered` requests run in batches of 1 and 2 (half each)."""
+    executions = int(answered / 2)
+
+    def at(size: int, count: int) -> dict[str, object]:
+        timing = {"count": count, "ns": count * 1_000_000}
+        return {
+            "batch_size": size,
+            "compute_input": timing,
+            "compute_infer": timing,
+            "compute_output": timing,
+        }
+
+    return {
+        "model_stats": [
+            {"name": MODEL, "version": "1", "batch_stats": [at(1, executions // 2), at(2, executions // 2)]}
+        ]
     }
 
 
