@@ -94,9 +94,14 @@ def build_example_model(seed: int = DEFAULT_SEED, *, width: int = 1) -> onnx.Mod
             transB=1,
         )
     )
+    return _model("tailpilot_example_cnn", nodes, initializers)
+
+
+def _model(name: str, nodes: list[onnx.NodeProto], initializers: list[TensorProto]) -> onnx.ModelProto:
+    """The checked model of `nodes`, from the example's input to its logits."""
     graph = helper.make_graph(
         nodes,
-        "tailpilot_example_cnn",
+        name,
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", *INPUT_SHAPE])],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["N", NUM_CLASSES])],
         initializers,
@@ -139,19 +144,7 @@ def build_dense_model(seed: int = DEFAULT_SEED, *, hidden: int) -> onnx.ModelPro
         helper.make_node("Relu", ["fc1"], ["relu"]),
         helper.make_node("Gemm", ["relu", "fc2.weight", "fc2.bias"], [OUTPUT_NAME], transB=1),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "tailpilot_example_dense",
-        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", *INPUT_SHAPE])],
-        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["N", NUM_CLASSES])],
-        initializers,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tailpilot-example"
-    )
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _model("tailpilot_example_dense", nodes, initializers)
 
 
 def write_example_model(
