@@ -9,9 +9,10 @@ a resolved one returns it to normal.
 
 Security: the receiver requires `Authorization: Bearer <token>` (Alertmanager's
 `http_config.authorization.credentials`), compared in constant time; an empty
-token is refused at construction. Unauthenticated requests get 401, malformed
-ones 400 (nothing is passed on), and every request is counted by result in
-`tailpilot_webhook_requests_total`.
+token is refused at construction, and a rotated one is taken from where it lives
+(`tailpilot.controllers.webhook_guard`). Requests past the rate limit get 429,
+unauthenticated ones 401, malformed ones 400 (nothing is passed on), and every
+request is counted by result in `tailpilot_webhook_requests_total`.
 
 `on_alert` is awaited before the response (a failure answers 500, so
 Alertmanager retries); it should only record the alert and schedule the
@@ -20,8 +21,8 @@ re-evaluation, not run it.
 
 from __future__ import annotations
 
-import hmac
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from tailpilot.controllers.metrics import OperatorMetrics, WebhookResult
+from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
 
 #: Largest accepted body; Alertmanager groups are far smaller.
 MAX_BODY_BYTES = 1 << 20
@@ -109,30 +111,40 @@ def parse_payload(body: bytes) -> list[AlertNotification]:
     return out
 
 
-def _authorized(header: str | None, token: bytes) -> bool:
+async def _authorized(header: str | None, token: RotatingToken) -> bool:
     if not header or not header.startswith("Bearer "):
         return False
-    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token)
+    return await token.matches(header[len("Bearer ") :])
 
 
 def make_webhook_app(
     *,
-    token: str,
+    token: str | RotatingToken,
     on_alert: Callable[[AlertNotification], Awaitable[None]],
     metrics: OperatorMetrics,
     path: str = "/alerts",
+    rate_limit: RateLimit | None = None,
 ) -> web.Application:
     """Build the aiohttp application serving the webhook at `path` (POST) and `/healthz` (GET).
+
+    `token`: a fixed token, or one re-read where it lives when rotated. `rate_limit`: requests over
+    it answer 429 with Retry-After before anything else is done with them.
 
     Raises:
         ValueError: When `token` is empty (an unauthenticated receiver is never served).
     """
-    if not token:
-        raise ValueError("the webhook needs a non-empty bearer token")
-    secret = token.encode()
+    secret = token if isinstance(token, RotatingToken) else RotatingToken(lambda: token)
 
     async def receive(request: web.Request) -> web.Response:
-        if not _authorized(request.headers.get("Authorization"), secret):
+        wait_s = rate_limit.take() if rate_limit is not None else 0.0
+        if wait_s > 0:
+            metrics.record_webhook(WebhookResult.RATE_LIMITED)
+            return web.json_response(
+                {"error": "too many requests"},
+                status=429,
+                headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
+            )
+        if not await _authorized(request.headers.get("Authorization"), secret):
             metrics.record_webhook(WebhookResult.UNAUTHORIZED)
             return web.json_response(
                 {"error": "missing or invalid bearer token"},

@@ -32,6 +32,7 @@ from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
 from tailpilot.controllers.watched import WatchedObjects
+from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
 from tailpilot.manifests.settings import ManifestSettings, settings_from_env
 from tailpilot.policy.signals import DEFAULT_READS_PER_S
 
@@ -289,21 +290,37 @@ def run(
     executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _webhook_token(args: argparse.Namespace, kube: Kube) -> str:
-    """The webhook's bearer token, read once at start-up (a rotated token needs a restart)."""
+def _webhook_token(args: argparse.Namespace, kube: Kube) -> RotatingToken:
+    """The webhook's bearer token from its file or Secret, re-read there when it is rotated.
+
+    Raises:
+        SystemExit: When it cannot be read, or is empty, at start-up.
+    """
     if args.webhook_token_file:
-        token = Path(args.webhook_token_file).read_text().strip()
-        where = f"file {args.webhook_token_file}"
+        path = Path(args.webhook_token_file)
+        where = f"file {path}"
+
+        def read() -> str:
+            return path.read_text()
+
     else:
         namespace, name, key = args.webhook_token_secret.split("/", 2)
-        secret = kube.get(SECRETS, namespace, name)
-        if secret is None or key not in (secret.get("data") or {}):
-            raise SystemExit(f"webhook token: Secret {namespace}/{name} has no key {key!r}")
-        token = base64.b64decode(secret["data"][key]).decode().strip()
         where = f"Secret {namespace}/{name} key {key!r}"
-    if not token:
-        raise SystemExit(f"webhook token: {where} is empty; the webhook never serves without a token")
-    return token
+
+        def read() -> str:
+            secret = kube.get(SECRETS, namespace, name)
+            if secret is None or key not in (secret.get("data") or {}):
+                raise LookupError(f"Secret {namespace}/{name} has no key {key!r}")
+            return base64.b64decode(secret["data"][key]).decode()
+
+    try:
+        return RotatingToken(read)
+    except (OSError, LookupError) as exc:
+        raise SystemExit(f"webhook token: {exc}") from exc
+    except ValueError as exc:
+        raise SystemExit(
+            f"webhook token: {where} is empty; the webhook never serves without a token"
+        ) from exc
 
 
 def _register_webhook(
@@ -311,7 +328,7 @@ def _register_webhook(
     *,
     loops: ServiceLoops,
     metrics: OperatorMetrics,
-    token: str,
+    token: RotatingToken,
     host: str,
     port: int,
 ) -> None:
@@ -320,7 +337,9 @@ def _register_webhook(
     async def on_alert(alert: AlertNotification) -> None:
         loops.alert(alert)
 
-    runner = web.AppRunner(make_webhook_app(token=token, on_alert=on_alert, metrics=metrics))
+    runner = web.AppRunner(
+        make_webhook_app(token=token, on_alert=on_alert, metrics=metrics, rate_limit=RateLimit())
+    )
 
     @kopf.on.startup(registry=registry)
     async def start_webhook(**_: object) -> None:

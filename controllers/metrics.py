@@ -29,6 +29,7 @@ class WebhookResult:
     UNAUTHORIZED = "unauthorized"
     MALFORMED = "malformed"
     ERROR = "error"
+    RATE_LIMITED = "rate_limited"
 
 
 class OperatorMetrics:
@@ -108,7 +109,7 @@ class OperatorMetrics:
             "tailpilot_executed_batches",
             "Executions of the model per second over the evaluation window, by executed batch size "
             "(Triton's statistics extension, summed across pods; status.observed.batchSizes). At most "
-            "32 sizes: the largest beyond share one series, size \"FIRST-LAST\". Absent when not read.",
+            '32 sizes: the largest beyond share one series, size "FIRST-LAST". Absent when not read.',
             ["namespace", "service", "size"],
             registry=self.registry,
         )
