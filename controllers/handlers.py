@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Any
@@ -37,8 +38,23 @@ log = logging.getLogger("tailpilot.handlers")
 
 #: Seconds a shutdown waits for held pods to be put back in their Services.
 RELEASE_TIMEOUT_S = 10.0
-#: Seconds before a reconcile or decision that raised is tried again.
+#: Seconds before a reconcile or decision that raised is tried again, the first time; each failure
+#: in a row doubles it, up to `RETRY_MAX_S`, and each wait is jittered (`retry_delay_s`).
 RETRY_S = 5.0
+RETRY_MAX_S = 300.0
+#: An error told in an Event is cut to this many characters.
+MAX_ERROR_CHARS = 512
+
+
+def retry_delay_s(failures: int, *, jitter: float) -> float:
+    """Seconds before the next try after `failures` failed passes in a row (`jitter` in [0, 1)).
+
+    Doubling, capped, so an API server or Prometheus that is down is not hammered by every service
+    every 5 s; the wait is between half and all of that ("equal jitter"), so services that failed
+    together (an API server restart) do not all come back in the same second.
+    """
+    ceiling = min(RETRY_MAX_S, RETRY_S * 2 ** max(0, failures - 1))
+    return ceiling / 2 + ceiling / 2 * jitter
 
 
 class ServiceLoops:
@@ -180,6 +196,7 @@ class ServiceLoops:
         wake = self._wakeups[key]
         loop = asyncio.get_running_loop()
         woken, reconcile_due = True, 0.0
+        failures, told = 0, ""
         while True:
             wake.clear()
             try:
@@ -193,10 +210,27 @@ class ServiceLoops:
                 control_in = await self._control(namespace, name, wake)
                 analysis_in = await self._analyse_canary(namespace, name, wake)
                 delay = min(reconcile_due - self.clock.monotonic(), control_in, analysis_in)
-            except Exception:  # noqa: BLE001 - one bad pass must not end the loop
-                log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-                delay = RETRY_S
-                reconcile_due = self.clock.monotonic() + RETRY_S
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - one bad pass must not end the loop
+                failures += 1
+                delay = retry_delay_s(failures, jitter=random.random())
+                log.exception(
+                    "reconcile of %s/%s failed (%d in a row); retrying in %.0f s", *key, failures, delay
+                )
+                reconcile_due = self.clock.monotonic() + delay
+                error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+                if error != told:  # told once per distinct error, not every retry
+                    told = error
+                    await self._post_event(
+                        namespace,
+                        name,
+                        EventRecord(
+                            "Warning",
+                            c.REASON_RECONCILE_FAILED,
+                            f"a pass failed ({failures} in a row; retrying in {delay:.0f} s, doubling "
+                            f"up to {RETRY_MAX_S:.0f} s): {error}",
+                        ),
+                    )
             try:
                 await asyncio.wait_for(wake.wait(), timeout=max(0.0, delay))
                 woken = True

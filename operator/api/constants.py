@@ -149,6 +149,8 @@ EVENT_CHILD_REMOVED: Final = "ChildRemoved"
 EVENT_SLO_ALERT_FIRING: Final = "SLOAlertFiring"
 #: Normal Event: a firing SLO alert about the service resolved.
 EVENT_SLO_ALERT_RESOLVED: Final = "SLOAlertResolved"
+#: Warning Event: a reconcile or decision pass raised; it is retried with back-off.
+REASON_RECONCILE_FAILED: Final = "ReconcileFailed"
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_CHOOSING_GPU_PRODUCT: Final = "ChoosingGpuProduct"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from tailpilot.controllers.alert_webhook import AlertNotification
 from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.handlers import ServiceLoops
@@ -232,3 +234,70 @@ def firing(
         inferenceservice=name,
         severity="critical",
     )
+
+
+def test_retries_back_off_doubling_to_a_cap_with_jitter():
+    from tailpilot.controllers.handlers import RETRY_MAX_S, retry_delay_s
+
+    assert [retry_delay_s(n, jitter=0.0) for n in (1, 2, 3)] == [2.5, 5.0, 10.0]
+    assert [retry_delay_s(n, jitter=0.999) for n in (1, 2)] == pytest.approx([5.0, 10.0], abs=0.01)
+    assert retry_delay_s(30, jitter=1.0) == RETRY_MAX_S  # capped, never overflowing
+
+
+def test_a_failing_pass_is_retried_with_growing_waits_and_told_once_per_error(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from tailpilot.controllers import handlers
+
+    asked: list[int] = []
+
+    def quick(failures: int, *, jitter: float) -> float:
+        asked.append(failures)
+        return 0.01
+
+    monkeypatch.setattr(handlers, "retry_delay_s", quick)
+
+    class EventSink:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, str, str]] = []
+
+        def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+            return {"metadata": {"namespace": namespace, "name": name, "uid": "u1"}}
+
+        def post_event(
+            self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
+        ) -> None:
+            self.events.append((type_, reason, message))
+
+    class Flaky:
+        """Fails three passes (the API server refusing, twice alike), then succeeds."""
+
+        def __init__(self) -> None:
+            self.kube = EventSink()
+            self.calls = 0
+            self.done = asyncio.Event()
+
+        def reconcile(self, namespace: str, name: str) -> ReconcileResult:
+            self.calls += 1
+            if self.calls <= 2:
+                raise ConnectionError("API server refused the connection")
+            if self.calls == 3:
+                raise ValueError("status patch rejected")
+            self.done.set()
+            return ReconcileResult(requeue_after=300.0)
+
+    reconciler = Flaky()
+
+    async def scenario() -> None:
+        loops = ServiceLoops(reconciler=reconciler, executor=None)  # type: ignore[arg-type]
+        loops.ensure("ns", "svc")
+        await asyncio.wait_for(reconciler.done.wait(), timeout=10)
+        await loops.stop_all()
+
+    asyncio.run(scenario())
+    assert asked == [1, 2, 3]  # the failures in a row, each wait from its count
+    told = [(t, r, m.split("): ")[-1]) for t, r, m in reconciler.kube.events]
+    assert told == [
+        ("Warning", "ReconcileFailed", "ConnectionError: API server refused the connection"),
+        ("Warning", "ReconcileFailed", "ValueError: status patch rejected"),
+    ]
