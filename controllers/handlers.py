@@ -53,7 +53,7 @@ def retry_delay_s(failures: int, *, jitter: float) -> float:
     every 5 s; the wait is between half and all of that ("equal jitter"), so services that failed
     together (an API server restart) do not all come back in the same second.
     """
-    ceiling = min(RETRY_MAX_S, RETRY_S * 2 ** max(0, failures - 1))
+    ceiling = min(RETRY_MAX_S, RETRY_S * 2.0 ** max(0, failures - 1))
     return ceiling / 2 + ceiling / 2 * jitter
 
 
