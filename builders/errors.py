@@ -28,6 +28,8 @@ TENSORRT_UNAVAILABLE = "TensorRTUnavailable"
 ENGINE_BUILD_FAILED = "EngineBuildFailed"
 #: The URI scheme is unknown or its client library is missing.
 UNSUPPORTED_URI = "UnsupportedModelUri"
+#: The model (or calibration) file is larger than the build fetches (`fetch.MAX_FETCH_BYTES`).
+MODEL_TOO_LARGE = "ModelTooLarge"
 #: The built engine could not be served or measured.
 PROFILE_FAILED = "ProfileFailed"
 #: The request document itself is invalid.

@@ -16,23 +16,31 @@ The sha256 is optional except for http(s); when given it is always checked.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import shutil
+import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 from tailpilot.builders.errors import (
     MODEL_CHECKSUM_MISMATCH,
     MODEL_CHECKSUM_REQUIRED,
+    MODEL_TOO_LARGE,
     MODEL_UNREACHABLE,
     UNSUPPORTED_URI,
     BuildError,
 )
 
 _CHUNK = 1 << 20
+#: Largest file a build fetches: an ONNX model is one protobuf, which cannot exceed 2 GiB; twice that
+#: leaves room for calibration data, and bounds what a wrong or hostile URI can make the pod write.
+MAX_FETCH_BYTES = 4 << 30
+#: Redirects followed before a download is refused.
+MAX_REDIRECTS = 5
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class FetchOptions:
     pvc_root: Path = Path("/mnt/pvc")
     ca_bundle: str | None = None
     timeout_s: float = 30.0
+    max_bytes: int = MAX_FETCH_BYTES
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,7 @@ def fetch(
         digest, size = _fetch_s3(parsed.netloc, parsed.path.lstrip("/"), dest, what)
     elif parsed.scheme == "pvc":
         digest, size = _copy_local(
-            options.pvc_root / parsed.netloc / unquote(parsed.path).lstrip("/"), dest, what
+            _inside_claim(options.pvc_root, parsed.netloc, parsed.path, uri), dest, what
         )
     elif parsed.scheme == "file":
         digest, size = _copy_local(Path(unquote(parsed.path)), dest, what)
@@ -88,13 +97,75 @@ def fetch(
     return Fetched(path=dest, sha256=digest, size=size)
 
 
-def _write_hashed(chunks: Iterator[bytes], out: IO[bytes]) -> tuple[str, int]:
+def _inside_claim(pvc_root: Path, claim: str, path: str, uri: str) -> Path:
+    """The file a pvc:// URI names, refused unless it lies inside its claim's mount.
+
+    The API server refuses such URIs already (`..` segments, percent-escapes, claim names); this is
+    the build's own check, for a spec admitted before that rule or a request made by hand. Symlinks
+    are resolved too: a link inside the claim may not point out of it.
+    """
+    claim_root = (pvc_root / claim).resolve()
+    target = (claim_root / path.lstrip("/")).resolve()
+    if "%" in path or not claim or target == claim_root or claim_root not in target.parents:
+        raise BuildError(UNSUPPORTED_URI, f"{uri}: the path must lie inside the claim {claim!r}")
+    return target
+
+
+def _write_hashed(
+    chunks: Iterator[bytes], out: IO[bytes], *, max_bytes: int = MAX_FETCH_BYTES, what: str = "model"
+) -> tuple[str, int]:
     h, size = hashlib.sha256(), 0
     for chunk in chunks:
+        size += len(chunk)
+        if size > max_bytes:
+            raise BuildError(MODEL_TOO_LARGE, f"{what} is larger than {max_bytes} bytes: refused")
         h.update(chunk)
         out.write(chunk)
-        size += len(chunk)
     return h.hexdigest(), size
+
+
+def _internal(host: str, resolve: Callable[[str], list[str]]) -> bool:
+    """Whether `host` is, or resolves to, a loopback, link-local or private address."""
+    try:
+        addresses = [host] if _is_ip(host) else resolve(host)
+    except OSError:
+        return False  # unresolvable: the request fails on its own
+    return any(
+        (ip := ipaddress.ip_address(a.split("%")[0])).is_loopback or ip.is_link_local or ip.is_private
+        for a in addresses
+    )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _resolve(host: str) -> list[str]:
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, None)]
+
+
+def redirect_refusal(
+    origin: str, target: str, *, resolve: Callable[[str], list[str]] = _resolve
+) -> str | None:
+    """Why a download may not follow a redirect from `origin` to `target` (None: it may).
+
+    A redirect may not downgrade https to http (the bytes are hashed, but the request and its
+    headers would travel in the clear), nor lead from a public host to an internal address (the
+    cluster's services, the node, a cloud metadata endpoint): the build pod's network position is
+    not the model host's to use. A model served from inside the cluster may redirect inside it.
+    """
+    was, goes = urlparse(origin), urlparse(target)
+    if goes.scheme not in {"http", "https"}:
+        return f"a redirect to {goes.scheme or 'no'} scheme"
+    if was.scheme == "https" and goes.scheme != "https":
+        return "a redirect from https to http"
+    if _internal(goes.hostname or "", resolve) and not _internal(was.hostname or "", resolve):
+        return f"a redirect from a public host to the internal address of {goes.hostname}"
+    return None
 
 
 def _fetch_http(uri: str, dest: Path, options: FetchOptions, what: str) -> tuple[str, int]:
@@ -104,14 +175,32 @@ def _fetch_http(uri: str, dest: Path, options: FetchOptions, what: str) -> tuple
         ssl.create_default_context(cafile=options.ca_bundle) if options.ca_bundle else True
     )
     try:
-        with (
-            httpx.Client(verify=verify, timeout=options.timeout_s, follow_redirects=True) as client,
-            client.stream("GET", uri) as response,
-        ):
-            if response.status_code != 200:
-                raise BuildError(MODEL_UNREACHABLE, f"{what} {uri} answered HTTP {response.status_code}")
-            with dest.open("wb") as out:
-                return _write_hashed(response.iter_bytes(_CHUNK), out)
+        with httpx.Client(verify=verify, timeout=options.timeout_s, follow_redirects=False) as client:
+            url = uri
+            for _ in range(MAX_REDIRECTS + 1):
+                with client.stream("GET", url) as response:
+                    if response.is_redirect:
+                        target = urljoin(url, response.headers.get("location", ""))
+                        refusal = redirect_refusal(url, target)
+                        if refusal:
+                            raise BuildError(MODEL_UNREACHABLE, f"{what} {uri}: {refusal} ({target}) refused")
+                        url = target
+                        continue
+                    if response.status_code != 200:
+                        raise BuildError(
+                            MODEL_UNREACHABLE, f"{what} {uri} answered HTTP {response.status_code}"
+                        )
+                    with dest.open("wb") as out:
+                        return _write_hashed(
+                            response.iter_bytes(_CHUNK),
+                            out,
+                            max_bytes=options.max_bytes,
+                            what=f"{what} {uri}",
+                        )
+            raise BuildError(MODEL_UNREACHABLE, f"{what} {uri}: more than {MAX_REDIRECTS} redirects")
+    except BuildError:
+        dest.unlink(missing_ok=True)
+        raise
     except httpx.HTTPError as exc:
         dest.unlink(missing_ok=True)
         raise BuildError(
@@ -130,7 +219,12 @@ def _fetch_s3(bucket: str, key: str, dest: Path, what: str) -> tuple[str, int]:
     try:
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
         with dest.open("wb") as out:
-            return _write_hashed(iter(lambda: bytes(body.read(_CHUNK)), b""), out)
+            return _write_hashed(
+                iter(lambda: bytes(body.read(_CHUNK)), b""), out, what=f"{what} s3://{bucket}/{key}"
+            )
+    except BuildError:
+        dest.unlink(missing_ok=True)
+        raise
     except Exception as exc:  # botocore raises many unrelated types; all mean "not reachable"
         dest.unlink(missing_ok=True)
         raise BuildError(MODEL_UNREACHABLE, f"cannot download {what} s3://{bucket}/{key}: {exc}") from exc

@@ -1194,6 +1194,19 @@ class Reconciler:
         message = state.message or "the engine build failed"
         if build.phase != "Failed":
             events.append(EventRecord("Warning", reason, f"engine build {build.job_name} failed: {message}"))
+        if reason in c.TERMINAL_BUILD_REASONS:
+            # Another attempt of the same request would fail the same way: no Job, no back-off.
+            failed = build.model_copy(update={"phase": "Failed", "reason": reason, "message": message})
+            return (
+                ConditionUpdate(
+                    c.CONDITION_ENGINE_READY,
+                    c.STATUS_FALSE,
+                    reason,
+                    f"{message} (not retried: the spec is at fault; changing it starts a new build)",
+                ),
+                self.settings.resync_seconds,
+                status.model_copy(update={"build": failed}),
+            )
         if wait <= 0:
             # Back-off over: drop the failed Job; the next pass starts attempt n+1 under the same name.
             self.kube.delete(JOBS, isvc.namespace, build.job_name)

@@ -151,6 +151,20 @@ EVENT_SLO_ALERT_FIRING: Final = "SLOAlertFiring"
 EVENT_SLO_ALERT_RESOLVED: Final = "SLOAlertResolved"
 #: Warning Event: a reconcile or decision pass raised; it is retried with back-off.
 REASON_RECONCILE_FAILED: Final = "ReconcileFailed"
+#: Build failure reasons that only a spec change can cure (the request itself is at fault): such a
+#: build is not retried; a spec change makes another request, hence another build. Failures of the
+#: model's content (unreachable, wrong checksum, not a valid model) are retried with back-off, since
+#: the file at the same URI can be fixed.
+TERMINAL_BUILD_REASONS: Final = frozenset(
+    {
+        "ModelChecksumRequired",
+        "UnsupportedModelUri",
+        "CalibrationRequired",
+        "UnsupportedPrecision",
+        "UnsupportedServingVariant",
+        "InvalidBuildRequest",
+    }
+)
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_CHOOSING_GPU_PRODUCT: Final = "ChoosingGpuProduct"

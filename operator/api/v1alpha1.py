@@ -31,6 +31,7 @@ to `spec.replicas` / `status.replicas`):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -126,6 +127,35 @@ class TensorOverride(_Model):
     )
 
 
+#: A pvc:// URI: a claim name (a DNS subdomain, as Kubernetes names claims), then a path with no
+#: percent-escapes and no `..` segment, so it cannot leave the claim it names once mounted.
+PVC_URI_SHAPE = r"^pvc://[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[^%]+$"
+PVC_URI_PARENT = r"/[.][.](/|$)"
+
+
+def _pvc_rule(field: str) -> Rule:
+    return Rule(
+        cel=(
+            f"!self.uri.startsWith('pvc://') || "
+            f"(self.uri.matches('{PVC_URI_SHAPE}') && !self.uri.matches('{PVC_URI_PARENT}'))"
+        ),
+        message=(
+            f"{field}.uri pvc://CLAIM/PATH: CLAIM must be a PersistentVolumeClaim name (lower-case letters, "
+            "digits, '-' and '.') and PATH a path inside it, without '..' segments or percent-escapes"
+        ),
+        field_path=".uri",
+    )
+
+
+def _pvc_uri_ok(uri: str) -> bool:
+    return not uri.startswith("pvc://") or (
+        re.match(PVC_URI_SHAPE, uri) is not None and re.search(PVC_URI_PARENT, uri) is None
+    )
+
+
+RULE_MODEL_PVC_URI = _pvc_rule("spec.model")
+RULE_CALIBRATION_PVC_URI = _pvc_rule("spec.engine.calibration")
+
 RULE_HTTPS_SHA256 = Rule(
     cel="!self.uri.startsWith('https://') || has(self.sha256)",
     message="spec.model.sha256 is required when spec.model.uri is an https:// URL",
@@ -136,7 +166,7 @@ RULE_HTTPS_SHA256 = Rule(
 class ModelSpec(_Model):
     """Where the ONNX model comes from."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(RULE_HTTPS_SHA256))
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_HTTPS_SHA256, RULE_MODEL_PVC_URI))
 
     uri: str = Field(
         max_length=MAX_URI_LENGTH,
@@ -175,6 +205,8 @@ class ModelSpec(_Model):
     def _https_needs_sha256(self) -> Self:
         if self.uri.startswith("https://") and self.sha256 is None:
             raise _fail(RULE_HTTPS_SHA256)
+        if not _pvc_uri_ok(self.uri):
+            raise _fail(RULE_MODEL_PVC_URI)
         return self
 
 
@@ -202,6 +234,8 @@ class Precision(StrEnum):
 class CalibrationSpec(_Model):
     """INT8 calibration data: a .npz of representative inputs keyed by input name."""
 
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_CALIBRATION_PVC_URI))
+
     uri: str = Field(
         max_length=MAX_URI_LENGTH,
         pattern=MODEL_URI_PATTERN,
@@ -210,6 +244,12 @@ class CalibrationSpec(_Model):
     sha256: str | None = Field(
         default=None, pattern=SHA256_PATTERN, description="Lower-case hex SHA-256 of the calibration file."
     )
+
+    @model_validator(mode="after")
+    def _pvc_inside_its_claim(self) -> Self:
+        if not _pvc_uri_ok(self.uri):
+            raise _fail(RULE_CALIBRATION_PVC_URI)
+        return self
 
 
 _Dims = Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1, max_length=MAX_DIMS)]

@@ -67,6 +67,8 @@ def _shape(min_: list[int], opt: list[int], max_: list[int], name: str = "input"
 
 VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
     ("cpu-minimal", CPU_BASE),
+    # A claim name with dots, a nested path and a file whose name has two dots in it are inside the claim.
+    ("pvc-nested-path", merge(CPU_BASE, {"model": {"uri": "pvc://team.models/v2/resnet..final.onnx"}})),
     ("gpu-tensorrt", GPU_BASE),
     (
         "gpu-tensorrt-int8",
@@ -150,6 +152,29 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "tensorrt-int8-without-calibration",
         merge(GPU_BASE, {"engine": {"precision": "int8"}}),
         "spec.engine.calibration is required when spec.engine.backend is tensorrt and precision is int8",
+    ),
+    (
+        "pvc-model-path-leaving-its-claim",
+        merge(CPU_BASE, {"model": {"uri": "pvc://models/../other-claim/m.onnx"}}),
+        "spec.model.uri pvc://CLAIM/PATH",
+    ),
+    (
+        "pvc-model-percent-encoded-traversal",
+        merge(CPU_BASE, {"model": {"uri": "pvc://models/%2e%2e/other/m.onnx"}}),
+        "spec.model.uri pvc://CLAIM/PATH",
+    ),
+    (
+        "pvc-model-invalid-claim-name",
+        merge(CPU_BASE, {"model": {"uri": "pvc://Models_A/m.onnx"}}),
+        "spec.model.uri pvc://CLAIM/PATH",
+    ),
+    (
+        "pvc-calibration-path-leaving-its-claim",
+        merge(
+            GPU_BASE,
+            {"engine": {"precision": "int8", "calibration": {"uri": "pvc://data/sub/../../x/c.npz"}}},
+        ),
+        "spec.engine.calibration.uri pvc://CLAIM/PATH",
     ),
     (
         "https-model-without-sha256",

@@ -1,0 +1,56 @@
+"""A failed build: retried with back-off when the model's content may be fixed, not when the spec is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import BuildStatus, InferenceServiceStatus
+from tailpilot.builders import errors
+from tailpilot.controllers.build_state import BuildPhase, JobState
+from tailpilot.controllers.reconciler import EventRecord, Reconciler
+from tailpilot.controllers.settings import OperatorSettings
+from tests.controllers.test_ctrl_prune import CountingKube
+from tests.manifests.fixtures import SETTINGS, make_isvc
+
+LONG_AGO = "2020-01-01T00:00:00Z"  # the back-off of any attempt is over
+
+
+def fail(reason: str) -> tuple[object, InferenceServiceStatus, list[str], list[EventRecord]]:
+    kube = CountingKube({})
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    build = BuildStatus(request_key="k", job_name="svc-build-k", attempt=1, phase="Running")
+    state = JobState(
+        phase=BuildPhase.FAILED, reason=reason, message="the request says so", finished_at=LONG_AGO
+    )
+    events: list[EventRecord] = []
+    condition, _, status = reconciler._engine_failed(  # noqa: SLF001 - the decision under test
+        make_isvc("svc").obj(), InferenceServiceStatus(build=build), state, build, events
+    )
+    return condition, status, [name for _, name in kube.deleted], events
+
+
+@pytest.mark.parametrize("reason", sorted(c.TERMINAL_BUILD_REASONS))
+def test_a_build_the_spec_makes_fail_is_not_retried(reason: str) -> None:
+    condition, status, deleted, events = fail(reason)
+    assert deleted == []  # the failed Job stays: no attempt 2
+    assert status.build is not None and (status.build.phase, status.build.attempt) == ("Failed", 1)
+    assert condition.reason == reason and "not retried" in condition.message  # type: ignore[attr-defined]
+    assert [e.reason for e in events] == [reason]  # told once
+
+
+@pytest.mark.parametrize(
+    "reason", [errors.MODEL_UNREACHABLE, errors.MODEL_CHECKSUM_MISMATCH, errors.INVALID_MODEL]
+)
+def test_a_build_the_models_content_makes_fail_is_retried_after_its_back_off(reason: str) -> None:
+    condition, status, deleted, _ = fail(reason)
+    assert deleted == ["svc-build-k"]  # dropped: the next pass starts attempt 2 under the same name
+    assert status.build is not None and (status.build.phase, status.build.attempt) == ("Retrying", 2)
+    assert "retrying, attempt 2" in condition.message  # type: ignore[attr-defined]
+
+
+def test_every_terminal_reason_is_one_a_build_reports() -> None:
+    reported = {
+        getattr(errors, n) for n in dir(errors) if n.isupper() and isinstance(getattr(errors, n), str)
+    }
+    assert c.TERMINAL_BUILD_REASONS <= reported
