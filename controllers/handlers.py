@@ -124,11 +124,9 @@ class ServiceLoops:
         if key not in self._tasks:
             log.info("alert about %s/%s, which this operator does not serve: ignored", namespace, name)
             return
-        event = self._alerts.setdefault(key, FiringAlerts()).update(alert)
+        event = self._alerts.setdefault(key, FiringAlerts()).update(alert, now_s=self.clock.monotonic())
         if event is not None:
-            task = asyncio.get_running_loop().create_task(self._post_event(namespace, name, event))
-            self._alert_events.add(task)
-            task.add_done_callback(self._alert_events.discard)
+            self._post_alert_event(namespace, name, event)
         self._next_control[key] = 0.0
         if key in self._wakeups:
             self._wakeups[key].set()
@@ -142,9 +140,19 @@ class ServiceLoops:
         except Exception:  # noqa: BLE001 - an Event lost must not stop the webhook or the loop
             log.exception("could not post the %s Event about %s/%s", event.reason, namespace, name)
 
+    def _post_alert_event(self, namespace: str, name: str, event: EventRecord) -> None:
+        task = asyncio.get_running_loop().create_task(self._post_event(namespace, name, event))
+        self._alert_events.add(task)
+        task.add_done_callback(self._alert_events.discard)
+
     def _is_alerted(self, key: tuple[str, str]) -> bool:
+        """Whether an alert fires for the service (those not notified again for long are let go)."""
         alerts = self._alerts.get(key)
-        return alerts is not None and alerts.active
+        if alerts is None:
+            return False
+        for event in alerts.expire(now_s=self.clock.monotonic()):
+            self._post_alert_event(*key, event)
+        return alerts.active
 
     def stop(self, namespace: str, name: str) -> None:
         """Stop the loop of a deleted service."""

@@ -330,7 +330,9 @@ class LocalAlertmanager:
                 "group_by": ["namespace", "inferenceservice", "alertname"],
                 "group_wait": "0s",
                 "group_interval": "1s",
-                "repeat_interval": "1h",
+                # Under the operator's one hour after which a firing alert not notified again is
+                # taken as resolved (controllers/alerts.py), as docs/autoscaling.md configures it.
+                "repeat_interval": "30m",
             },
             "receivers": [
                 {
