@@ -153,6 +153,21 @@ def test_decisions_run_on_their_period_without_a_reconcile_each_and_a_wake_recon
     assert total == 2
 
 
+class EventSink:
+    """The Kube a loop posts Events through: the service is found, each Event kept."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": namespace, "name": name, "uid": "u1"}}
+
+    def post_event(
+        self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
+    ) -> None:
+        self.events.append((type_, reason, message))
+
+
 def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
     class Noop:
         def reconcile(self, namespace: str, name: str) -> ReconcileResult:
@@ -175,18 +190,6 @@ def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
 
 
 def test_an_alert_that_starts_or_stops_firing_is_told_on_the_service_once():
-    class EventSink:
-        def __init__(self) -> None:
-            self.events: list[tuple[str, str]] = []
-
-        def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
-            return {"metadata": {"namespace": namespace, "name": name, "uid": "u1"}}
-
-        def post_event(
-            self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
-        ) -> None:
-            self.events.append((type_, reason))
-
     class Noop:
         def __init__(self) -> None:
             self.kube = EventSink()
@@ -216,7 +219,7 @@ def test_an_alert_that_starts_or_stops_firing_is_told_on_the_service_once():
     active = asyncio.run(scenario())
     # One alert resolving leaves the other firing: the autoscaler stays alerted until both resolve.
     assert active == [True, True, True, True, False]
-    assert reconciler.kube.events == [
+    assert [(t, r) for t, r, _ in reconciler.kube.events] == [
         ("Warning", "SLOAlertFiring"),
         ("Warning", "SLOAlertFiring"),
         ("Normal", "SLOAlertResolved"),
@@ -256,18 +259,6 @@ def test_a_failing_pass_is_retried_with_growing_waits_and_told_once_per_error(
         return 0.01
 
     monkeypatch.setattr(handlers, "retry_delay_s", quick)
-
-    class EventSink:
-        def __init__(self) -> None:
-            self.events: list[tuple[str, str, str]] = []
-
-        def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
-            return {"metadata": {"namespace": namespace, "name": name, "uid": "u1"}}
-
-        def post_event(
-            self, involved: dict[str, Any], *, type_: str, reason: str, message: str, now: str
-        ) -> None:
-            self.events.append((type_, reason, message))
 
     class Flaky:
         """Fails three passes (the API server refusing, twice alike), then succeeds."""
