@@ -258,6 +258,16 @@ class _Inputs:
     chooses_product: bool = False
 
 
+def with_unobserved(observation: Observation, status_ready: int | None) -> Observation:
+    """Prometheus' observation, with the pods Ready by the last reconcile it has no current sample of.
+
+    Such figures are a partial scrape's: summed rates read low, and no scale-down may rest on them
+    (`Reason.PODS_UNOBSERVED`). The pods' own reads make up for a missing pod from the others instead.
+    """
+    unobserved = max(0, int(status_ready or 0) - observation.ready_replicas)
+    return observation.model_copy(update={"pods_unobserved": unobserved})
+
+
 @dataclass
 class Autoscaler:
     """Observe, decide and act for one service per call; keeps each service's policy state in memory."""
@@ -314,7 +324,7 @@ class Autoscaler:
         )
         state = state.with_actual(replicas=replicas, batching=batching)
         started = time.perf_counter()
-        observed = await self._observe(isvc, inputs.prometheus_url, now)
+        observed = await self._observe(isvc, inputs.prometheus_url, now, status_ready=status.ready_replicas)
         self.metrics.record_observation(
             rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
         )
@@ -425,9 +435,7 @@ class Autoscaler:
         updates = [
             profile_condition,
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
-            breakdown_condition(
-                seen, previous_reason=_breakdown_reason(status), client_error=client_error
-            ),
+            breakdown_condition(seen, previous_reason=_breakdown_reason(status), client_error=client_error),
             ConditionUpdate(
                 c.CONDITION_SCALING_ACTIVE,
                 c.STATUS_TRUE,
@@ -538,11 +546,14 @@ class Autoscaler:
         )
         return moved, True
 
-    async def _observe(self, isvc: InferenceService, prometheus_url: str, now: float) -> Observation:
+    async def _observe(
+        self, isvc: InferenceService, prometheus_url: str, now: float, *, status_ready: int | None = None
+    ) -> Observation:
         """The service's Observation: rates from its pods' reads, the P99 from Prometheus.
 
         When no fresh read of a pod exists (the pods' metrics port is unreachable, or the fast loop
-        has not read them yet), every signal comes from Prometheus at its scrape interval.
+        has not read them yet), every signal comes from Prometheus at its scrape interval;
+        `status_ready` (status.readyReplicas) then says how many pods it should cover.
         """
         namespace, name = isvc.namespace, isvc.name
         history = self.signals.history(namespace, name) if self.signals is not None else None
@@ -572,7 +583,7 @@ class Autoscaler:
                 arrival_lookback_s=arrival_lookback_s(isvc.spec),
                 arrival_bin_s=float(isvc.spec.monitoring.scrape_interval_seconds),
             )
-            return observation.model_copy(update={"rates_from": "Prometheus"})
+            return with_unobserved(observation.model_copy(update={"rates_from": "Prometheus"}), status_ready)
         except ObservationError as error:
             log.warning("observing %s/%s: %s", namespace, name, error)
             return Observation(at_s=now, request_rate=None, p99_ms=None)

@@ -79,6 +79,10 @@ class Observation(_Frozen):
     executed_batch_sizes: tuple[ExecutedBatchSize, ...] | None = None
     failure_rate: float | None = None
     ready_replicas: int = 0
+    #: Ready pods the figures do not cover (Prometheus had no current sample of them): summed rates
+    #: would read low, so no scale-down rests on them. The pods' own reads count the missing pods
+    #: from those that answered instead (`PodRead.serving`), so this stays 0 there.
+    pods_unobserved: int = 0
     #: Age of the newest sample the observation was built from.
     data_age_s: float = 0.0
     #: Completions per second over the last `recent_window_s` only (shorter than the evaluation

@@ -45,6 +45,10 @@ class Reason:
     METRICS_STALE = "MetricsStale"
     #: An SLO alert is firing: scale-down is suppressed.
     ALERT_ACTIVE = "AlertActive"
+    #: The observed P99 is above the SLO while requests flow: scale-down is suppressed.
+    SLO_MISSED = "SLOMissed"
+    #: Some Ready pods have no current figures (a partial scrape): scale-down is suppressed.
+    PODS_UNOBSERVED = "PodsUnobserved"
 
 
 # --- Fixed tuning: values no spec field and no benchmark variant sets (docs/autoscaling.md) ---

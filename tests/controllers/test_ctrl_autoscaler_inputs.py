@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from tailpilot.api.autoscaling import Observation
 from tailpilot.api.v1alpha1 import Condition, InferenceServiceStatus, ObservedStatus
-from tailpilot.controllers.autoscaler import significant_change
+from tailpilot.controllers.autoscaler import significant_change, with_unobserved
 from tailpilot.policy.from_spec import (
     arrival_lookback_s,
     observation_windows,
@@ -139,3 +139,11 @@ def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_
     assert again == first
     assert later == (seen.model_copy(update={"client_p99_ms": 88.5}), None)
     assert without == (seen, None)
+
+
+def test_pods_ready_but_absent_from_prometheus_are_counted_as_unobserved():
+    seen = Observation(at_s=100.0, request_rate=12.0, p99_ms=80.0, ready_replicas=2)
+    assert with_unobserved(seen, 3).pods_unobserved == 1  # one of three Ready pods not scraped
+    assert with_unobserved(seen, 2).pods_unobserved == 0
+    assert with_unobserved(seen, 1).pods_unobserved == 0  # a pod more than the status knew: not missing
+    assert with_unobserved(seen, None).pods_unobserved == 0

@@ -780,3 +780,33 @@ def test_two_high_recommendations_or_a_recent_scale_up_hold_it():
     # Within a window of a scale-up every higher recommendation holds: noise cannot reverse it.
     d = _held_at_four(highs=1, scaled_up_ago_s=200.0).step(3000.0)
     assert (d.action, d.reason, d.replicas) == (ScalingAction.HOLD, Reason.STABILIZING, 4)
+
+
+@pytest.mark.parametrize(
+    ("tweak", "guard"),
+    [
+        ({"p99_ms": TARGET * 1.2}, Reason.SLO_MISSED),  # the model says too many, the service says too slow
+        ({"pods_unobserved": 1}, Reason.PODS_UNOBSERVED),  # a partial scrape: the summed rate reads low
+    ],
+)
+def test_no_scale_down_while_the_slo_is_missed_or_some_pods_are_unobserved(
+    tweak: dict[str, object], guard: str
+) -> None:
+    plant = make_plant(replicas=10, scale_down_stabilization_s=0.0, cooldown_s=0.0)
+    observe = plant.observe
+    plant.observe = lambda rate: observe(rate).model_copy(update=tweak)  # type: ignore[method-assign]
+    held = plant.run(100.0, 5)
+    assert (held[-1].action, held[-1].reason, held[-1].replicas) == (ScalingAction.HOLD, guard, 10)
+    assert all(d.replicas == 10 for d in held)
+    plant.observe = observe  # type: ignore[method-assign]
+    assert plant.run(100.0, 5)[-1].replicas < 10  # the figures whole again: the scale-down goes on
+
+
+def test_a_p99_still_holding_a_past_spike_does_not_hold_the_scale_down() -> None:
+    """The window's P99 misses the SLO, but the load it came from is gone (the recent rate fell)."""
+    plant = make_plant(replicas=10, scale_down_stabilization_s=0.0, cooldown_s=0.0)
+    observe = plant.observe
+    plant.observe = lambda rate: observe(rate).model_copy(  # type: ignore[method-assign]
+        update={"p99_ms": TARGET * 1.2, "recent_request_rate": 0.5 * rate, "recent_window_s": 15.0}
+    )
+    assert plant.run(100.0, 5)[-1].replicas < 10
