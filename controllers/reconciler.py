@@ -1194,20 +1194,10 @@ class Reconciler:
         message = state.message or "the engine build failed"
         if build.phase != "Failed":
             events.append(EventRecord("Warning", reason, f"engine build {build.job_name} failed: {message}"))
-        if reason in c.TERMINAL_BUILD_REASONS:
-            # Another attempt of the same request would fail the same way: no Job, no back-off.
-            failed = build.model_copy(update={"phase": "Failed", "reason": reason, "message": message})
-            return (
-                ConditionUpdate(
-                    c.CONDITION_ENGINE_READY,
-                    c.STATUS_FALSE,
-                    reason,
-                    f"{message} (not retried: the spec is at fault; changing it starts a new build)",
-                ),
-                self.settings.resync_seconds,
-                status.model_copy(update={"build": failed}),
-            )
-        if wait <= 0:
+        # A failure only the spec can cure: another attempt of the same request would fail the same
+        # way, so no Job and no back-off; a spec change makes another request.
+        terminal = reason in c.TERMINAL_BUILD_REASONS
+        if wait <= 0 and not terminal:
             # Back-off over: drop the failed Job; the next pass starts attempt n+1 under the same name.
             self.kube.delete(JOBS, isvc.namespace, build.job_name)
             retrying = build.model_copy(
@@ -1224,14 +1214,14 @@ class Reconciler:
                 status.model_copy(update={"build": retrying}),
             )
         failed = build.model_copy(update={"phase": "Failed", "reason": reason, "message": message})
+        note = (
+            "not retried: the spec is at fault; changing it starts a new build"
+            if terminal
+            else f"attempt {attempt}; retry in {wait:.0f}s"
+        )
         return (
-            ConditionUpdate(
-                c.CONDITION_ENGINE_READY,
-                c.STATUS_FALSE,
-                reason,
-                f"{message} (attempt {attempt}; retry in {wait:.0f}s)",
-            ),
-            max(1.0, wait),
+            ConditionUpdate(c.CONDITION_ENGINE_READY, c.STATUS_FALSE, reason, f"{message} ({note})"),
+            self.settings.resync_seconds if terminal else max(1.0, wait),
             status.model_copy(update={"build": failed}),
         )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from tailpilot.api import constants as c
@@ -16,12 +18,14 @@ from tests.manifests.fixtures import SETTINGS, make_isvc
 LONG_AGO = "2020-01-01T00:00:00Z"  # the back-off of any attempt is over
 
 
-def fail(reason: str) -> tuple[object, InferenceServiceStatus, list[str], list[EventRecord]]:
+def fail(
+    reason: str, *, finished_at: str = LONG_AGO
+) -> tuple[object, InferenceServiceStatus, list[str], list[EventRecord]]:
     kube = CountingKube({})
     reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
     build = BuildStatus(request_key="k", job_name="svc-build-k", attempt=1, phase="Running")
     state = JobState(
-        phase=BuildPhase.FAILED, reason=reason, message="the request says so", finished_at=LONG_AGO
+        phase=BuildPhase.FAILED, reason=reason, message="the request says so", finished_at=finished_at
     )
     events: list[EventRecord] = []
     condition, _, status = reconciler._engine_failed(  # noqa: SLF001 - the decision under test
@@ -54,3 +58,11 @@ def test_every_terminal_reason_is_one_a_build_reports() -> None:
         getattr(errors, n) for n in dir(errors) if n.isupper() and isinstance(getattr(errors, n), str)
     }
     assert c.TERMINAL_BUILD_REASONS <= reported
+
+
+def test_a_retried_build_waits_out_its_back_off_first() -> None:
+    just_now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition, status, deleted, _ = fail(errors.MODEL_UNREACHABLE, finished_at=just_now)
+    assert deleted == []  # not yet: the Job stays until its back-off (30 s for attempt 1) is over
+    assert status.build is not None and (status.build.phase, status.build.attempt) == ("Failed", 1)
+    assert "attempt 1; retry in" in condition.message  # type: ignore[attr-defined]
