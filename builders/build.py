@@ -147,7 +147,7 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
     idx = index_key(request, versions)
     if index_is_trusted(request):
         cached = store.lookup_index(idx)
-        if cached:
+        if cached and _intact(store, cached, progress):
             progress(f"engine {cached} found in the store by request; nothing to build")
             return _finish_cached(store, cached, request)
     # The heavy modules (onnx, onnxruntime, tritonclient) load only past the index check,
@@ -195,7 +195,7 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
                 library_versions=versions,
             )
         )
-        if store.lookup(key):
+        if store.lookup(key) and _intact(store, key, progress):
             progress(f"engine {key} already in the store; nothing to build")
             store.record_index(idx, key)
             return _finish_cached(store, key, request)
@@ -301,6 +301,16 @@ def _build_model_file(
     )
     tensorrt.run_trtexec(cmd, log_path=work / "trtexec.log")
     return plan, " ".join(cmd)
+
+
+def _intact(store: EngineStore, key: str, progress: Progress) -> bool:
+    """Whether the stored engine matches its manifest; a damaged one is discarded (and so rebuilt)."""
+    damage = store.damage(key)
+    if damage is None:
+        return True
+    progress(f"engine {key} in the store is damaged ({damage}): discarded, building it again")
+    store.discard(key)
+    return False
 
 
 def _finish_cached(store: EngineStore, key: str, request: BuildRequest) -> BuildResult:

@@ -20,6 +20,7 @@ complete exactly when `engines/<key>/manifest.json` exists.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -64,6 +65,14 @@ class EngineManifest(BaseModel):
     built_on: str = Field(default="cpu", alias="builtOn")
     #: The engine's outputs against the FP32 source model (None for engines built before the guard).
     accuracy: AccuracyReport | None = None
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_tree(root: Path) -> None:
@@ -141,6 +150,38 @@ class EngineStore:
     def read_manifest(self, key: str) -> EngineManifest:
         """Read a published engine's manifest."""
         return EngineManifest.model_validate_json((self.engine_dir(key) / MANIFEST).read_text())
+
+    def damage(self, key: str) -> str | None:
+        """What is wrong with a published engine (None: its manifest reads and every file matches it).
+
+        Read on every cache hit: a file changed or lost on the volume since its build, or a manifest
+        that no longer parses, would otherwise be served (or fail every build after it) for ever.
+        Hashing costs a read of the engine (an ONNX Runtime engine is megabytes; a TensorRT plan of
+        hundreds reads in well under a second).
+        """
+        try:
+            manifest = self.read_manifest(key)
+        except (OSError, ValueError) as exc:
+            return f"its manifest cannot be read ({type(exc).__name__})"
+        root = self.engine_dir(key)
+        for name, expected in sorted(manifest.files.items()):
+            try:
+                actual = _sha256_of(root / name)
+            except OSError:
+                return f"{name} is missing"
+            if actual != expected:
+                return f"{name} has sha256 {actual[:12]}..., its manifest says {expected[:12]}..."
+        return None
+
+    def discard(self, key: str) -> None:
+        """Take a damaged engine out of the store (renamed into `tmp/` first, so no reader finds half)."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        aside = Path(tempfile.mkdtemp(prefix=f"damaged-{key[:12]}-", dir=self.tmp))
+        try:
+            os.rename(self.engine_dir(key), aside / "engine")
+        except FileNotFoundError:
+            pass  # another build discarded it first
+        shutil.rmtree(aside, ignore_errors=True)
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:

@@ -238,3 +238,31 @@ def test_profile_compare_gates_a_users_ci_on_a_regression(
     # A looser threshold lets the same engine through.
     args = ["--profile", str(slower), "--compare", str(baseline), "--max-regression-percent", "60"]
     assert profile_main(args) == 0
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda engine: (engine / "repository/model/1/model.onnx").write_bytes(b"bit rot"),
+        lambda engine: (engine / "repository/model/1/model.py").unlink(),
+        lambda engine: (engine / "manifest.json").write_text("{ cut mid-stri"),
+    ],
+    ids=["a-file-changed", "a-file-lost", "the-manifest-cut"],
+)
+def test_a_damaged_engine_in_the_store_is_built_again_not_served(
+    make_request: Callable[..., BuildRequest], example_model: Path, damage: Callable[[Path], object]
+) -> None:
+    pinned = make_request(model_sha256=hashlib.sha256(example_model.read_bytes()).hexdigest())
+    first = build(pinned)
+    assert first.outcome == BuildOutcome.SUCCEEDED, first.message
+    damage(Path(first.artifact))
+    lines: list[str] = []
+    again = build(pinned, lines)  # the request index points at the damaged engine
+    assert (again.outcome, again.engine_key, again.cache_hit) == (
+        BuildOutcome.SUCCEEDED,
+        first.engine_key,
+        False,
+    )
+    assert any("is damaged" in line for line in lines), lines
+    assert EngineStore(Path(first.artifact).parent.parent).damage(first.engine_key) is None
+    assert build(pinned).cache_hit  # whole again: the next build finds it
