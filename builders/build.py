@@ -143,6 +143,9 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
     started = time.monotonic()
     check_request(request, settings)
     store = EngineStore(request.store)
+    abandoned = store.collect_staging()
+    if abandoned:
+        progress(f"removed the staging of {len(abandoned)} killed build(s): {', '.join(abandoned)}")
     versions = library_versions(request, settings)
     idx = index_key(request, versions)
     if index_is_trusted(request):

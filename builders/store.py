@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ MANIFEST = "manifest.json"
 PROFILE = "profile.json"
 PROFILES = "profiles"
 REPOSITORY = "repository"
+#: Seconds a staging directory may go untouched before a build takes it as abandoned: far past the
+#: longest build (a TensorRT build of a large model takes tens of minutes; its directory's mtime
+#: moves whenever a file is added to it).
+STALE_STAGING_S = 6 * 3600.0
 
 
 class EngineManifest(BaseModel):
@@ -182,6 +187,31 @@ class EngineStore:
         except FileNotFoundError:
             pass  # another build discarded it first
         shutil.rmtree(aside, ignore_errors=True)
+
+    def collect_staging(
+        self, *, older_than_s: float = STALE_STAGING_S, now_s: float | None = None
+    ) -> list[str]:
+        """Remove staging directories no build can still be writing (untouched for `older_than_s`).
+
+        `staging()` removes its directory when the build ends, even on an error; only a build killed
+        outright (SIGKILL, an OOM kill, the node lost) leaves one, which nothing would ever read. Every
+        build collects those first. Returns the names removed.
+        """
+        if not self.tmp.is_dir():
+            return []
+        now = time.time() if now_s is None else now_s
+        removed = []
+        for entry in self.tmp.iterdir():
+            try:
+                # A build writes into work/ and engine/ below its directory: their times move too.
+                touched = max(p.stat().st_mtime for p in (entry, *entry.iterdir()))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile by its own build, or not a build's directory
+            idle = now - touched
+            if idle > older_than_s:
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        return sorted(removed)
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:

@@ -68,3 +68,20 @@ def test_index_points_only_at_complete_engines(tmp_path: Path) -> None:
         store.publish(engine, "present")
     store.record_index("req", "present")
     assert store.lookup_index("req") == "present"
+
+
+def test_staging_left_by_a_killed_build_is_collected_and_a_live_one_is_not(tmp_path: Path) -> None:
+    import os
+
+    store = EngineStore(tmp_path)
+    store.tmp.mkdir(parents=True)
+    killed, running = store.tmp / "build-killed", store.tmp / "build-running"
+    for d in (killed, running):
+        (d / "work").mkdir(parents=True)
+    now = 1_000_000.0
+    for d in (killed, killed / "work", running):
+        os.utime(d, (now - 7 * 3600, now - 7 * 3600))  # untouched for seven hours...
+    os.utime(running / "work", (now - 60, now - 60))  # ...but for a build writing below a minute ago
+    assert store.collect_staging(now_s=now) == ["build-killed"]
+    assert not killed.exists() and running.exists()
+    assert store.collect_staging(now_s=now) == []
