@@ -149,8 +149,10 @@ the Secret `<fullname>-webhook-token` at install with a random 48-character toke
 `webhook.tokenSecret.keep=true` to annotate it `helm.sh/resource-policy: keep` instead, so that a
 reinstall of the same release reuses it and the Alertmanager side needs no change. `helm template`
 (as Argo CD and Flux render charts) cannot look the Secret up and renders a new token every time:
-there, name your own Secret. The operator reads the token once, at start-up: after rotating it,
-`kubectl rollout restart` the operator's Deployment. `webhook.enabled=false` renders none of it (no
+there, name your own Secret. Rotating it needs no restart: when a request presents another token
+than the one in force, the operator reads the Secret again (at most every 30 s, so guessing tokens
+costs one read per 30 s), and takes the new one; Alertmanager's retries carry the requests sent in
+between. An unreadable or empty Secret keeps the token in force. `webhook.enabled=false` renders none of it (no
 Service, container port, Secret, Role or environment).
 
 Alertmanager reads the token from a file, so copy it into a Secret mounted into Alertmanager (with
