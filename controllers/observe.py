@@ -36,10 +36,13 @@ coming and going count only what they served.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -391,17 +394,52 @@ class LatencyBoard:
         return cached[1].get((namespace, service), {})
 
 
+#: Queries in flight at once to one Prometheus (by scheme, host and port). Services may each name
+#: their own Prometheus (`spec.monitoring.prometheusUrl`): one that answers slowly holds at most
+#: this many of the operator's shared connections (httpx keeps 100), not all of them, so every
+#: other service's observations still go out. Below Prometheus' own `--query.max-concurrency`
+#: (20 by default), past which queries only wait inside Prometheus.
+MAX_IN_FLIGHT_PER_PROMETHEUS = 16
+#: Largest answer read from Prometheus. The operator's queries select one service's pods (a few
+#: KB an answer); a bigger one is a wrong URL or a hostile endpoint, and is refused, not parsed.
+MAX_RESPONSE_BYTES = 16 << 20
+
+_gates: weakref.WeakKeyDictionary[httpx.AsyncClient, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _gate(client: httpx.AsyncClient, url: str) -> asyncio.Semaphore:
+    """The in-flight bound of `url`'s Prometheus, per client (a client lives on one event loop)."""
+    parts = urlsplit(url)
+    per_client = _gates.setdefault(client, {})
+    return per_client.setdefault(
+        f"{parts.scheme}://{parts.netloc}", asyncio.Semaphore(MAX_IN_FLIGHT_PER_PROMETHEUS)
+    )
+
+
 async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) -> Any:
     try:
-        response = await client.get(url, params={"query": query, "time": f"{now_s:.3f}"})
+        async with (
+            _gate(client, url),
+            client.stream("GET", url, params={"query": query, "time": f"{now_s:.3f}"}) as response,
+        ):
+            raw = bytearray()
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_RESPONSE_BYTES:
+                    raise ObservationError(
+                        f"Prometheus at {url} answered more than {MAX_RESPONSE_BYTES} bytes: refused"
+                    )
+            status = response.status_code
     except httpx.HTTPError as exc:
         raise ObservationError(f"Prometheus unreachable at {url}: {exc!r}") from exc
     try:
-        body = response.json()
+        body = json.loads(raw)
     except ValueError as exc:
-        raise ObservationError(f"Prometheus answered HTTP {response.status_code} without JSON") from exc
-    if response.status_code != 200 and not isinstance(body, dict):
-        raise ObservationError(f"Prometheus answered HTTP {response.status_code}")
+        raise ObservationError(f"Prometheus answered HTTP {status} without JSON") from exc
+    if status != 200 and not isinstance(body, dict):
+        raise ObservationError(f"Prometheus answered HTTP {status}")
     return body
 
 

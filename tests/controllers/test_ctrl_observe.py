@@ -395,3 +395,53 @@ def test_the_clients_query_is_sent_at_the_observations_time_and_an_unreachable_p
     down = asyncio.run(run(httpx.MockTransport(refuse)))
     assert down.p99_ms is None
     assert "Prometheus unreachable at http://prom:9090/api/v1/query" in (down.error or "")
+
+
+def test_a_slow_prometheus_holds_only_its_own_share_of_the_connections():
+    """A service's own Prometheus that never answers cannot starve another's queries."""
+    from tailpilot.controllers.observe import MAX_IN_FLIGHT_PER_PROMETHEUS, _query
+
+    release, filled = asyncio.Event(), asyncio.Event()
+    in_flight = {"slow": 0, "most": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "slow":
+            in_flight["slow"] += 1
+            in_flight["most"] = max(in_flight["most"], in_flight["slow"])
+            if in_flight["slow"] == MAX_IN_FLIGHT_PER_PROMETHEUS:
+                filled.set()
+            await release.wait()
+            in_flight["slow"] -= 1
+        return httpx.Response(200, json=vector())
+
+    async def main() -> tuple[Any, int]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            stuck = [
+                asyncio.create_task(_query(client, "http://slow:9090/api/v1/query", "up", NOW))
+                for _ in range(30)
+            ]
+            await asyncio.wait_for(filled.wait(), timeout=5)  # the slow one's share is all taken
+            fast = await asyncio.wait_for(
+                _query(client, "http://fast:9090/api/v1/query", "up", NOW), timeout=5
+            )
+            release.set()
+            await asyncio.gather(*stuck)
+            return fast, in_flight["most"]
+
+    fast, most = asyncio.run(main())
+    assert fast["status"] == "success"
+    assert most == MAX_IN_FLIGHT_PER_PROMETHEUS  # the slow one's queries waited at its gate, not in the pool
+
+
+def test_an_answer_past_the_size_bound_is_refused_not_parsed(monkeypatch: pytest.MonkeyPatch):
+    from tailpilot.controllers import observe as module
+
+    monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 1000)
+    huge = httpx.MockTransport(lambda request: httpx.Response(200, content=b"[" + b"1," * 5000 + b"1]"))
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=huge) as client:
+            await module._query(client, "http://prom:9090/api/v1/query", "up", NOW)
+
+    with pytest.raises(ObservationError, match="more than 1000 bytes"):
+        asyncio.run(main())
