@@ -152,8 +152,8 @@ reinstall of the same release reuses it and the Alertmanager side needs no chang
 there, name your own Secret. Rotating it needs no restart: when a request presents another token
 than the one in force, the operator reads the Secret again (at most every 30 s, so guessing tokens
 costs one read per 30 s), and takes the new one; Alertmanager's retries carry the requests sent in
-between. An unreadable or empty Secret keeps the token in force. `webhook.enabled=false` renders none of it (no
-Service, container port, Secret, Role or environment).
+between. An unreadable or empty Secret keeps the token in force. `webhook.enabled=false` renders
+none of it (no Service, container port, Secret, Role or environment).
 
 Alertmanager reads the token from a file, so copy it into a Secret mounted into Alertmanager (with
 prometheus-operator, list that Secret in the Alertmanager's `spec.secrets`; it is mounted at
