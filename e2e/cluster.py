@@ -203,7 +203,11 @@ class LocalCluster:
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                     f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
                     "--authorization-mode=Node,RBAC",
-                    "--enable-admission-plugins=NodeRestriction,ServiceAccount,PodSecurity",
+                    # OwnerReferencesPermissionEnforcement as production API servers enable it: an
+                    # owner reference with blockOwnerDeletion needs update on the owner's finalizers,
+                    # which the chart must grant the operator (tests/operator_cluster/test_chart_rbac.py).
+                    "--enable-admission-plugins=NodeRestriction,ServiceAccount,PodSecurity,"
+                    "OwnerReferencesPermissionEnforcement",
                     "--allow-privileged=true",
                     "--profiling=false",
                     "--event-ttl=1h",

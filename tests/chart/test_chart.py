@@ -196,6 +196,7 @@ EXPECTED_RULES = {
     ("", "events"): {"create", "patch"},
     ("tailpilot.io", "inferenceservices"): {"get", "list", "watch", "patch"},
     ("tailpilot.io", "inferenceservices/status"): {"patch"},
+    ("tailpilot.io", "inferenceservices/finalizers"): {"update"},  # blockOwnerDeletion on children
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the rotation label
     ("", "nodes"): {"list"},  # free GPUs per product, for services listing several
