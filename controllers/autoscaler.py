@@ -38,7 +38,7 @@ from tailpilot.controllers.batching import apply_batching
 from tailpilot.controllers.breakdown import breakdown_condition
 from tailpilot.controllers.canary_rollout import canary_plan
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
-from tailpilot.controllers.conditions import ConditionUpdate, is_true, merge_conditions
+from tailpilot.controllers.conditions import ConditionUpdate, condition_of, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.gpu_products import (
@@ -180,7 +180,7 @@ def profile_accuracy(
                 f"{figures}; the autoscaler scales the profile by the service-time scale it learns "
                 "(status.learned.serviceTimeScale)",
             )
-    previous = next((x for x in status.conditions if x.type == c.CONDITION_PROFILE_ACCURATE), None)
+    previous = condition_of(status.conditions, c.CONDITION_PROFILE_ACCURATE)
     if previous is not None and (previous.status, previous.reason) == (update.status, update.reason):
         return ConditionUpdate(update.type, update.status, update.reason, previous.message), []
     if update.reason == c.REASON_PROFILE_DISAGREES:
@@ -240,7 +240,7 @@ def _reason(status: InferenceServiceStatus) -> str | None:
 
 def _breakdown_reason(status: InferenceServiceStatus) -> str | None:
     """The part LatencyBreakdown named, while it was True (the part it keeps naming while close)."""
-    held = next((x for x in status.conditions if x.type == c.CONDITION_LATENCY_BREAKDOWN), None)
+    held = condition_of(status.conditions, c.CONDITION_LATENCY_BREAKDOWN)
     return held.reason if held is not None and held.status == c.STATUS_TRUE else None
 
 

@@ -52,6 +52,11 @@ def merge_conditions(
     return sorted(by_type.values(), key=lambda cond: (order.get(cond.type, len(order)), cond.type))
 
 
+def condition_of(conditions: Iterable[Condition], type_: str) -> Condition | None:
+    """The condition of a type, if the status has one."""
+    return next((cond for cond in conditions if cond.type == type_), None)
+
+
 def is_true(conditions: Iterable[Condition], type_: str) -> bool:
     """Whether the condition of a type is True."""
     return any(cond.type == type_ and cond.status == c.STATUS_TRUE for cond in conditions)
