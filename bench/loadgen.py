@@ -6,7 +6,8 @@ loop would slow the clients down instead and hide the tail).  Every run is bound
 `max_requests` requests, nothing sent after `max_duration_s`, at most `max_in_flight`
 outstanding (a request that would exceed it is not sent and is counted as
 `client_overload`), and a per-request timeout.  Latency is measured client-side, from just
-before the request is written to when the full response is read.
+before the request is written to when the full response is read, over keep-alive HTTP/1.1
+connections of a client light enough not to be the bottleneck (`bench/http1.py`).
 
 Several base URLs are used round robin, like a Kubernetes Service; `url` may also be a
 callable returning the current list, asked at every request, so replicas that appear or
@@ -30,14 +31,15 @@ import dataclasses
 import json
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import numpy as np
 import numpy.typing as npt
+
+from tailpilot.bench.http1 import Http1Client, RequestFailed
 
 
 @dataclass(frozen=True)
@@ -187,42 +189,67 @@ class Progress:
         return cls(**{**doc, "p99_ms": math.nan if doc["p99_ms"] is None else doc["p99_ms"]})
 
 
-def progress_of(out: LoadResult, *, now_s: float, in_flight: int, window_s: float = 5.0) -> Progress:
-    """The `Progress` of a run that is filling `out`, at `now_s` from its start."""
-    sent = np.asarray(out.sent_s, dtype=np.float64)
-    lat = np.asarray(out.latency_s, dtype=np.float64)
-    ok = np.asarray(out.status) == 200
-    sent_mask = np.isfinite(sent)
-    done_at = sent + lat  # nan while in flight or without a response
-    recent = ok & (done_at > now_s - window_s) & (done_at <= now_s)
-    n_sent = int(sent_mask.sum())
-    return Progress(
-        t_s=now_s,
-        sent=n_sent,
-        completed=n_sent - in_flight,
-        ok=int(ok.sum()),
-        errors=sum(out.errors.values()),
-        p99_ms=float(np.quantile(lat[recent], 0.99) * 1000.0) if recent.any() else math.nan,
-        in_flight=in_flight,
-    )
+class ProgressTracker:
+    """Counts and the recent successful latencies of a run, kept as requests finish.
+
+    Incremental on purpose: a progress line every second must cost the generator microseconds,
+    not a pass over every request so far; that pass (tens of ms at 40k requests) delayed the
+    sends scheduled behind it.
+    """
+
+    def __init__(self, window_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self.sent = 0
+        self.ok = 0
+        #: (time the answer arrived, latency) of the successful requests, oldest first.
+        self._recent: deque[tuple[float, float]] = deque()
+
+    def on_sent(self) -> None:
+        self.sent += 1
+
+    def on_ok(self, done_s: float, latency_s: float) -> None:
+        self.ok += 1
+        self._recent.append((done_s, latency_s))
+
+    def progress(self, *, now_s: float, in_flight: int, errors: int) -> Progress:
+        """Where the run stands at `now_s` from its start."""
+        while self._recent and self._recent[0][0] <= now_s - self.window_s:
+            self._recent.popleft()
+        recent = [lat for done, lat in self._recent if done <= now_s]
+        return Progress(
+            t_s=now_s,
+            sent=self.sent,
+            completed=self.sent - in_flight,
+            ok=self.ok,
+            errors=errors,
+            p99_ms=float(np.quantile(recent, 0.99) * 1000.0) if recent else math.nan,
+            in_flight=in_flight,
+        )
 
 
 async def _one(
-    client: httpx.AsyncClient, url: str, payload: Payload, t0: float, idx: int, out: LoadResult
+    client: Http1Client,
+    url: str,
+    payload: Payload,
+    t0: float,
+    idx: int,
+    out: LoadResult,
+    tracker: ProgressTracker,
 ) -> None:
     sent = time.perf_counter()
     out.sent_s[idx] = sent - t0
+    tracker.on_sent()
     try:
-        resp = await client.post(url, content=payload.body, headers=payload.headers)
-        await resp.aread()
-        out.latency_s[idx] = time.perf_counter() - sent
-        out.status[idx] = resp.status_code
-        if resp.status_code != 200:
-            out.errors[f"http_{resp.status_code}"] += 1
-    except httpx.TimeoutException:
-        out.errors["timeout"] += 1
-    except httpx.HTTPError as exc:
-        out.errors[type(exc).__name__] += 1
+        status = await client.post(url, payload.body, payload.headers)
+        done = time.perf_counter()
+        out.latency_s[idx] = done - sent
+        out.status[idx] = status
+        if status == 200:
+            tracker.on_ok(done - t0, done - sent)
+        else:
+            out.errors[f"http_{status}"] += 1
+    except RequestFailed as exc:
+        out.errors[exc.kind] += 1
 
 
 def _fixed(urls: list[str]) -> Callable[[], Sequence[str]]:
@@ -232,13 +259,15 @@ def _fixed(urls: list[str]) -> Callable[[], Sequence[str]]:
 async def _report(
     on_progress: Callable[[Progress], None],
     out: LoadResult,
+    tracker: ProgressTracker,
     tasks: set[asyncio.Task[None]],
     t0: float,
     interval_s: float,
 ) -> None:
     while True:
         await asyncio.sleep(interval_s)  # a reporting period, not synchronization
-        on_progress(progress_of(out, now_s=time.perf_counter() - t0, in_flight=len(tasks)))
+        now_s = time.perf_counter() - t0
+        on_progress(tracker.progress(now_s=now_s, in_flight=len(tasks), errors=sum(out.errors.values())))
 
 
 async def run_load(
@@ -268,13 +297,14 @@ async def run_load(
     out.status = [0] * n
     out.target = [""] * n
     current = url if callable(url) else _fixed([url] if isinstance(url, str) else list(url))
-    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
     tasks: set[asyncio.Task[None]] = set()
+    tracker = ProgressTracker()
     turn = 0
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+    client = Http1Client(timeout_s=timeout_s)  # in-flight requests, hence connections, are bounded below
+    try:
         t0 = time.perf_counter()
         reporter = (
-            asyncio.create_task(_report(on_progress, out, tasks, t0, progress_interval_s))
+            asyncio.create_task(_report(on_progress, out, tracker, tasks, t0, progress_interval_s))
             if on_progress
             else None
         )
@@ -294,7 +324,7 @@ async def run_load(
                 turn += 1
                 out.target[i] = base
                 endpoint = f"{base.rstrip('/')}/v2/models/{model}/infer"
-                task = asyncio.create_task(_one(client, endpoint, payload, t0, i, out))
+                task = asyncio.create_task(_one(client, endpoint, payload, t0, i, out, tracker))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             if tasks:
@@ -304,5 +334,9 @@ async def run_load(
                 reporter.cancel()
         out.wall_s = time.perf_counter() - t0
         if on_progress:
-            on_progress(progress_of(out, now_s=out.wall_s, in_flight=len(tasks)))
+            on_progress(
+                tracker.progress(now_s=out.wall_s, in_flight=len(tasks), errors=sum(out.errors.values()))
+            )
+    finally:
+        await client.aclose()
     return out

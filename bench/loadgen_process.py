@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,9 @@ class LoadProcess:
         targets: Sequence[str] = (),
         max_in_flight: int = 512,
         timeout_s: float = 30.0,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
+        """`preexec` runs in the child before the generator starts (a cgroup to join, a CPU affinity)."""
         self.work_dir = work_dir
         self.model = model
         self.payload = payload
@@ -174,6 +176,7 @@ class LoadProcess:
         self.max_in_flight = max_in_flight
         self.timeout_s = timeout_s
         self._initial_targets = list(targets)
+        self.preexec = preexec
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -232,7 +235,11 @@ class LoadProcess:
         write_targets(self.targets_file, self._initial_targets)
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self.argv(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=self.preexec,
             )
         return self
 

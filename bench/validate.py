@@ -1,18 +1,27 @@
 """Validation: the simulator against a real Triton serving the example model on this CPU.
 
-    python -P -m tailpilot.bench.validate [--levels 0.3,0.6,0.85] [--duration-s 20] [--replicas 1,2]
+    python -P -m tailpilot.bench.validate [--levels 0.3,0.6,0.85] [--replicas 1,2] [--duration-s 20]
+                                          [--out docs/benchmarks/validation.md]
 
-1. Builds the example model's optimized fp32 engine (Python-backend variant) with the
-   builder and serves it from 1 or 2 local Triton servers (127.0.0.1, stopped by PID).
-2. Profiles it with the builder's profiler (closed loop, concurrency 1, batch 1/4/16) and
-   fits t(b) = a + c*b: the profile the simulator then uses.
-3. For each fleet size and load level (a fraction of the fitted capacity at the served
-   max batch), replays the same seeded Poisson arrivals with `bench/loadgen.py` (open loop,
-   client-side latency, round robin over the servers) and in the simulator with the
-   served batching config, and reports P99 and throughput of both and the relative error.
+1. Builds the dense example model's fp32 engine (Python-backend variant) with the builder and
+   serves it from 1 or 2 local Triton servers (127.0.0.1, stopped by PID).
+2. Separates the parties (`bench/cpu_slots.py`): every Triton runs in a cgroup of its own with a
+   CFS quota of `--server-millis` over `--period-us` (a replica is a pod with a CPU limit), on a
+   core of its own from the last one down; the load generator runs as a process of its own, in a
+   cgroup of its own, on core 0 (with this process, which profiles), where server 0 never runs.
+3. Profiles server 0 with the builder's profiler (`builders/profiler.py`, the profile Job's code):
+   whole batches of 1/4/16 at concurrency 1, and single requests at several concurrencies, which
+   the dynamic batcher merges; the fit of both is the profile the simulator uses, per-request
+   overhead included.
+4. For each batching variant, fleet size and load level (a fraction of the fitted capacity at the
+   variant's largest batch), replays seeded Poisson arrivals with the open-loop load generator and
+   simulates the same send times with the same batching; reports P99 and throughput of both.
 
-Every run is bounded (duration and request cap).  On a 2-core CPU shared with other work,
-two "replicas" compete for the same cores, unlike two GPUs; the report says so.
+A run is valid when the client kept up and nothing else used the servers' core: no request
+refused for the in-flight bound, no client error, the client's send lag (sent minus scheduled) P99
+under `MAX_SEND_LAG_MS`, the client's core less than `MAX_CLIENT_BUSY` busy, and other processes
+took less than `MAX_FOREIGN_SHARE` of the servers' core. An invalid run is reported as such, not as
+a data point.
 """
 
 from __future__ import annotations
@@ -22,33 +31,110 @@ import asyncio
 import datetime as dt
 import math
 import os
+import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import BuildOutcome, BuildRequest, ServiceTimeModel
+from tailpilot.api.engine import BuildOutcome, BuildRequest, EngineProfile, ServiceTimeModel
 from tailpilot.bench.baselines import Static
-from tailpilot.bench.loadgen import binary_infer_body, run_load
+from tailpilot.bench.cpu_slots import CoreTimes, CpuSlot
+from tailpilot.bench.loadgen import binary_infer_body
+from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.bench.metrics import p99
 from tailpilot.bench.simulator import SimConfig, simulate
 from tailpilot.builders.build import BuildSettings, run_build
-from tailpilot.builders.example_model import example_inputs, write_example_model
-from tailpilot.builders.model_info import load_and_verify, triton_specs
-from tailpilot.builders.profiler import fit_service_time, measure
+from tailpilot.builders.example_model import DENSE_HIDDEN, example_inputs, write_example_model
+from tailpilot.builders.profiler import ProfileOptions, profile_served
+from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
 from tailpilot.builders.triton_server import TritonServer
+from tailpilot.controllers.batching import apply_batching
+from tailpilot.manifests.triton_model_config import from_pbtxt, to_load_override_json
 
 MODEL = "example"
 MAX_BATCH = 16
+#: Validity limits of one run (see the module doc).
+MAX_SEND_LAG_MS = 2.0
+MAX_CLIENT_BUSY = 0.7
+MAX_FOREIGN_SHARE = 0.03
+CLIENT_CORE = 0
 
 
-def _build(work: Path) -> Path:
-    """Build the engine; return a model repository holding it."""
-    model = Path(write_example_model(work / "model.onnx"))
+@dataclass(frozen=True)
+class Variant:
+    """A batching configuration the servers run during a series of runs."""
+
+    name: str
+    preferred: tuple[int, ...]
+    delay_us: int
+
+
+#: As the builder writes it (preferred = the max batch, no delay: whatever is queued goes), and a
+#: batcher that waits for a preferred size.
+VARIANTS = (
+    Variant("preferred-16-no-delay", (16,), 0),
+    Variant("preferred-4-8-delay-5ms", (4, 8), 5000),
+)
+
+
+@dataclass
+class RunRecord:
+    """One load level on one fleet: measured, simulated, and whether the run was valid."""
+
+    variant: str
+    replicas: int
+    level: float
+    rate: float
+    requests: int
+    meas_p99_ms: float
+    sim_p99_ms: float
+    meas_tp: float
+    sim_tp: float
+    meas_mean_batch: float
+    sim_mean_batch: float
+    send_lag_p99_ms: float
+    client_busy: float
+    foreign_share: float
+    client_overhead_ms: float
+    throttled_periods: int
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        """Why the run is not valid (empty: valid)."""
+        out = []
+        if self.errors:
+            out.append(f"client errors {self.errors}")
+        if not self.send_lag_p99_ms <= MAX_SEND_LAG_MS:
+            out.append(f"send lag P99 {self.send_lag_p99_ms:.1f} ms")
+        if not self.client_busy < MAX_CLIENT_BUSY:
+            out.append(f"client core {self.client_busy:.0%} busy")
+        if not self.foreign_share < MAX_FOREIGN_SHARE:
+            out.append(f"{self.foreign_share:.0%} of the run's cores used by other processes")
+        return out
+
+    @property
+    def p99_err_pct(self) -> float:
+        return _err(self.sim_p99_ms, self.meas_p99_ms)
+
+    @property
+    def tp_err_pct(self) -> float:
+        return _err(self.sim_tp, self.meas_tp)
+
+
+def _err(sim_v: float, meas_v: float) -> float:
+    return (sim_v - meas_v) / meas_v * 100.0 if meas_v and math.isfinite(meas_v) else math.nan
+
+
+def _build(work: Path, dense_hidden: int | None) -> tuple[Path, Path]:
+    """Build the engine; return (the engine's directory, a model repository holding the engine)."""
+    model = Path(write_example_model(work / "model.onnx", dense_hidden=dense_hidden))
     request = BuildRequest(
         model_uri=str(model),
         model_name=MODEL,
@@ -63,8 +149,25 @@ def _build(work: Path) -> Path:
         raise SystemExit(f"build failed: {result.reason}: {result.message}")
     repo = work / "repository"
     repo.mkdir()
-    (repo / MODEL).symlink_to(Path(result.artifact) / "repository" / MODEL)
-    return model
+    (repo / MODEL).symlink_to(Path(result.artifact) / REPOSITORY / MODEL)
+    return Path(result.artifact), repo
+
+
+def server_stats(http_url: str) -> dict[str, float]:
+    """Triton's cumulative counts for the model: requests, their total time, executions."""
+    doc = httpx.get(f"{http_url}/v2/models/{MODEL}/stats", timeout=10).json()
+    stats = doc["model_stats"][0]
+    success = stats["inference_stats"]["success"]
+    return {
+        "requests": float(success["count"]),
+        "request_ns": float(success["ns"]),
+        "executions": float(stats["execution_count"]),
+        "inferences": float(stats["inference_count"]),
+    }
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after}
 
 
 def served_batching(http_url: str) -> BatchingConfig:
@@ -80,146 +183,334 @@ def served_batching(http_url: str) -> BatchingConfig:
     )
 
 
-def _profile(server: TritonServer, model: Path) -> ServiceTimeModel:
-    specs = triton_specs(load_and_verify(model).inputs)
-    runs = [
-        measure(server.grpc_url, MODEL, specs, batch_size=b, concurrency=1, duration_s=3.0, max_requests=2000)
-        for b in (1, 4, 16)
-    ]
-    return fit_service_time(runs)
+def apply_variant(servers: Sequence[TritonServer], repo: Path, variant: Variant) -> BatchingConfig:
+    """Reload every server's model with the variant's batching, through the operator's own actuator."""
+    config = from_pbtxt((repo / MODEL / "config.pbtxt").read_text())
+    config.dynamic_batching.ClearField("preferred_batch_size")
+    config.dynamic_batching.preferred_batch_size.extend(variant.preferred)
+    config.dynamic_batching.max_queue_delay_microseconds = variant.delay_us
+    result = asyncio.run(
+        apply_batching(
+            pod_urls=[s.http_url for s in servers],
+            model_name=MODEL,
+            config_json=to_load_override_json(config),
+        )
+    )
+    if not result.ok:
+        raise SystemExit(f"batching variant {variant.name} refused: {result.reason}: {result.message}")
+    served = served_batching(servers[0].http_url)
+    if served.preferred_batch_sizes != variant.preferred or served.max_queue_delay_us != variant.delay_us:
+        raise SystemExit(f"servers run {served}, not the variant {variant}")
+    return served
+
+
+def profile(server: TritonServer, engine: Path, *, cpu_limit_millis: int) -> EngineProfile:
+    """Server 0's engine, profiled by the profile Job's own code at the builder's defaults."""
+    manifest = EngineManifest.model_validate_json((engine / MANIFEST).read_text())
+    return profile_served(
+        server.grpc_url,
+        manifest,
+        engine,
+        ProfileOptions(),
+        hardware="cpu",
+        cpu_limit_millis=cpu_limit_millis,
+        max_batch_size=MAX_BATCH,
+        where=f"a local tritonserver in a cgroup of {cpu_limit_millis}m (bench/validate.py)",
+        progress=lambda line: print(f"  {line}", file=sys.stderr),
+    )
 
 
 def compare(
     *,
-    servers: list[TritonServer],
+    servers: Sequence[TritonServer],
+    slots: Sequence[CpuSlot],
+    client_slot: CpuSlot,
     service: ServiceTimeModel,
     batching: BatchingConfig,
+    variant: str,
     level: float,
     duration_s: float,
     max_requests: int,
     seed: int,
-) -> dict[str, Any]:
-    """One load level on `len(servers)` replicas: measured vs simulated."""
+    work: Path,
+) -> RunRecord:
+    """One load level on `len(servers)` replicas: measured vs simulated, with the run's validity."""
     n = len(servers)
-    b = batching.max_batch_size
+    b = max(batching.preferred_batch_sizes or (batching.max_batch_size,))
     capacity = n * batching.instances_per_replica * b * 1000.0 / service.mean_ms(b)
     rate = level * capacity
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, int(rate * duration_s * 1.3) + 10))
     arrivals = arrivals[arrivals < duration_s][:max_requests]
     payload = binary_infer_body(inputs=[("input", example_inputs(1))])
-    load = asyncio.run(
-        run_load(
-            url=[s.http_url for s in servers],
-            model=MODEL,
-            payload=payload,
-            arrivals_s=arrivals,
-            max_requests=max_requests,
-            max_duration_s=duration_s + 1,
-        )
-    )
-    sim = simulate(
+    run_cores = sorted({c for s in [*slots, client_slot] for c in s.cpus})
+    stats0 = [server_stats(s.http_url) for s in servers]
+    used0 = [s.cpu_seconds() for s in slots]
+    thr0 = sum(s.throttling()[0] for s in slots)
+    client0 = client_slot.cpu_seconds()
+    cores0 = CoreTimes.read()
+    with LoadProcess(
+        work_dir=work / f"load-{variant}-{n}-{level:g}",
+        model=MODEL,
+        payload=payload,
         arrivals_s=arrivals,
-        config=SimConfig(service=service, duration_s=duration_s, startup_s=0.0, seed=seed, max_replicas=n),
+        max_requests=max_requests,
+        max_duration_s=duration_s + 1,
+        targets=[s.http_url for s in servers],
+        max_in_flight=512,
+        timeout_s=30.0,
+        preexec=client_slot.join,
+    ) as load:
+        result = load.wait(timeout=duration_s + 60)
+    cores1 = CoreTimes.read()
+    wall = result.wall_s
+    client_busy = (client_slot.cpu_seconds() - client0) / max(wall, 1e-9)
+    slots_used = sum(s.cpu_seconds() for s in slots) - sum(used0) + client_busy * wall
+    foreign = max(0.0, cores1.busy_since(cores0, run_cores) - slots_used) / max(wall * len(run_cores), 1e-9)
+    served = [_delta(server_stats(s.http_url), before) for s, before in zip(servers, stats0, strict=True)]
+    requests_served = sum(d["requests"] for d in served)
+    server_mean_ms = sum(d["request_ns"] for d in served) / max(requests_served, 1) / 1e6
+    lat = np.asarray(result.latency_s, dtype=np.float64)
+    ok = np.asarray(result.status) == 200
+    client_mean_ms = float(np.mean(lat[ok]) * 1000.0) if ok.any() else math.nan
+    sent = np.asarray(result.sent_s, dtype=np.float64)
+    scheduled = np.asarray(result.scheduled_s, dtype=np.float64)
+    lag = (sent - scheduled)[np.isfinite(sent)]
+    sim_arrivals = np.sort(sent[np.isfinite(sent)])
+    sim = simulate(
+        arrivals_s=sim_arrivals,
+        config=SimConfig(
+            service=service, duration_s=duration_s + 1, startup_s=0.0, seed=seed, max_replicas=n
+        ),
         controller=Static(replicas=n, batching=batching),
     )
-    sim_p99 = p99(sim.latency_s) * 1000.0
-    sim_tp = float(np.isfinite(sim.done_s).sum() / max(sim.done_s[np.isfinite(sim.done_s)].max(), 1e-9))
-    meas_p99, meas_tp = load.quantile_ms(0.99), load.throughput_per_s()
-
-    def err(sim_v: float, meas_v: float) -> float:
-        return (sim_v - meas_v) / meas_v * 100.0 if meas_v and math.isfinite(meas_v) else math.nan
-
-    return {
-        "replicas": n,
-        "level": level,
-        "rate": rate,
-        "requests": int(arrivals.size),
-        "meas_p99_ms": meas_p99,
-        "sim_p99_ms": sim_p99,
-        "p99_err_pct": err(sim_p99, meas_p99),
-        "meas_tp": meas_tp,
-        "sim_tp": sim_tp,
-        "tp_err_pct": err(sim_tp, meas_tp),
-        "errors": dict(load.errors),
-    }
+    done = sim.done_s[np.isfinite(sim.done_s)]
+    return RunRecord(
+        variant=variant,
+        replicas=n,
+        level=level,
+        rate=rate,
+        requests=int(arrivals.size),
+        meas_p99_ms=result.quantile_ms(0.99),
+        sim_p99_ms=p99(sim.latency_s) * 1000.0,
+        meas_tp=result.throughput_per_s(),
+        sim_tp=float(done.size / max(done.max() - sim_arrivals[0], 1e-9)) if done.size else 0.0,
+        meas_mean_batch=sum(d["inferences"] for d in served) / max(sum(d["executions"] for d in served), 1),
+        sim_mean_batch=float(np.mean(sim.batch_size)) if sim.batch_size.size else math.nan,
+        send_lag_p99_ms=float(np.quantile(lag, 0.99) * 1000.0) if lag.size else math.nan,
+        client_busy=client_busy,
+        foreign_share=foreign,
+        client_overhead_ms=client_mean_ms - server_mean_ms,
+        throttled_periods=sum(s.throttling()[0] for s in slots) - thr0,
+        errors=dict(result.errors),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -P -m tailpilot.bench.validate")
     ap.add_argument("--levels", default="0.3,0.6,0.85")
     ap.add_argument("--replicas", default="1,2")
-    ap.add_argument("--duration-s", type=float, default=20.0)
-    ap.add_argument("--max-requests", type=int, default=3000)
+    ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
+    ap.add_argument("--duration-s", type=float, default=60.0)
+    ap.add_argument("--max-requests", type=int, default=40000)
+    ap.add_argument("--server-millis", type=int, default=500, help="each server's CPU limit")
+    ap.add_argument("--period-us", type=int, default=10_000, help="the CFS period of the servers' quota")
+    ap.add_argument(
+        "--dense-hidden", type=int, default=DENSE_HIDDEN, help="the dense example's width; 0: the small CNN"
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--profile-out", type=Path, help="where to write the measured profile.json")
     args = ap.parse_args(argv)
     levels = [float(v) for v in args.levels.split(",")]
     fleet = [int(v) for v in args.replicas.split(",")]
-    rows = []
+    variants = [v for v in VARIANTS if v.name in args.variants.split(",")]
+    if not CpuSlot.available():
+        raise SystemExit("validation needs cgroup v1 cpu and cpuacct hierarchies this process may write to")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("validation needs two cores: one for the servers, one for the client")
+    if max(fleet) > len(cpus):
+        raise SystemExit(f"{max(fleet)} servers need as many cores; this machine has {len(cpus)}")
+    os.sched_setaffinity(0, {CLIENT_CORE})  # the profiler's client runs here, beside the load generator
+    client_slot = CpuSlot(f"{os.getpid()}-client", frozenset({CLIENT_CORE})).create()
+    # Server i on the i-th core from the end: server 0 (the only one of a one-replica run, and the
+    # one profiled) never shares a core with the client; replicas never share one with each other.
+    slots = [
+        CpuSlot(
+            f"{os.getpid()}-server-{i}", frozenset({cpus[-1 - i]}), args.server_millis, args.period_us
+        ).create()
+        for i in range(max(fleet))
+    ]
+    load_before = os.getloadavg()
+    rows: list[RunRecord] = []
     with tempfile.TemporaryDirectory(prefix="tailpilot-validate-") as tmp:
         work = Path(tmp)
-        model = _build(work)
+        engine, repo = _build(work, args.dense_hidden or None)
         servers = [
-            TritonServer(work / "repository", ready_timeout_s=120, env={"OMP_NUM_THREADS": "1"})
-            for _ in range(max(fleet))
+            TritonServer(
+                repo,
+                ready_timeout_s=120,
+                env={"OMP_NUM_THREADS": "1"},
+                explicit_models=[MODEL],
+                preexec=slot.join,
+            )
+            for slot in slots
         ]
         try:
             for s in servers:
                 s.start()
-            batching = served_batching(servers[0].http_url)
-            service = _profile(servers[0], model)
-            print(f"served batching {batching}; fitted {service}", file=sys.stderr)
-            for n in fleet:
-                for i, level in enumerate(levels):
-                    row = compare(
-                        servers=servers[:n],
-                        service=service,
-                        batching=batching,
-                        level=level,
-                        duration_s=args.duration_s,
-                        max_requests=args.max_requests,
-                        seed=args.seed + i,
-                    )
-                    print(row, file=sys.stderr)
-                    rows.append(row)
+            batching = apply_variant(servers, repo, VARIANTS[0])
+            measured = profile(servers[0], engine, cpu_limit_millis=args.server_millis)
+            service = measured.service_time
+            print(f"fitted {service}", file=sys.stderr)
+            if args.profile_out:
+                args.profile_out.write_text(measured.model_dump_json(by_alias=True, indent=2) + "\n")
+            for variant in variants:
+                batching = apply_variant(servers, repo, variant)
+                for n in fleet:
+                    for i, level in enumerate(levels):
+                        row = compare(
+                            servers=servers[:n],
+                            slots=slots[:n],
+                            client_slot=client_slot,
+                            service=service,
+                            batching=batching,
+                            variant=variant.name,
+                            level=level,
+                            duration_s=args.duration_s,
+                            max_requests=args.max_requests,
+                            seed=args.seed + i,
+                            work=work,
+                        )
+                        print(row, row.problems, file=sys.stderr)
+                        rows.append(row)
         finally:
             for s in servers:
                 s.close()
-    text = render(rows, service=service, batching=batching, argv=argv if argv is not None else sys.argv[1:])
+            for slot in [*slots, client_slot]:
+                slot.remove()
+    text = render(
+        rows,
+        service=service,
+        argv=argv if argv is not None else sys.argv[1:],
+        server_millis=args.server_millis,
+        period_us=args.period_us,
+        load_before=load_before[0],
+    )
     print(text)
     if args.out:
         args.out.write_text(text)
-    return 0
+    return 0 if all(not r.problems for r in rows) else 1
+
+
+_ABOUT = """## What runs
+
+- The engine: the dense example model (one 4096-unit layer, bound on reading its 200 MB of
+  weights, so a batch costs little more than one request, as on a GPU), built by the builder
+  (ONNX Runtime, fp32, Python-backend variant, max batch 16) and served by Triton 2.51
+  (nvidia-pytriton's build).
+- Each Triton is a replica with a CPU limit of {millis}m: a cgroup of its own with a CFS quota
+  over a {period_ms:g} ms period, pinned to a core of its own (server 0 on the last core). The
+  quota makes a replica's speed its own, as a GPU would; the short period keeps it a slower
+  processor rather than one that runs at full speed and then stops (the kubelet's 100 ms period
+  does the latter: a 1 ms request then waits up to 50 ms, a latency tail of the CPU limit, not of
+  the engine).
+- The profile is server 0's engine measured by the profile Job's own code (`profile_served` at
+  the builder's defaults): whole batches of 1, 4 and 16 at concurrency 1, then single requests
+  from 4 and 16 clients, which the dynamic batcher merges; their excess over the whole batches is
+  the per-request time. That profile, and nothing measured during the runs, is what the
+  simulator gets.
+- Each run replays seeded Poisson arrivals with the open-loop load generator
+  (`bench/loadgen_process.py`: a process of its own on core 0, in a cgroup of its own, over
+  keep-alive HTTP/1.1, `bench/http1.py`), round robin over the replicas. The simulator replays the
+  same send times with the same batching: the servers' batching is set through the operator's
+  live actuator and read back before the runs. The load level is a share of the fitted capacity
+  at the variant's largest batch.
+
+## How each run was checked to be valid
+
+- no request refused for the in-flight bound (512) and no client error;
+- the client's send lag (sent minus scheduled) P99 at most {lag:g} ms;
+- the client's cgroup used less than {client:.0%} of its core;
+- processes outside the run's cgroups used less than {foreign:.0%} of the run's cores (`/proc/stat`
+  busy time minus the cgroups' `cpuacct.usage`).
+
+Client overhead is the client's mean latency minus Triton's mean request time (its statistics
+API): transport, the HTTP frontend before Triton's clock starts, and the client.
+"""
+
+#: The accuracy the simulator is held to, on P99 and throughput.
+TOLERANCE_PCT = 10.0
 
 
 def render(
-    rows: list[dict[str, Any]], *, service: ServiceTimeModel, batching: BatchingConfig, argv: list[str]
+    rows: Sequence[RunRecord],
+    *,
+    service: ServiceTimeModel,
+    argv: Sequence[str],
+    server_millis: int,
+    period_us: int,
+    load_before: float,
 ) -> str:
-    """Markdown report."""
-    lines = [
-        "# Simulator vs real Triton (example model, CPU)",
-        "",
-        f"Command: `python -P -m tailpilot.bench.validate {' '.join(argv)}` "
-        f"(run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} CPUs)",
-        "",
-        f"Fitted profile: t(b) = {service.intercept_ms:.2f} + {service.per_item_ms:.3f}*b ms, "
-        f"jitter CV {service.jitter_cv:.2f}. Served batching: max {batching.max_batch_size}, "
-        f"preferred {list(batching.preferred_batch_sizes)}, delay {batching.max_queue_delay_us} us, "
-        f"{batching.instances_per_replica} instance(s).",
-        "",
-        "| replicas | load | req/s | requests | P99 real (ms) | P99 sim (ms) | P99 error | "
-        "throughput real | throughput sim | error | client errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    """The Markdown page (docs/benchmarks/validation.md)."""
+    valid = [r for r in rows if not r.problems]
+    within = [r for r in valid if abs(r.p99_err_pct) <= TOLERANCE_PCT and abs(r.tp_err_pct) <= TOLERANCE_PCT]
+    table = [
+        "| batching | replicas | load | req/s | requests | P99 real (ms) | P99 sim (ms) | P99 error | "
+        "throughput real | sim | error | mean batch real / sim | send lag P99 | client core | "
+        "other processes | client overhead (ms) | valid |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(
-            f"| {r['replicas']} | {r['level']:.0%} | {r['rate']:.1f} | {r['requests']} | "
-            f"{r['meas_p99_ms']:.1f} | {r['sim_p99_ms']:.1f} | {r['p99_err_pct']:+.1f}% | "
-            f"{r['meas_tp']:.1f} | {r['sim_tp']:.1f} | {r['tp_err_pct']:+.1f}% | {r['errors'] or '-'} |"
+        table.append(
+            f"| {r.variant} | {r.replicas} | {r.level:.0%} | {r.rate:.1f} | {r.requests} | "
+            f"{r.meas_p99_ms:.1f} | {r.sim_p99_ms:.1f} | {r.p99_err_pct:+.1f}% | "
+            f"{r.meas_tp:.1f} | {r.sim_tp:.1f} | {r.tp_err_pct:+.1f}% | "
+            f"{r.meas_mean_batch:.2f} / {r.sim_mean_batch:.2f} | {r.send_lag_p99_ms:.2f} ms | "
+            f"{r.client_busy:.0%} | {r.foreign_share:.1%} | {r.client_overhead_ms:.2f} | "
+            f"{'yes' if not r.problems else 'NO: ' + '; '.join(r.problems)} |"
         )
-    return "\n".join(lines) + "\n"
+    page = [
+        "# Simulator vs real Triton (the example engine, CPU)",
+        "",
+        "<!-- Generated by `make bench-validate` (bench/validate.py); edit the generator, not this page. -->",
+        "",
+        f"Command: `python -P -m tailpilot.bench.validate {' '.join(argv)}`, run "
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC at commit {_commit()}, load average "
+        f"{load_before:.2f} before it, {os.cpu_count()} CPUs.",
+        "",
+        f"**{len(within)} of {len(valid)} valid runs within {TOLERANCE_PCT:g}% on both P99 and throughput**"
+        f" ({len(rows) - len(valid)} invalid run(s), listed with the reason).",
+        "",
+        _ABOUT.format(
+            millis=server_millis,
+            period_ms=period_us / 1000,
+            lag=MAX_SEND_LAG_MS,
+            client=MAX_CLIENT_BUSY,
+            foreign=MAX_FOREIGN_SHARE,
+        ),
+        "## Profile the simulator used",
+        "",
+        f"t(b) = {service.intercept_ms:.3f} + {service.per_item_ms:.3f} x b ms per batch of b requests"
+        f" (of which {service.per_request_ms:.3f} ms per request), jitter CV {service.jitter_cv:.2f}.",
+        "",
+        "## Runs",
+        "",
+        *table,
+        "",
+    ]
+    return "\n".join(page)
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "(unknown)"
+    return out.stdout.strip()
 
 
 if __name__ == "__main__":

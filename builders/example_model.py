@@ -30,6 +30,12 @@ NUM_CLASSES = 10
 CONV_LAYERS = ((32, 1), (64, 2), (64, 2), (128, 2))
 OPSET = 17
 DEFAULT_SEED = 20261129
+#: Units of the dense variant's one wide layer that the demo serves and the simulator is validated
+#: on (`build_dense_model`): bound on its weights (200 MB), so a batch of four costs little more
+#: than one request and batching is the cheap knob, as on a GPU; ~14 ms of one core per batch, so
+#: one replica at a fraction of a core serves a few tens of single requests a second, rates the
+#: machine's two cores carry beside the client.
+DENSE_HIDDEN = 4096
 
 
 def build_example_model(seed: int = DEFAULT_SEED, *, width: int = 1) -> onnx.ModelProto:

@@ -37,7 +37,14 @@ import numpy as np
 from tritonclient import grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ReloadCost, ServiceTimeModel, TensorSpec
+from tailpilot.api.engine import (
+    BatchProfilePoint,
+    EngineProfile,
+    ReloadCost,
+    ServedBatchPoint,
+    ServiceTimeModel,
+    TensorSpec,
+)
 from tailpilot.builders.cpu_quota import current_cpu_limit_millis
 from tailpilot.builders.errors import PROFILE_FAILED, BuildError
 from tailpilot.builders.infer_requests import infer_inputs, make_inputs, send_timed
@@ -54,6 +61,9 @@ class ProfileOptions:
     batch_sizes: tuple[int, ...] = (1, 4, 16)
     duration_s: float = 3.0
     concurrency: int = 1
+    #: Concurrencies of single requests the dynamic batcher merges (`measure_served_batches`): where
+    #: the per-request part of the service time is measured. Capped at twice the max batch size.
+    served_concurrencies: tuple[int, ...] = (4, 16)
     warmup_requests: int = 5
     #: Upper bound on requests per batch size, whatever the duration.
     max_requests: int = 20000
@@ -93,7 +103,9 @@ def summarize(m: Measurement) -> BatchProfilePoint:
     )
 
 
-def fit_service_time(measurements: Sequence[Measurement]) -> ServiceTimeModel:
+def fit_service_time(
+    measurements: Sequence[Measurement], served: Sequence[ServedBatchPoint] = ()
+) -> ServiceTimeModel:
     """Fit t(b) = a + c*b to the mean latency per batch size, with the pooled CV as jitter (pure).
 
     The least squares are on *relative* residuals ((fit - mean) / mean): what the fit is used
@@ -101,6 +113,13 @@ def fit_service_time(measurements: Sequence[Measurement]) -> ServiceTimeModel:
     residuals would let the slowest batch size dominate. With one batch size only, the
     intercept is 0 and the slope is mean/b. Negative coefficients (noise on a flat curve)
     are clamped to 0 and the other refitted.
+
+    `measurements` send whole batches (one request of b items). A served batch is made of b
+    requests of one item each, and every request costs something of its own (receiving, parsing,
+    answering); `served` (single requests the batcher merged) measures it: the per-request time r
+    is the least-squares slope, through the origin, of each served batch's excess over a + c*b
+    against its size b. The model's per-item time is then c + r, the cost of one more request
+    in a served batch, and `per_request_ms` records r.
     """
     if not measurements:
         raise ValueError("no measurements to fit")
@@ -110,7 +129,23 @@ def fit_service_time(measurements: Sequence[Measurement]) -> ServiceTimeModel:
     ]
     jitter = math.sqrt(sum(cv * cv for cv in cvs) / len(cvs)) if cvs else 0.0
     intercept, slope = _fit_line([float(m.batch_size) for m in measurements], means)
-    return ServiceTimeModel(intercept_ms=intercept, per_item_ms=slope, jitter_cv=jitter)
+    per_request = per_request_ms(served, intercept_ms=intercept, per_item_ms=slope)
+    return ServiceTimeModel(
+        intercept_ms=intercept, per_item_ms=slope + per_request, jitter_cv=jitter, per_request_ms=per_request
+    )
+
+
+def per_request_ms(served: Sequence[ServedBatchPoint], *, intercept_ms: float, per_item_ms: float) -> float:
+    """The time each request adds to a served batch beyond its item's (pure; 0 without data, never < 0)."""
+    points = [
+        (p.mean_batch, p.batch_ms - (intercept_ms + per_item_ms * p.mean_batch))
+        for p in served
+        if p.executions
+    ]
+    weight = sum(b * b for b, _ in points)
+    if not weight:
+        return 0.0
+    return max(0.0, sum(b * excess for b, excess in points) / weight)
 
 
 def fit_compute_time(executions: Mapping[int, tuple[int, float]]) -> ServiceTimeModel | None:
@@ -225,6 +260,61 @@ def measure(
     return Measurement(
         batch_size=batch_size, concurrency=concurrency, latencies_ms=tuple(latencies), wall_s=wall
     )
+
+
+def execution_counts(grpc_url: str, model_name: str) -> tuple[int, int]:
+    """(requests answered, batches executed) of `model_name` so far, from Triton's statistics."""
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        stats = client.get_inference_statistics(model_name, as_json=True)
+    models = stats.get("model_stats", [])
+    return (
+        sum(int(m.get("inference_stats", {}).get("success", {}).get("count", 0)) for m in models),
+        sum(int(m.get("execution_count", 0)) for m in models),
+    )
+
+
+def measure_served_batches(
+    grpc_url: str,
+    model_name: str,
+    inputs: Sequence[TensorSpec],
+    *,
+    concurrencies: Sequence[int],
+    duration_s: float,
+    max_requests: int,
+    warmup_requests: int = 5,
+) -> list[ServedBatchPoint]:
+    """Single requests from `k` closed-loop clients for each k: Triton's batcher merges them.
+
+    With k clients always waiting on an answer the instance never idles, so the run's wall time
+    per executed batch is what a batch of (requests / executions) single requests costs.
+
+    Raises:
+        BuildError: ProfileFailed when a request fails.
+    """
+    out = []
+    for k in concurrencies:
+        _, executions0 = execution_counts(grpc_url, model_name)
+        m = measure(
+            grpc_url,
+            model_name,
+            inputs,
+            batch_size=1,
+            concurrency=k,
+            duration_s=duration_s,
+            max_requests=max_requests,
+            warmup_requests=warmup_requests,
+        )
+        _, executions1 = execution_counts(grpc_url, model_name)
+        out.append(
+            ServedBatchPoint(
+                concurrency=k,
+                requests=len(m.latencies_ms),
+                # The warm-up requests ran before the clock, one at a time: not part of the run.
+                executions=max(0, executions1 - executions0 - warmup_requests),
+                wall_s=m.wall_s,
+            )
+        )
+    return out
 
 
 #: Clients kept busy during the timed reload: enough to fill the batches the engine forms.
@@ -349,6 +439,24 @@ def profile_served(
             f"p99 {point.p99_ms:.2f} ms, {point.throughput_per_s:.0f} items/s"
         )
         measurements.append(m)
+    served = (
+        measure_served_batches(
+            grpc_url,
+            manifest.model_name,
+            manifest.inputs,
+            concurrencies=[k for k in options.served_concurrencies if 2 <= k <= 2 * max_batch_size],
+            duration_s=options.duration_s,
+            max_requests=options.max_requests,
+            warmup_requests=options.warmup_requests,
+        )
+        if max_batch_size > 1
+        else []
+    )
+    for merged in served:
+        progress(
+            f"concurrency {merged.concurrency} (single requests): {merged.mean_batch:.2f} per batch, "
+            f"{merged.batch_ms:.2f} ms per batch"
+        )
     compute = fit_compute_time(compute_stats(grpc_url, manifest.model_name))
     reload = _reload_cost(grpc_url, engine_dir, manifest, progress) if options.reload else None
     version = server_version(grpc_url)
@@ -361,11 +469,20 @@ def profile_served(
         reload=reload,
         max_batch_size=max_batch_size,
         points=[summarize(m) for m in measurements],
-        service_time=fit_service_time([m for m in measurements if m.concurrency == 1] or measurements),
+        service_time=fit_service_time(
+            [m for m in measurements if m.concurrency == 1] or measurements, served
+        ),
+        served_batches=served,
         compute_time=compute,
         method=(
             f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
-            f"{options.duration_s:g} s per batch size, Triton {version or '(version unknown)'} ({where})"
+            f"{options.duration_s:g} s per batch size"
+            + (
+                f", single requests at concurrency {', '.join(str(p.concurrency) for p in served)}"
+                if served
+                else ""
+            )
+            + f", Triton {version or '(version unknown)'} ({where})"
         ),
     )
 

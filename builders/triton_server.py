@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -189,6 +189,7 @@ class TritonServer:
         work_dir: Path | str | None = None,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         """Prepare (but do not start) a server.
 
@@ -200,6 +201,8 @@ class TritonServer:
             work_dir: Where the backend directory and `triton.log` go (a temp dir when None).
             extra_args: Extra `tritonserver` arguments.
             env: Extra environment variables for the server (e.g. OMP_NUM_THREADS).
+            preexec: Run in the child before `tritonserver` starts (e.g. joining a cgroup, setting
+                the CPU affinity), so the server and every process it forks inherit it.
         """
         self.model_repository = Path(model_repository).resolve()
         self.ports = ports or TritonPorts(http=free_port(), grpc=free_port(), metrics=free_port())
@@ -207,6 +210,7 @@ class TritonServer:
         self.ready_timeout_s = ready_timeout_s
         self.extra_args = tuple(extra_args)
         self.extra_env = dict(env or {})
+        self.preexec = preexec
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="tailpilot-triton-")
@@ -260,7 +264,9 @@ class TritonServer:
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env.update(self.extra_env)
         with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self._proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec
+            )
         try:
             self._wait_ready()
         except BaseException:

@@ -226,7 +226,10 @@ def engine_profile(status: InferenceServiceStatus, *, max_batch_size: int) -> En
 
 def _service_time(fit: ServiceTimeStatus) -> ServiceTimeModel:
     return ServiceTimeModel(
-        intercept_ms=fit.intercept_ms, per_item_ms=fit.per_item_ms, jitter_cv=fit.jitter_cv
+        intercept_ms=fit.intercept_ms,
+        per_item_ms=fit.per_item_ms,
+        jitter_cv=fit.jitter_cv,
+        per_request_ms=fit.per_request_ms,
     )
 
 

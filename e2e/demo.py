@@ -39,6 +39,7 @@ from tailpilot.api import constants as c
 from tailpilot.bench import traces
 from tailpilot.bench.loadgen import LoadResult
 from tailpilot.bench.loadgen_process import LoadProcess
+from tailpilot.builders.example_model import DENSE_HIDDEN
 from tailpilot.controllers.report import build_report, write_report
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.calibration import calibrate, example_load
@@ -59,11 +60,6 @@ NAMESPACE = "tailpilot-demo"
 NAME = "mlp-cpu"
 OUT = REPO_ROOT / ".demo"
 SLO_MS = SLO_LOOP_P99_MS
-#: Units of the demo model's one wide layer (`example_model.build_dense_model`): bound on its
-#: weights (200 MB), so a batch of four costs little more than one request and batching is the
-#: cheap knob, as on a GPU; ~14 ms of one core per batch, so one replica at its CPU limit serves a
-#: few tens of single requests a second, rates the machine's two cores carry beside the client.
-DENSE_HIDDEN = 4096
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,28 @@ class BatchProfilePoint(_Frozen):
     samples: int = Field(default=0, ge=0)
 
 
+class ServedBatchPoint(_Frozen):
+    """Single requests at one concurrency, merged into batches by Triton's dynamic batcher."""
+
+    concurrency: int = Field(ge=1)
+    #: Requests answered and batches executed while the clients kept the instance busy.
+    requests: int = Field(ge=0)
+    executions: int = Field(ge=0)
+    #: Wall time of the run; at saturation, wall time per execution is what a batch of
+    #: `requests / executions` single requests costs.
+    wall_s: float = Field(ge=0, alias="wallS")
+
+    @property
+    def mean_batch(self) -> float:
+        """Requests per executed batch."""
+        return self.requests / self.executions if self.executions else 0.0
+
+    @property
+    def batch_ms(self) -> float:
+        """Wall time per executed batch, ms."""
+        return self.wall_s * 1000.0 / self.executions if self.executions else 0.0
+
+
 class ServiceTimeModel(_Frozen):
     """Fitted per-batch execution time: t(b) = intercept_ms + per_item_ms * b, times (1 + jitter)."""
 
@@ -52,6 +74,11 @@ class ServiceTimeModel(_Frozen):
     per_item_ms: float = Field(ge=0, alias="perItemMs")
     #: Coefficient of variation of the execution time around the fit.
     jitter_cv: float = Field(default=0.0, ge=0, alias="jitterCv")
+    #: The part of `per_item_ms` that each request brings, not each item (receiving, parsing and
+    #: answering it): measured with single requests the dynamic batcher merges, and already
+    #: included in `per_item_ms`, since served batches are made of requests of one item. 0 when
+    #: the profile measured whole batches only.
+    per_request_ms: float = Field(default=0.0, ge=0, alias="perRequestMs")
 
     def mean_ms(self, batch_size: float) -> float:
         """Mean execution time of one batch of `batch_size` items (a mean batch may be fractional)."""
@@ -79,6 +106,9 @@ class EngineProfile(_Frozen):
     hardware: str
     max_batch_size: int = Field(ge=1, alias="maxBatchSize")
     points: list[BatchProfilePoint]
+    #: Single requests the dynamic batcher merged, at several concurrencies: where the per-request
+    #: part of the service time was measured (`ServiceTimeModel.per_request_ms`).
+    served_batches: list[ServedBatchPoint] = Field(default_factory=list, alias="servedBatches")
     service_time: ServiceTimeModel = Field(alias="serviceTime")
     #: Triton's compute time per executed batch (no transport, no queue), fitted the same way; what
     #: the serving pods report as compute time. None for profiles that did not record it.

@@ -1180,6 +1180,15 @@ class ServiceTimeStatus(_Model):
     intercept_ms: float = Field(ge=0, description="Fixed cost of one batch, ms.")
     per_item_ms: float = Field(ge=0, description="Cost of each item in a batch, ms.")
     jitter_cv: float = Field(default=0.0, ge=0, description="Coefficient of variation around the fit.")
+    per_request_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "The part of perItemMs each request brings rather than each item (receiving, parsing, "
+            "answering it), measured with single requests the dynamic batcher merged; 0 when only "
+            "whole batches were measured."
+        ),
+    )
 
 
 class ProfilePointStatus(_Model):

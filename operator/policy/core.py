@@ -1117,7 +1117,11 @@ def replica_capacity_per_s(profile: EngineProfile, state: PolicyState) -> float:
 @lru_cache(maxsize=64)
 def _scaled_service(profiled: ServiceTimeModel, factor: float) -> ServiceTimeModel:
     return profiled.model_copy(
-        update={"intercept_ms": profiled.intercept_ms * factor, "per_item_ms": profiled.per_item_ms * factor}
+        update={
+            "intercept_ms": profiled.intercept_ms * factor,
+            "per_item_ms": profiled.per_item_ms * factor,
+            "per_request_ms": profiled.per_request_ms * factor,
+        }
     )
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import numpy as np
+import pytest
 from aiohttp import web
 
-from tailpilot.bench.loadgen import binary_infer_body, infer_body, run_load
+from tailpilot.bench.loadgen import ProgressTracker, binary_infer_body, infer_body, run_load
 
 
 async def _serve(handler):
@@ -100,3 +102,19 @@ def test_binary_payload_follows_the_triton_binary_extension():
         "parameters": {"binary_data_size": 24},
     }
     assert np.frombuffer(p.body[n:], dtype="<f4").tolist() == arr.ravel().tolist()
+
+
+def test_progress_tracker_keeps_counts_and_the_recent_window_only():
+    tracker = ProgressTracker(window_s=5.0)
+    for i in range(10):
+        tracker.on_sent()
+        tracker.on_ok(done_s=float(i), latency_s=0.001 * (i + 1))
+    tracker.on_sent()  # one still in flight
+    early = tracker.progress(now_s=4.5, in_flight=1, errors=0)
+    assert (early.sent, early.completed, early.ok) == (11, 10, 10)
+    # Answers at 0..4 s are in the window at 4.5 s; those at 5..9 s have not happened yet then.
+    assert early.p99_ms == pytest.approx(np.quantile([0.001 * (i + 1) for i in range(5)], 0.99) * 1000)
+    late = tracker.progress(now_s=9.5, in_flight=0, errors=2)
+    assert late.p99_ms == pytest.approx(np.quantile([0.001 * (i + 1) for i in range(5, 10)], 0.99) * 1000)
+    assert late.errors == 2
+    assert math.isnan(tracker.progress(now_s=100.0, in_flight=0, errors=0).p99_ms)

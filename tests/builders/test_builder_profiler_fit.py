@@ -6,12 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tailpilot.api.engine import ServedBatchPoint
 from tailpilot.builders.perf_analyzer import parse_csv, perf_analyzer_command
 from tailpilot.builders.profiler import (
     Measurement,
     compute_stats,
     fit_compute_time,
     fit_service_time,
+    per_request_ms,
     summarize,
 )
 from tailpilot.builders.triton_server import TritonPorts, make_backend_dir, tritonserver_command
@@ -144,3 +146,39 @@ def test_perf_analyzer_command_and_csv() -> None:
     result = parse_csv(text, batch_size=4)
     assert (result.concurrency, result.throughput_per_s) == (2, 265.019)
     assert (result.p50_ms, result.p95_ms, result.p99_ms) == (7.348, 21.292, 151.337)
+
+
+def served(concurrency: int, mean_batch: float, batch_ms: float, executions: int = 1000) -> ServedBatchPoint:
+    return ServedBatchPoint(
+        concurrency=concurrency,
+        requests=round(mean_batch * executions),
+        executions=executions,
+        wall_s=batch_ms * executions / 1000.0,
+    )
+
+
+def test_per_request_time_is_the_excess_of_merged_single_requests_over_whole_batches() -> None:
+    # Whole batches: t(b) = 0.5 + 1.25*b. Served batches of b single requests cost 0.2 ms more per request.
+    whole = [synthetic(b, 0.5 + 1.25 * b, 0.0) for b in (1, 4, 16)]
+    merged = [served(k, b, 0.5 + (1.25 + 0.2) * b) for k, b in ((4, 2.0), (8, 4.0), (16, 8.0))]
+    model = fit_service_time(whole, merged)
+    assert model.per_request_ms == pytest.approx(0.2, abs=1e-3)
+    assert model.per_item_ms == pytest.approx(1.45, abs=1e-3)  # served batches are what the fleet runs
+    assert model.intercept_ms == pytest.approx(0.5, abs=1e-3)
+    # Without served points the model is the whole-batch fit, with no per-request part.
+    alone = fit_service_time(whole)
+    assert (alone.per_request_ms, alone.per_item_ms) == (0.0, pytest.approx(1.25, abs=1e-3))
+
+
+def test_per_request_time_is_never_negative_and_ignores_runs_without_executions() -> None:
+    cheaper = [served(8, 4.0, 0.5 + 1.0 * 4)]  # merged requests cheaper than whole batches: noise
+    assert per_request_ms(cheaper, intercept_ms=0.5, per_item_ms=1.25) == 0.0
+    empty = [ServedBatchPoint(concurrency=4, requests=0, executions=0, wall_s=3.0)]
+    assert per_request_ms(empty, intercept_ms=0.5, per_item_ms=1.25) == 0.0
+    assert per_request_ms([], intercept_ms=0.5, per_item_ms=1.25) == 0.0
+
+
+def test_served_batch_point_reads_mean_batch_and_time_per_batch() -> None:
+    point = ServedBatchPoint(concurrency=16, requests=8000, executions=1000, wall_s=12.0)
+    assert (point.mean_batch, point.batch_ms) == (8.0, 12.0)
+    assert ServedBatchPoint.model_validate_json(point.model_dump_json(by_alias=True)) == point

@@ -1,0 +1,63 @@
+"""The validation's verdicts: which runs count, and what the page says about them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tailpilot.api.engine import ServiceTimeModel
+from tailpilot.bench.validate import MAX_FOREIGN_SHARE, MAX_SEND_LAG_MS, RunRecord, render
+
+CLEAN = RunRecord(
+    variant="preferred-16-no-delay",
+    replicas=1,
+    level=0.6,
+    rate=180.0,
+    requests=10800,
+    meas_p99_ms=100.0,
+    sim_p99_ms=95.0,
+    meas_tp=180.0,
+    sim_tp=181.0,
+    meas_mean_batch=7.4,
+    sim_mean_batch=7.3,
+    send_lag_p99_ms=0.8,
+    client_busy=0.05,
+    foreign_share=0.01,
+    client_overhead_ms=2.5,
+    throttled_periods=100,
+)
+
+
+def test_a_clean_run_is_valid_and_its_errors_are_relative_to_the_measurement() -> None:
+    assert CLEAN.problems == []
+    assert CLEAN.p99_err_pct == -5.0
+    assert round(CLEAN.tp_err_pct, 3) == round(100 / 180, 3)
+
+
+def test_a_client_that_fell_behind_or_a_busy_machine_makes_the_run_invalid() -> None:
+    overloaded = dataclasses.replace(CLEAN, errors={"client_overload": 3})
+    late = dataclasses.replace(CLEAN, send_lag_p99_ms=MAX_SEND_LAG_MS * 3)
+    saturated = dataclasses.replace(CLEAN, client_busy=0.9)
+    shared = dataclasses.replace(CLEAN, foreign_share=MAX_FOREIGN_SHARE * 10)
+    assert "client_overload" in overloaded.problems[0]
+    assert "send lag" in late.problems[0]
+    assert "client core 90% busy" in saturated.problems[0]
+    assert "other processes" in shared.problems[0]
+    unmeasured = dataclasses.replace(CLEAN, send_lag_p99_ms=float("nan"))
+    assert unmeasured.problems  # nan is not "small enough"
+
+
+def test_the_page_counts_only_valid_runs_within_the_tolerance() -> None:
+    off = dataclasses.replace(CLEAN, level=0.85, sim_p99_ms=150.0)
+    invalid = dataclasses.replace(CLEAN, level=0.3, foreign_share=0.5)
+    page = render(
+        [CLEAN, off, invalid],
+        service=ServiceTimeModel(intercept_ms=28.7, per_item_ms=1.52, jitter_cv=0.1, per_request_ms=0.39),
+        argv=["--duration-s", "60"],
+        server_millis=500,
+        period_us=10_000,
+        load_before=0.2,
+    )
+    assert "**1 of 2 valid runs within 10% on both P99 and throughput** (1 invalid run(s)" in page
+    assert "28.700 + 1.520 x b ms per batch of b requests (of which 0.390 ms per request)" in page
+    assert "| preferred-16-no-delay | 1 | 85% | 180.0 | 10800 | 100.0 | 150.0 | +50.0% |" in page
+    assert "NO: 50% of the run's cores used by other processes" in page
