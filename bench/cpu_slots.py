@@ -8,8 +8,8 @@ started with `preexec=slot.join` and every child it forks run inside it. The quo
 kubelet sets one for a container's CPU limit, makes a slot's speed independent of its neighbours
 on the same core when the quotas sum to at most that core.
 
-`CoreTimes` reads the machine's per-core busy time (`/proc/stat`), so a run can show how much of
-its cores' time went to processes outside its slots.
+`CoreTimes` reads the machine's per-core busy time (the root cgroup's `cpuacct.usage_percpu`), so a
+run can show how much of its cores' time went to processes outside its slots.
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ class CpuSlot:
             (self._dir(controller) / "cgroup.procs").write_text(pid)
         os.sched_setaffinity(0, self.cpus)
 
+    def leave(self, cpus: frozenset[int]) -> None:
+        """Move the calling process back to the hierarchies' roots, on `cpus`, so the slot can go."""
+        pid = str(os.getpid())
+        for controller in ("cpu", "cpuacct"):
+            (self.root / controller / "cgroup.procs").write_text(pid)
+        os.sched_setaffinity(0, cpus)
+
     def cpu_seconds(self) -> float:
         """CPU time the slot's processes used so far (children included)."""
         return int((self._dir("cpuacct") / "cpuacct.usage").read_text()) / 1e9
@@ -109,28 +116,24 @@ def parse_stat(text: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class CoreTimes:
-    """Busy seconds per core since boot, from `/proc/stat` (user+nice+system+irq+softirq+steal)."""
+    """CPU seconds every task on the machine ran, per core: the root `cpuacct.usage_percpu`.
+
+    The same accounting as a slot's `cpuacct.usage` (scheduler time, in ns), so busy time minus
+    the slots' time is what processes outside the slots ran. `/proc/stat`'s tick-sampled times are
+    not comparable with it: under a CFS quota they counted ~20% of a core more than any task ran.
+    """
 
     busy_s: Mapping[int, float]
 
     @classmethod
-    def parse(cls, text: str, ticks_per_s: float) -> CoreTimes:
-        """Parse `/proc/stat` (pure)."""
-        busy = {}
-        for line in text.splitlines():
-            name, *fields = line.split()
-            if name.startswith("cpu") and name[3:].isdigit():
-                v = [int(x) for x in fields]
-                # user nice system idle iowait irq softirq steal (guest time is inside user)
-                busy[int(name[3:])] = (
-                    v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)
-                ) / ticks_per_s
-        return cls(busy)
+    def parse(cls, usage_percpu: str) -> CoreTimes:
+        """Parse `cpuacct.usage_percpu` (one count of ns per CPU, in CPU order) (pure)."""
+        return cls({cpu: int(ns) / 1e9 for cpu, ns in enumerate(usage_percpu.split())})
 
     @classmethod
-    def read(cls) -> CoreTimes:
+    def read(cls, root: Path = CGROUP_V1) -> CoreTimes:
         """The machine's cores now."""
-        return cls.parse(Path("/proc/stat").read_text(), float(os.sysconf("SC_CLK_TCK")))
+        return cls.parse((root / "cpuacct" / "cpuacct.usage_percpu").read_text())
 
     def busy_since(self, earlier: CoreTimes, cores: Iterable[int]) -> float:
         """Busy seconds on `cores` between `earlier` and this reading."""

@@ -1,9 +1,14 @@
 """Engine profiles the benchmark runs on, and the capacity and batching derived from them.
 
-Measured profiles come from the builder (`profile.json`). Until the measured profile of
-the example model is dropped in as `bench/profiles/example-cpu.json`, the benchmark runs on
-scaled variants that stand for GPU engines: their numbers are *not measured*; they are
-computed from the stated service-time parameters, and `method` says so.
+Two kinds:
+
+- `bench/profiles/example-cpu.json`, measured: the example engine (the dense model the demo
+  serves) profiled by the profile Job's own code (`builders/profiler.profile_served`) under a
+  500m CPU limit, written by `make bench-validate`, the run that also checks the simulator
+  against real Triton on it (docs/benchmarks/validation.md);
+- scaled variants that stand for GPU engines (the default table runs on `gpu-large-like`):
+  their numbers are *not measured*; they are computed from the stated service-time
+  parameters, and `method` says so.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeMo
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
-#: File name the measured CPU profile of the example model is expected under.
+#: The measured CPU profile of the example engine (`make bench-validate` writes it).
 MEASURED_EXAMPLE = PROFILES_DIR / "example-cpu.json"
 
 #: The variant the default benchmark runs on (see docs/benchmarks/README.md for why).

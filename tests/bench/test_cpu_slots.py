@@ -9,13 +9,6 @@ import pytest
 
 from tailpilot.bench.cpu_slots import CoreTimes, CpuSlot, parse_stat, quota_us
 
-PROC_STAT = """cpu  100 5 50 1000 20 3 2 1 0 0
-cpu0 60 0 30 500 10 2 1 1 0 0
-cpu1 40 5 20 500 10 1 1 0 0 0
-intr 12345
-ctxt 999
-"""
-
 
 def test_quota_is_millicores_per_period_with_the_kernels_floor() -> None:
     assert quota_us(500, 10_000) == 5_000
@@ -23,10 +16,10 @@ def test_quota_is_millicores_per_period_with_the_kernels_floor() -> None:
     assert quota_us(None, 10_000) == -1
 
 
-def test_core_times_count_busy_ticks_per_core_not_idle_or_iowait() -> None:
-    times = CoreTimes.parse(PROC_STAT, ticks_per_s=100.0)
-    assert times.busy_s == {0: (60 + 0 + 30 + 2 + 1 + 1) / 100, 1: (40 + 5 + 20 + 1 + 1 + 0) / 100}
-    later = CoreTimes({0: times.busy_s[0] + 0.5, 1: times.busy_s[1] + 0.25})
+def test_core_times_are_the_root_cgroups_cpu_time_per_core() -> None:
+    times = CoreTimes.parse("1500000000 2250000000 \n")
+    assert times.busy_s == {0: 1.5, 1: 2.25}
+    later = CoreTimes({0: 2.0, 1: 2.5})
     assert later.busy_since(times, [1]) == pytest.approx(0.25)
     assert later.busy_since(times, [0, 1]) == pytest.approx(0.75)
 

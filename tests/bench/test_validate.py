@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from tailpilot.api.engine import ServiceTimeModel
-from tailpilot.bench.validate import MAX_FOREIGN_SHARE, MAX_SEND_LAG_MS, RunRecord, render
+from tailpilot.bench.validate import MAX_FOREIGN_SHARE, MAX_SEND_LAG_MS, RunRecord, render, run_speed
 
 CLEAN = RunRecord(
     variant="preferred-16-no-delay",
@@ -19,6 +21,10 @@ CLEAN = RunRecord(
     sim_tp=181.0,
     meas_mean_batch=7.4,
     sim_mean_batch=7.3,
+    run_speed=1.01,
+    sim_p99_at_speed_ms=97.0,
+    meas_queue_ms=20.0,
+    sim_queue_ms=18.5,
     send_lag_p99_ms=0.8,
     client_busy=0.05,
     foreign_share=0.01,
@@ -52,6 +58,7 @@ def test_the_page_counts_only_valid_runs_within_the_tolerance() -> None:
     page = render(
         [CLEAN, off, invalid],
         service=ServiceTimeModel(intercept_ms=28.7, per_item_ms=1.52, jitter_cv=0.1, per_request_ms=0.39),
+        job_service=ServiceTimeModel(intercept_ms=30.0, per_item_ms=1.6, jitter_cv=0.12, per_request_ms=0.3),
         argv=["--duration-s", "60"],
         server_millis=500,
         period_us=10_000,
@@ -60,4 +67,15 @@ def test_the_page_counts_only_valid_runs_within_the_tolerance() -> None:
     assert "**1 of 2 valid runs within 10% on both P99 and throughput** (1 invalid run(s)" in page
     assert "28.700 + 1.520 x b ms per batch of b requests (of which 0.390 ms per request)" in page
     assert "| preferred-16-no-delay | 1 | 85% | 180.0 | 10800 | 100.0 | 150.0 | +50.0% |" in page
+    assert "| 7.40 / 7.30 | 20.0 / 18.5 | x1.010 | 97.0 |" in page
     assert "NO: 50% of the run's cores used by other processes" in page
+
+
+def test_the_runs_speed_is_the_factor_whose_simulated_mean_batch_matches_the_measured_one() -> None:
+    def mean_batch_at(factor: float) -> float:  # slower service, larger batches: monotonic
+        return 4.0 * factor
+
+    assert run_speed(mean_batch_at, 4.4) == pytest.approx(1.1, abs=1e-3)
+    assert run_speed(mean_batch_at, 100.0) == 1.25  # outside the search: the bound
+    assert run_speed(mean_batch_at, 1.0) == 0.8
+    assert run_speed(mean_batch_at, float("nan")) == 1.0
