@@ -33,10 +33,14 @@ def test_the_report_has_the_runs_figures_its_decisions_and_a_plot(
 
 
 def test_the_story_rises_past_one_replica_within_its_batches_then_steps_past_them() -> None:
-    calm, rise, step, again = demo.story(20.0, batch_gain=3.6)
-    assert calm.rate_per_s == again.rate_per_s < 20.0  # within one replica
+    calm, rise, step, again, overload, close = demo.story(20.0, batch_gain=3.6, max_replicas=2)
+    assert calm.rate_per_s == again.rate_per_s == close.rate_per_s < 20.0  # within one replica
     assert 20.0 < rise.rate_per_s < 2.6 * 20.0  # past single requests, within what batches serve
     assert step.rate_per_s > 2.6 * 20.0  # past one replica at the batching it forms under load
+    assert step.rate_per_s < 2 * 2.6 * 20.0  # within the replicas the bound allows
+    # Past every allowed replica at its largest batch: only a burn, and the alert, can follow.
+    assert overload.rate_per_s > 2 * 3.6 * 20.0
+    assert overload.seconds >= 60 and close.seconds >= 150  # 43 s of bad time, 2 m held, then delivery
     # Without a batching gain (a model bound on its compute) nothing is asked of batching.
     assert demo.story(20.0, batch_gain=1.0)[1].rate_per_s <= 0.6 * 20.0
     assert demo.batch_gain({"profile": {"points": [
@@ -57,10 +61,16 @@ def test_the_story_names_each_part_from_the_events_of_the_load() -> None:
     rows = [
         demo.Row(t=40.0, phase="rise", rate=27.0, p99_ms=150.0, replicas=1, ready=1, batching="4/[2]/0us",
                  max_batch=4, decision="", executed_batch=1.34, time_in="Server"),
+        demo.Row(t=250.0, phase="past maxReplicas", rate=170.0, p99_ms=3400.0, replicas=2, ready=2,
+                 batching="4/[2]/0us", max_batch=4, decision="", executed_batch=3.9, time_in="Queue"),
     ]  # fmt: skip
     told = demo.tell_story(demo.story(20.0, 3.6), rows, events, load_started=started)
     assert "mean executed batch up to 1.34 at 27.0 req/s, on 1 replica(s)" in told
     assert "- step: replicas added: 86 s into the load: ScaleUp: replicas 1->2" in told
+    assert (
+        "2 replica(s) serve at their largest batch): the operator could add none; client P99 up to 3400 ms"
+        in told
+    )
     assert "- calm again: replicas removed: 190 s into the load: ScaleDown" in told
     assert "- the burn-rate alert reached the operator: 208 s into the load" in told
     assert "- the alert resolved: not within the run" in told
