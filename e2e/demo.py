@@ -155,11 +155,18 @@ def the_service() -> dict[str, Any]:
 
 
 def trace_arrivals(phases: tuple[Phase, ...], seed: int = 7) -> np.ndarray:
-    """The conversation trace, time-compressed 10x, rescaled to each phase's mean rate."""
+    """The conversation trace, time-compressed 10x, rescaled to each phase's mean rate.
+
+    The compressed trace lasts about 6 minutes; a story longer than that replays it again from its
+    start (each copy shifted by the trace's length), so no phase runs out of arrivals.
+    """
     rng = np.random.default_rng(seed)
     source = traces.read_arrivals(REPO_ROOT / "bench" / "traces" / "azure_llm_2023_conv.csv")
-    compressed = (source - source[0]) / 10.0  # ~5.5 req/s over an hour -> ~55 req/s over 6 min
-    mean_rate = compressed.size / max(compressed[-1], 1e-9)
+    once = (source - source[0]) / 10.0  # ~5.5 req/s over an hour -> ~55 req/s over 6 min
+    length = max(float(once[-1]), 1e-9)
+    copies = math.ceil(sum(p.seconds for p in phases) / length)
+    compressed = np.concatenate([once[once < length] + k * length for k in range(copies)])
+    mean_rate = once.size / length
     parts, start = [], 0.0
     for phase in phases:
         window = compressed[(compressed >= start) & (compressed < start + phase.seconds)]
@@ -507,28 +514,41 @@ def tell_story(
             f"{top.rate} req/s, on {max(r.replicas for r in rise)} replica(s); client P99 at most "
             f"{max(r.p99_ms for r in rise if math.isfinite(r.p99_ms)):.0f} ms (SLO {SLO_MS:.0f})"
         )
+
+    def tell(moments: tuple[tuple[str, str, str], ...]) -> None:
+        for reason, action, what in moments:
+            event = first(reason, action)
+            if event is not None:
+                lines.append(f"- {what}: {at(event):.0f} s into the load: {event.message[:300]}")
+            elif reason == c.EVENT_SLO_ALERT_RESOLVED:
+                lines.append(
+                    f"- {what}: not within the run (its 5 m and 1 h windows still held the overload)"
+                )
+            elif not action.startswith("Rebatch"):  # the batching in force may well serve the whole run
+                lines.append(f"- {what}: not seen")
+
+    tell(
+        (
+            ("", "Rebatch:", "batching moved"),
+            ("", "ScaleUp:", "step: replicas added"),
+            ("", "ScaleDown:", "calm again: replicas removed"),
+        )
+    )
     overload = [r for r in rows if r.phase == "past maxReplicas"]
     if overload:
         worst = [r.p99_ms for r in overload if math.isfinite(r.p99_ms)]
         lines.append(
             f"- past maxReplicas ({_rate(phases, 'past maxReplicas')} req/s, more than "
             f"{max(r.replicas for r in overload)} replica(s) serve at their largest batch): the operator "
-            "could add none; client P99 up to " + (f"{max(worst):.0f} ms" if worst else "(no answer)")
+            "went to maxReplicas and could add no more; client P99 up to "
+            + (f"{max(worst):.0f} ms" if worst else "(no answer)")
         )
-    for reason, action, what in (
-        ("", "Rebatch:", "batching moved"),
-        ("", "ScaleUp:", "step: replicas added"),
-        ("", "ScaleDown:", "calm again: replicas removed"),
-        (c.EVENT_SLO_ALERT_FIRING, "", "the burn-rate alert reached the operator"),
-        (c.EVENT_SLO_ALERT_RESOLVED, "", "the alert resolved"),
-    ):
-        event = first(reason, action)
-        if event is not None:
-            lines.append(f"- {what}: {at(event):.0f} s into the load: {event.message[:300]}")
-        elif reason == c.EVENT_SLO_ALERT_RESOLVED:
-            lines.append(f"- {what}: not within the run (its 5 m and 1 h windows still held the step)")
-        elif not action.startswith("Rebatch"):  # the batching in force may well serve the whole run
-            lines.append(f"- {what}: not seen")
+    tell(
+        (
+            (c.EVENT_SLO_ALERT_FIRING, "", "the burn-rate alert reached the operator"),
+            (c.EVENT_SLO_ALERT_RESOLVED, "", "the alert resolved"),
+        )
+    )
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tailpilot.bench.loadgen import LoadResult
@@ -67,11 +68,20 @@ def test_the_story_names_each_part_from_the_events_of_the_load() -> None:
     told = demo.tell_story(demo.story(20.0, 3.6), rows, events, load_started=started)
     assert "mean executed batch up to 1.34 at 27.0 req/s, on 1 replica(s)" in told
     assert "- step: replicas added: 86 s into the load: ScaleUp: replicas 1->2" in told
-    assert (
-        "2 replica(s) serve at their largest batch): the operator could add none; client P99 up to 3400 ms"
-        in told
-    )
+    assert "the operator went to maxReplicas and could add no more; client P99 up to 3400 ms" in told
     assert "- calm again: replicas removed: 190 s into the load: ScaleDown" in told
     assert "- the burn-rate alert reached the operator: 208 s into the load" in told
     assert "- the alert resolved: not within the run" in told
     assert "batching moved" not in told  # no Rebatch happened: not claimed
+
+
+def test_the_trace_is_replayed_again_when_the_story_outlasts_it() -> None:
+    phases = demo.story(20.0, batch_gain=3.6)
+    total = sum(p.seconds for p in phases)
+    arrivals = demo.trace_arrivals(phases)
+    assert total > 400  # longer than the ~6 minutes of the compressed trace
+    last = phases[-1]
+    in_last = arrivals[arrivals >= total - last.seconds]
+    assert in_last.max() > total - 10  # the last phase has arrivals to its end
+    assert abs(in_last.size / last.seconds - last.rate_per_s) < 0.3 * last.rate_per_s
+    assert np.all(np.diff(arrivals) >= 0)
