@@ -51,46 +51,57 @@ def _by_key(rows: Sequence[Row]) -> dict[tuple[str, float, str], Row]:
     return {(r.trace, r.ts_s, r.policy): r for r in rows}
 
 
-def goal_checks(rows: Sequence[Row]) -> list[GoalCheck]:
-    """Every goal that the run's rows can decide (traces or policies not run are left out)."""
+def goal_checks(rows: Sequence[Row], *, policy: str = TAILPILOT) -> list[GoalCheck]:
+    """Every goal that the run's rows can decide (traces or policies not run are left out).
+
+    The goals are TailPilot's; `policy` checks another policy's rows against the same ones (the
+    robustness runs, TailPilot handed a wrong profile).
+    """
     keyed = _by_key(rows)
     checks: list[GoalCheck] = []
     for row in rows:  # in the table's order of traces and Ts
-        if row.policy != TAILPILOT:
+        if row.policy != policy:
             continue
-        trace, ts, m = row.trace, row.ts_s, row.metrics
-        if trace in STEADY_TRACES:
-            checks.append(
-                GoalCheck(
-                    "99.5% of requests and 99% of minutes",
-                    trace,
-                    ts,
-                    f"{m.pct_requests_in_slo:.3f}% / {m.pct_windows_in_slo:.2f}%",
-                    m.pct_requests_in_slo >= 99.5 and m.pct_windows_in_slo >= 99.0,
-                )
-            )
-        if trace in BURSTY_TRACES and ts == 5.0:
-            checks.append(
-                GoalCheck(
-                    "97% of requests at Ts = 5 s",
-                    trace,
-                    ts,
-                    f"{m.pct_requests_in_slo:.3f}%",
-                    m.pct_requests_in_slo >= 97.0,
-                )
-            )
-        if trace in RECOVERY_TRACES and m.recovery_s is not None:
-            checks.append(
-                GoalCheck(
-                    "recovery within Ts + 30 s",
-                    trace,
-                    ts,
-                    f"{m.recovery_s:g} s",
-                    m.recovery_s <= ts + 30.0,
-                )
-            )
+        checks += slo_checks(row)
         checks += _cost_checks(keyed, row)
         checks += _baseline_checks(keyed, row)
+    return checks
+
+
+def slo_checks(row: Row) -> list[GoalCheck]:
+    """The SLO goals (requests and minutes within the SLO, recovery) that apply to one row's trace and Ts."""
+    trace, ts, m = row.trace, row.ts_s, row.metrics
+    checks: list[GoalCheck] = []
+    if trace in STEADY_TRACES:
+        checks.append(
+            GoalCheck(
+                "99.5% of requests and 99% of minutes",
+                trace,
+                ts,
+                f"{m.pct_requests_in_slo:.3f}% / {m.pct_windows_in_slo:.2f}%",
+                m.pct_requests_in_slo >= 99.5 and m.pct_windows_in_slo >= 99.0,
+            )
+        )
+    if trace in BURSTY_TRACES and ts == 5.0:
+        checks.append(
+            GoalCheck(
+                "97% of requests at Ts = 5 s",
+                trace,
+                ts,
+                f"{m.pct_requests_in_slo:.3f}%",
+                m.pct_requests_in_slo >= 97.0,
+            )
+        )
+    if trace in RECOVERY_TRACES and m.recovery_s is not None:
+        checks.append(
+            GoalCheck(
+                "recovery within Ts + 30 s",
+                trace,
+                ts,
+                f"{m.recovery_s:g} s",
+                m.recovery_s <= ts + 30.0,
+            )
+        )
     return checks
 
 

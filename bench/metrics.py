@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,10 @@ class RunMetrics:
     #: inf: never recovered.
     recovery_s: float | None
     mean_batch: float
+    #: TailPilot's runs only (None for every other policy): when its learned `service_scale` settled
+    #: (`settle_time`; 0: it never left its final band; inf: it never settled), and its last value.
+    settle_s: float | None = None
+    final_scale: float | None = None
 
 
 def count_flaps(actions: list[tuple[float, int, int]], *, within_s: float = 300.0) -> int:
@@ -78,6 +83,36 @@ def recovery_time(
         if all(ok[j : j + need]):
             return float(j * bin_s)
     return math.inf
+
+
+#: A learned value has settled once it stays within this fraction of its final level.
+SETTLE_BAND = 0.1
+
+
+def settle_time(
+    series: Sequence[tuple[float, float]], *, duration_s: float, band: float = SETTLE_BAND
+) -> float | None:
+    """When a learned value settled: the first time after which it stays near its final level.
+
+    `series` is (time, value) in time order, the value as it stands after each decision (a first
+    entry at 0 s for the value the run starts with). The final level is the median of the values
+    whose time is in the last half of the run (from `duration_s` / 2); settled at the time of the
+    first entry from which every value is within `band` of that median (0: it never left the band).
+    None when it never settles (the last value is outside the band) or when no value falls in the
+    last half.
+    """
+    tail = [v for t, v in series if t >= duration_s / 2.0]
+    if not tail:
+        return None
+    level = float(np.median(tail))
+    settled: float | None = None
+    for t, v in series:
+        if abs(v - level) <= band * abs(level):
+            if settled is None:
+                settled = t
+        else:
+            settled = None
+    return settled
 
 
 def summarize(result: SimResult, *, slo_ms: float, step_onsets_s: list[float]) -> RunMetrics:

@@ -7,8 +7,15 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tailpilot.bench.goals import goal_table
-from tailpilot.bench.suite import TAILPILOT, TAILPILOT_OPTIMISTIC, Row, Setup, SuiteResult
+from tailpilot.bench.goals import goal_table, slo_checks
+from tailpilot.bench.suite import (
+    TAILPILOT,
+    UNIFORM_FACTORS,
+    WRONG_PROFILE_POLICIES,
+    Row,
+    Setup,
+    SuiteResult,
+)
 
 CSV_COLUMNS = (
     "trace",
@@ -22,6 +29,8 @@ CSV_COLUMNS = (
     "flaps",
     "recovery_s",
     "mean_batch",
+    "scale_settle_s",
+    "final_service_scale",
 )
 
 
@@ -34,7 +43,11 @@ def _num(x: float | None, digits: int) -> str:
 
 
 def csv_record(row: Row) -> dict[str, str]:
-    """One results.csv line (empty recovery_s: the trace has no step; inf: never recovered)."""
+    """One results.csv line (empty recovery_s: the trace has no step; inf: never recovered).
+
+    scale_settle_s and final_service_scale: TailPilot's learned speed (empty for other policies;
+    settle inf: it never settled).
+    """
     m = row.metrics
     return {
         "trace": row.trace,
@@ -48,6 +61,8 @@ def csv_record(row: Row) -> dict[str, str]:
         "flaps": str(m.flaps),
         "recovery_s": _num(m.recovery_s, 0),
         "mean_batch": _num(m.mean_batch, 2),
+        "scale_settle_s": _num(m.settle_s, 0),
+        "final_service_scale": _num(m.final_scale, 3),
     }
 
 
@@ -64,16 +79,17 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
 def text_table(rows: Sequence[Row]) -> str:
     """Fixed-width table for the terminal."""
     head = (
-        f"{'trace':15} {'Ts':>3} {'policy':18} {'%req':>7} {'%win':>6} {'rep-s':>8} {'xorc':>5} "
-        f"{'act':>4} {'flap':>4} {'recov':>5} {'batch':>5}"
+        f"{'trace':15} {'Ts':>3} {'policy':23} {'%req':>7} {'%win':>6} {'rep-s':>8} {'xorc':>5} "
+        f"{'act':>4} {'flap':>4} {'recov':>5} {'batch':>5} {'settle':>6} {'scale':>5}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
-        c = csv_record(r)
+        c, m = csv_record(r), r.metrics
         lines.append(
-            f"{r.trace:15} {c['ts_s']:>3} {r.policy:18} {c['pct_requests_in_slo']:>7} "
+            f"{r.trace:15} {c['ts_s']:>3} {r.policy:23} {c['pct_requests_in_slo']:>7} "
             f"{c['pct_windows_in_slo']:>6} {c['replica_seconds']:>8} {c['oracle_ratio']:>5} "
-            f"{c['scale_actions']:>4} {c['flaps']:>4} {c['recovery_s'] or '-':>5} {c['mean_batch']:>5}"
+            f"{c['scale_actions']:>4} {c['flaps']:>4} {c['recovery_s'] or '-':>5} {c['mean_batch']:>5} "
+            f"{c['scale_settle_s'] or '-':>6} {_num(m.final_scale, 2) or '-':>5}"
         )
     return "\n".join(lines)
 
@@ -100,7 +116,7 @@ def tailpilot_findings(rows: Sequence[Row], *, slo_target_pct: float = 99.0) -> 
             )
         for r in group:
             o = r.metrics
-            if r.policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, "oracle-fluid", "oracle-realizable"):
+            if r.policy in (TAILPILOT, *WRONG_PROFILE_POLICIES, "oracle-fluid", "oracle-realizable"):
                 continue
             if (
                 o.pct_windows_in_slo >= m.pct_windows_in_slo
@@ -115,6 +131,81 @@ def tailpilot_findings(rows: Sequence[Row], *, slo_target_pct: float = 99.0) -> 
     return out
 
 
+def _slo_cell(row: Row) -> tuple[str, int, int]:
+    """The SLO goals of one row in words, and (checks kept, checks) for the totals."""
+    checks = slo_checks(row)
+    if not checks:
+        return "no SLO goal", 0, 0
+    missed = [c.measured for c in checks if not c.holds]
+    kept = len(checks) - len(missed)
+    return ("kept" if not missed else f"**missed** ({'; '.join(missed)})"), kept, len(checks)
+
+
+def _scale_cell(row: Row, policy: str) -> str:
+    m = row.metrics
+    if m.final_scale is None:
+        return "scale not recorded"
+    if m.settle_s is None or math.isinf(m.settle_s):
+        settle = "never settled"
+    else:
+        settle = f"settled {m.settle_s:.0f} s"
+    truth = 1.0 if policy == TAILPILOT else None
+    if policy in UNIFORM_FACTORS:
+        truth = 1.0 / UNIFORM_FACTORS[policy]
+    true_part = f" (true {truth:.2f})" if truth is not None else ""
+    return f"{settle}; scale {m.final_scale:.2f}{true_part}"
+
+
+def robustness_table(rows: Sequence[Row], *, method_href: str = "method.md") -> list[str]:
+    """Markdown lines: TailPilot with the true profile beside each wrong-profile run, per trace and Ts.
+
+    Empty when the run has no wrong-profile policy or no TailPilot rows to compare them with.
+    """
+    keyed = {(r.trace, r.ts_s, r.policy): r for r in rows}
+    variants = [v for v in WRONG_PROFILE_POLICIES if any(r.policy == v for r in rows)]
+    truth_rows = [r for r in rows if r.policy == TAILPILOT]
+    if not variants or not truth_rows:
+        return []
+    totals = {p: [0, 0] for p in (TAILPILOT, *variants)}
+    body = []
+    for tp in truth_rows:
+        goals, kept, n = _slo_cell(tp)
+        totals[TAILPILOT][0] += kept
+        totals[TAILPILOT][1] += n
+        cells = [f"{goals}; {_scale_cell(tp, TAILPILOT)}"]
+        for v in variants:
+            row = keyed.get((tp.trace, tp.ts_s, v))
+            if row is None:
+                cells.append("not run")
+                continue
+            goals, kept, n = _slo_cell(row)
+            totals[v][0] += kept
+            totals[v][1] += n
+            cost = (
+                f"{row.metrics.replica_seconds / tp.metrics.replica_seconds:.2f}x"
+                if tp.metrics.replica_seconds
+                else "n/a"
+            )
+            cells.append(f"{goals}; {cost}; {_scale_cell(row, v)}")
+        body.append(f"| {tp.trace} | {tp.ts_s:g} | " + " | ".join(cells) + " |")
+    kept_line = "; ".join(f"{p}: {k} of {n}" for p, (k, n) in totals.items())
+    return [
+        "TailPilot handed a wrong profile while the simulator runs the true one (what each variant is, "
+        f"and the definitions: [method.md]({method_href}), \"Robustness to a wrong profile\"). Each cell: "
+        "TailPilot's SLO goals at that trace and Ts (the goal table's: kept, or missed with the figure); "
+        "for a wrong profile, its replica-seconds over TailPilot's with the true profile; when the learned "
+        "`service_scale` (observed over profiled compute time) settled, i.e. stayed from then on within 10% "
+        "of its median over the last half of the run; its final value, with the true one (1 / factor) "
+        "for the uniform factors.",
+        "",
+        f"SLO checks kept: {kept_line}.",
+        "",
+        "| trace | Ts (s) | tailpilot (true profile) | " + " | ".join(variants) + " |",
+        "|---|---:|---|" + "---|" * len(variants),
+        *body,
+    ]
+
+
 def markdown(
     result: SuiteResult,
     *,
@@ -124,15 +215,16 @@ def markdown(
     date: str,
     elapsed_s: float,
     plots: Sequence[str],
+    method_href: str = "method.md",
 ) -> str:
-    """docs/benchmarks/README.md."""
+    """docs/benchmarks/README.md (`method_href`: the link to method.md from where it is written)."""
     p = setup.profile
     b = result.baseline
     lines = [
         "# Benchmark: TailPilot's policy vs common autoscalers and an oracle",
         "",
         "Generated by `tailpilot.bench.run`; do not edit by hand "
-        "(method and limits: [method.md](method.md)).",
+        f"(method and limits: [method.md]({method_href})).",
         "",
         f"- Command: `{command}`",
         f"- Commit: `{commit}`",
@@ -189,6 +281,9 @@ def markdown(
     goals = goal_table(result.rows)
     if goals:
         lines += ["", "## Goals at the operator's defaults (computed from the table)", "", *goals]
+    robustness = robustness_table(result.rows, method_href=method_href)
+    if robustness:
+        lines += ["", "## Robustness to a wrong profile (computed from the table)", "", *robustness]
     findings = tailpilot_findings(result.rows)
     lines += ["", "## Where TailPilot's policy misses the SLO or is beaten (computed from the table)", ""]
     lines += [f"- {f}" for f in findings] if findings else ["- Nowhere in this run."]
@@ -213,8 +308,8 @@ def plot_timelines(result: SuiteResult, *, setup: Setup, out_dir: Path, ts: floa
         axes[0].plot(first.t_s / 60, first.load_rps, color="black", lw=0.8)
         axes[0].set_ylabel("load (req/s)")
         for policy, tl in series.items():
-            if policy == TAILPILOT_OPTIMISTIC:
-                continue  # in the table; a second TailPilot line would hide the first
+            if policy in WRONG_PROFILE_POLICIES:
+                continue  # in the tables; a second TailPilot line would hide the first
             style = {"lw": 2.0, "color": "crimson"} if policy == TAILPILOT else {"lw": 0.9}
             if policy.startswith("oracle"):
                 style = {"lw": 1.2, "ls": "--"}

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from tailpilot.api.engine import BatchProfilePoint, EngineProfile
+from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
 from tailpilot.bench.baselines import AUTOSCALERS, BaselineParams, Static, load_test_targets
 from tailpilot.bench.engine_profiles import batching_candidates, default_batching, replica_capacity
-from tailpilot.bench.metrics import RunMetrics, Timeline, summarize, timeline
+from tailpilot.bench.metrics import RunMetrics, Timeline, settle_time, summarize, timeline
 from tailpilot.bench.oracle import ScheduledOracle, WindowNeed, window_needs
 from tailpilot.bench.simulator import Controller, SimConfig, SimResult, Target, simulate
 from tailpilot.bench.traces import TRACE_NAMES, TraceSpec, build_trace, read_arrivals, step_onsets
@@ -33,6 +33,20 @@ TAILPILOT = "tailpilot"
 #: profiled): how much of its result depends on knowing the simulator's exact model.
 TAILPILOT_OPTIMISTIC = "tailpilot-profile-0.7x"
 OPTIMISTIC_FACTOR = 0.7
+#: TailPilot given a profile whose service times are 40% too high (the engine is faster than
+#: profiled): a pessimistic profile, which the policy pays for in replicas until it learns the speed.
+TAILPILOT_PESSIMISTIC = "tailpilot-profile-1.4x"
+PESSIMISTIC_FACTOR = 1.4
+#: TailPilot given a profile with half the true per-item slope, its intercept raised so that t(1) is
+#: right: large batches look cheaper than they are, and no single speed factor corrects it.
+TAILPILOT_SLOPE = "tailpilot-profile-slope"
+SLOPE_FACTOR = 0.5
+#: The robustness policies (TailPilot handed a wrong profile; the simulator runs the true one), in
+#: table order.
+WRONG_PROFILE_POLICIES = (TAILPILOT_OPTIMISTIC, TAILPILOT_PESSIMISTIC, TAILPILOT_SLOPE)
+#: The uniform ones: their profile's times are the truth's times this factor, so the learned
+#: `service_scale` (observed over profiled compute time) has a true value, 1 / factor.
+UNIFORM_FACTORS = {TAILPILOT_OPTIMISTIC: OPTIMISTIC_FACTOR, TAILPILOT_PESSIMISTIC: PESSIMISTIC_FACTOR}
 #: TailPilot plus holding backlogged replicas out of the Service's rotation
 #: (`tailpilot.policy.rotation`, the operator's spec.autoscaling.backlogRotation). Run only when
 #: asked for (`--policies`): the field is off by default, so the default table shows the default.
@@ -49,7 +63,7 @@ def policy_names(*, with_tailpilot: bool) -> list[str]:
     """Table order."""
     names = [*STATIC_POLICIES, *AUTOSCALERS]
     if with_tailpilot:
-        names += [TAILPILOT, TAILPILOT_OPTIMISTIC]
+        names += [TAILPILOT, *WRONG_PROFILE_POLICIES]
     return [*names, *ORACLES]
 
 
@@ -185,18 +199,84 @@ def scaled_point(point: BatchProfilePoint, factor: float) -> BatchProfilePoint:
 
 
 def scale_profile(profile: EngineProfile, factor: float) -> EngineProfile:
-    """The same profile with every time multiplied by `factor` (throughputs divided by it)."""
-    st = profile.service_time
-    points = [scaled_point(p, factor) for p in profile.points]
+    """The same profile with every time multiplied by `factor` (throughputs divided by it).
+
+    Every time term of the fits is scaled (each field in ms, whatever terms the model has), and the
+    compute-time fit, when the profile has one, too: the policy learns its speed against it, and a
+    profile whose two fits disagree would not be wrong by `factor`.
+    """
+
+    def scaled(model: ServiceTimeModel) -> ServiceTimeModel:
+        times = {
+            name: value * factor
+            for name, value in model
+            if name.endswith("_ms") and isinstance(value, int | float) and not isinstance(value, bool)
+        }
+        return model.model_copy(update=times)
+
+    return _relined(profile, scaled, note=f"times x{factor:g}", point_factor=lambda _b: factor)
+
+
+def slope_profile(profile: EngineProfile, slope_factor: float) -> EngineProfile:
+    """The profile with its per-item slope times `slope_factor` and the intercept moved to keep t(1).
+
+    t'(b) = (a + c * (1 - slope_factor)) + c * slope_factor * b for t(b) = a + c * b: the same time
+    for one request, and (for slope_factor < 1) batches that look cheaper the larger they are. Each
+    point's times are multiplied by t'(b) / t(b) of the service-time fit (throughputs divided by
+    it), so the points stay on the new line as they were on the old; the compute-time fit, when
+    there is one, is changed the same way.
+    """
+
+    def sloped(model: ServiceTimeModel) -> ServiceTimeModel:
+        return model.model_copy(
+            update={
+                "intercept_ms": model.intercept_ms + model.per_item_ms * (1.0 - slope_factor),
+                "per_item_ms": model.per_item_ms * slope_factor,
+                # The per-request part of the slope (within per_item_ms) goes with it.
+                "per_request_ms": model.per_request_ms * slope_factor,
+            }
+        )
+
+    old, new = profile.service_time, sloped(profile.service_time)
+
+    def ratio(b: float) -> float:
+        was = old.mean_ms(b)
+        return new.mean_ms(b) / was if was > 0 else 1.0
+
+    return _relined(profile, sloped, note=f"per-item slope x{slope_factor:g}, t(1) kept", point_factor=ratio)
+
+
+def _relined(
+    profile: EngineProfile,
+    line: Callable[[ServiceTimeModel], ServiceTimeModel],
+    *,
+    note: str,
+    point_factor: Callable[[float], float],
+) -> EngineProfile:
+    """`profile` with `line` applied to its fits and each measurement's times scaled by point_factor(batch).
+
+    The served batches (single requests the batcher merged) are scaled at their mean batch.
+    """
+    compute = profile.compute_time
+    served = [
+        s.model_copy(update={"wall_s": s.wall_s * point_factor(s.mean_batch)}) for s in profile.served_batches
+    ]
     return profile.model_copy(
         update={
-            "service_time": st.model_copy(
-                update={"intercept_ms": st.intercept_ms * factor, "per_item_ms": st.per_item_ms * factor}
-            ),
-            "points": points,
-            "method": f"{profile.method} [times x{factor:g} for a robustness run]",
+            "service_time": line(profile.service_time),
+            "compute_time": None if compute is None else line(compute),
+            "points": [scaled_point(p, point_factor(p.batch_size)) for p in profile.points],
+            "served_batches": served,
+            "method": f"{profile.method} [{note} for a robustness run]",
         }
     )
+
+
+def wrong_profile(policy: str, profile: EngineProfile) -> EngineProfile:
+    """The profile a robustness policy (`WRONG_PROFILE_POLICIES`) hands TailPilot, from the true one."""
+    if policy == TAILPILOT_SLOPE:
+        return slope_profile(profile, SLOPE_FACTOR)
+    return scale_profile(profile, UNIFORM_FACTORS[policy])
 
 
 def make_controller(
@@ -213,7 +293,7 @@ def make_controller(
         return ScheduledOracle(needs, lead_s=0.0)
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
-    if policy in (TAILPILOT, TAILPILOT_OPTIMISTIC, *EXPERIMENTAL_POLICIES):
+    if policy in (TAILPILOT, *WRONG_PROFILE_POLICIES, *EXPERIMENTAL_POLICIES):
         from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot, default_spec
 
         opt = {"backlogRotation": True} if policy == TAILPILOT_ROTATION else {}
@@ -221,9 +301,7 @@ def make_controller(
             opt = {"surgeResponse": False}
         spec = default_spec(p99_target_ms=setup.slo_ms, max_replicas=setup.max_replicas, **opt)
         profile = (
-            setup.profile
-            if policy != TAILPILOT_OPTIMISTIC
-            else scale_profile(setup.profile, OPTIMISTIC_FACTOR)
+            wrong_profile(policy, setup.profile) if policy in WRONG_PROFILE_POLICIES else setup.profile
         )
         adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
         return adapter(profile=profile, spec=spec, initial=Target(params.initial_replicas, params.batching))
@@ -253,6 +331,18 @@ def run_controller(
     return res, summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
 
 
+def with_learned_scale(
+    metrics: RunMetrics, scales: Sequence[tuple[float, float]] | None, *, duration_s: float
+) -> RunMetrics:
+    """A TailPilot run's metrics with when its learned speed settled (inf: never) and its final value."""
+    if not scales:
+        return metrics
+    settled = settle_time(scales, duration_s=duration_s)
+    return replace(
+        metrics, settle_s=math.inf if settled is None else settled, final_scale=float(scales[-1][1])
+    )
+
+
 def _run(
     task: tuple[Setup, str, float, str, list[WindowNeed], BaselineParams, bool],
 ) -> tuple[str, float, str, RunMetrics, Timeline | None, list[str]]:
@@ -260,6 +350,7 @@ def _run(
     ctl = make_controller(setup, policy=policy, ts=ts, needs=needs, params=params)
     startup = 0.0 if policy == "oracle-fluid" else ts
     res, metrics = run_controller(setup, name, ctl, startup_s=startup)
+    metrics = with_learned_scale(metrics, getattr(ctl, "service_scales", None), duration_s=setup.duration_s)
     errors: list[str] = list(getattr(ctl, "errors", []))
     notes = (
         [

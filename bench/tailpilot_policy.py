@@ -87,6 +87,9 @@ class TailPilot:
         #: Each decision's observation, as the operator's autoscaler would have built it.
         self.observations: list[Observation] = []
         self.errors: list[str] = []
+        #: (time, the learned `service_scale` after the decision made then), from (0, its start value):
+        #: how the online correction of the profile's speed moves (`tailpilot.bench.metrics.settle_time`).
+        self.service_scales: list[tuple[float, float]] = [(0.0, self._state.learned.service_scale)]
         self._last = initial
 
     def initial(self) -> Target:
@@ -163,6 +166,7 @@ class TailPilot:
             self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; reads={len(self._history)}")
             return self._last
         self.reasons.append(decision.reason)
+        self.service_scales.append((now, self._state.learned.service_scale))
         self._last = Target(decision.replicas, decision.batching)
         return self._last
 

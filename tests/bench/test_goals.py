@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from tailpilot.bench.goals import goal_checks, goal_table
 from tailpilot.bench.metrics import RunMetrics
-from tailpilot.bench.suite import TAILPILOT, Row
+from tailpilot.bench.report import robustness_table
+from tailpilot.bench.suite import TAILPILOT, TAILPILOT_OPTIMISTIC, TAILPILOT_PESSIMISTIC, TAILPILOT_SLOPE, Row
 
 
 def row(
@@ -17,6 +20,8 @@ def row(
     rs: float = 1000.0,
     ratio: float = 1.0,
     recovery: float | None = None,
+    settle: float | None = None,
+    scale: float | None = None,
 ) -> Row:
     metrics = RunMetrics(
         pct_requests_in_slo=req,
@@ -27,6 +32,8 @@ def row(
         flaps=0,
         recovery_s=recovery,
         mean_batch=1.0,
+        settle_s=settle,
+        final_scale=scale,
     )
     return Row(trace=trace, ts_s=ts, policy=policy, metrics=metrics, oracle_ratio=ratio)
 
@@ -65,3 +72,42 @@ def test_each_goal_is_decided_from_the_figures():
     assert not dominated.holds and dominated.measured == "keda-queue"
     table = "\n".join(goal_table(rows))
     assert "**misses**" in table and f"{sum(c.holds for c in checks)} of {len(checks)} checks hold" in table
+
+
+def test_another_policys_rows_are_checked_against_tailpilots_goals():
+    rows = [
+        row("T1-poisson", 5.0, TAILPILOT, req=99.9),
+        row("T1-poisson", 5.0, TAILPILOT_OPTIMISTIC, req=99.0),
+    ]
+    assert holds(goal_checks(rows), "99.5%", "T1-poisson", 5.0)
+    checks = goal_checks(rows, policy=TAILPILOT_OPTIMISTIC)
+    assert not holds(checks, "99.5%", "T1-poisson", 5.0)
+    assert {c.measured for c in checks if c.goal.startswith("99.5%")} == {"99.000% / 100.00%"}
+
+
+def test_the_robustness_table_puts_each_wrong_profile_beside_the_true_one():
+    rows = [
+        row("T1-poisson", 5.0, TAILPILOT, req=99.9, rs=1000.0, settle=0.0, scale=1.0),
+        row("T1-poisson", 5.0, TAILPILOT_OPTIMISTIC, req=99.0, rs=800.0, settle=math.inf, scale=1.2),
+        row("T1-poisson", 5.0, TAILPILOT_PESSIMISTIC, req=99.9, rs=1400.0, settle=120.0, scale=0.75),
+        row("T1-poisson", 5.0, TAILPILOT_SLOPE, req=99.8, rs=1000.0, settle=45.0, scale=1.1),
+        row("T8-azure-code", 30.0, TAILPILOT, req=90.0, settle=0.0, scale=1.0),
+        row("T8-azure-code", 30.0, TAILPILOT_OPTIMISTIC, req=80.0, settle=0.0, scale=1.43),
+        row("T8-azure-code", 30.0, TAILPILOT_PESSIMISTIC, req=95.0, settle=0.0, scale=0.71),
+        row("T8-azure-code", 30.0, TAILPILOT_SLOPE, req=91.0, settle=0.0, scale=1.0),
+        row("T1-poisson", 5.0, "hpa-util70", req=100.0),
+    ]
+    lines = robustness_table(rows)
+    body = [line for line in lines if line.startswith("| T")]
+    assert len(body) == 2  # one per trace and Ts
+    t1 = body[0].split(" | ")
+    assert t1[2] == "kept; settled 0 s; scale 1.00 (true 1.00)"
+    assert t1[3] == "**missed** (99.000% / 100.00%); 0.80x; never settled; scale 1.20 (true 1.43)"
+    assert t1[4] == "kept; 1.40x; settled 120 s; scale 0.75 (true 0.71)"
+    assert t1[5].startswith("kept; 1.00x; settled 45 s; scale 1.10 |")  # no true value for a slope
+    assert "no SLO goal" in body[1]  # T8 has an SLO goal at Ts = 5 s only
+    summary = next(line for line in lines if line.startswith("SLO checks kept"))
+    assert "tailpilot: 1 of 1" in summary and f"{TAILPILOT_OPTIMISTIC}: 0 of 1" in summary
+    # Without wrong-profile rows (or without TailPilot's), there is no table.
+    assert robustness_table([r for r in rows if r.policy in (TAILPILOT, "hpa-util70")]) == []
+    assert robustness_table([r for r in rows if r.policy != TAILPILOT]) == []
