@@ -63,8 +63,23 @@ def default_setup(*, seed: int, traces: Sequence[str]) -> Setup:
     )
 
 
+def method_href(out: Path) -> str:
+    """The link from a README written into `out` to docs/benchmarks/method.md."""
+    return Path(os.path.relpath(REPO / "docs" / "benchmarks" / "method.md", out.resolve())).as_posix()
+
+
 def _names(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _seconds(value: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in _names(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of seconds: {value!r}") from exc
+    if not out or any(not math.isfinite(v) or v < 0 for v in out):
+        raise argparse.ArgumentTypeError(f"not a list of seconds >= 0: {value!r}")
+    return out
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -78,6 +93,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument(
+        "--ts", type=_seconds, help="comma-separated replica start-up times, s (default 5,30,90; quick 30)"
+    )
     ap.add_argument(
         "--traces",
         type=_names,
@@ -139,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         slo_ms=slo,
         seed=args.seed,
         duration_s=duration,
-        ts_values=(30.0,) if args.quick else (5.0, 30.0, 90.0),
+        ts_values=args.ts or ((30.0,) if args.quick else (5.0, 30.0, 90.0)),
         traces=args.traces or (QUICK_TRACES if args.quick else Setup.traces),
         trace_file=args.trace,
         policies=args.policies,
@@ -172,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             date=date,
             elapsed_s=time.monotonic() - started,
             plots=plots,
+            method_href=method_href(out),
         )
     )
     print(f"wrote {out}/README.md, results.csv and {len(plots)} plots")

@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from tailpilot.bench.run import main
+from tailpilot.bench.run import REPO, main, method_href
 
 
 @pytest.mark.slow
@@ -42,3 +42,19 @@ def test_unknown_names_are_refused_with_the_known_ones(flag, capsys):
         main(["--no-write", flag, "T9-nope"])
     assert exc.value.code == 2
     assert "unknown T9-nope" in capsys.readouterr().err
+
+
+def test_named_start_up_times_run_alone_and_a_bad_list_is_refused(capsys):
+    args = ["--no-write", "--jobs", "1", "--duration-s", "120", "--traces", "T6-spike"]
+    assert main([*args, "--policies", "tailpilot,oracle-realizable", "--ts", "30"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("T6-spike")]
+    assert {r[1] for r in rows} == {"30"} and len(rows) == 2
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--ts", "30,soon"])
+    assert exc.value.code == 2
+    assert "not a list of seconds" in capsys.readouterr().err
+
+
+def test_a_readme_links_method_md_from_where_it_is_written():
+    assert method_href(REPO / "docs" / "benchmarks") == "method.md"
+    assert method_href(REPO / "docs" / "benchmarks" / "measured-cpu") == "../method.md"
