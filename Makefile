@@ -129,8 +129,8 @@ bench-quick: venv ## a one-minute subset of the policy benchmark
 	$(PY) -P -m tailpilot.bench.run --quick
 
 .PHONY: bench-validate
-bench-validate: venv system-deps ## the simulator against real Triton at three load levels
-	$(PY) -P -m tailpilot.bench.validate --out docs/benchmarks/validation.md
+bench-validate: venv system-deps ## the simulator against real Triton: 3 loads x 1-2 replicas x 2 batchings, and the measured example profile (~17 min, machine otherwise idle)
+	$(PY) -P -m tailpilot.bench.validate --out docs/benchmarks/validation.md --profile-out bench/profiles/example-cpu.json
 
 .PHONY: bench-engine
 bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by real Triton

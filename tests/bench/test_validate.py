@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from tailpilot.api.engine import ServiceTimeModel
+from tailpilot.bench.engine_profiles import MEASURED_EXAMPLE, load_profile
 from tailpilot.bench.validate import MAX_FOREIGN_SHARE, MAX_SEND_LAG_MS, RunRecord, render, run_speed
 
 CLEAN = RunRecord(
@@ -79,3 +80,14 @@ def test_the_runs_speed_is_the_factor_whose_simulated_mean_batch_matches_the_mea
     assert run_speed(mean_batch_at, 100.0) == 1.25  # outside the search: the bound
     assert run_speed(mean_batch_at, 1.0) == 0.8
     assert run_speed(mean_batch_at, float("nan")) == 1.0
+
+
+def test_the_committed_measured_profile_is_the_jobs_measurement_of_the_example_engine() -> None:
+    profile = load_profile(MEASURED_EXAMPLE)
+    assert "SCALED VARIANT" not in profile.method and "tailpilot closed-loop gRPC client" in profile.method
+    assert profile.hardware == "cpu" and profile.cpu_limit_millis == 500 and profile.max_batch_size == 16
+    assert [p.batch_size for p in profile.points] == [1, 4, 16]
+    assert [p.concurrency for p in profile.served_batches] == [4, 16]
+    # A weight-bound engine: a batch of 16 costs well under twice a single request.
+    assert profile.service_time.mean_ms(16) < 2 * profile.service_time.mean_ms(1)
+    assert 0 < profile.service_time.per_request_ms < profile.service_time.per_item_ms
