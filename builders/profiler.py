@@ -262,15 +262,11 @@ def measure(
     )
 
 
-def execution_counts(grpc_url: str, model_name: str) -> tuple[int, int]:
-    """(requests answered, batches executed) of `model_name` so far, from Triton's statistics."""
+def executions(grpc_url: str, model_name: str) -> int:
+    """Batches of `model_name` Triton has executed so far, from its statistics."""
     with grpcclient.InferenceServerClient(grpc_url) as client:
         stats = client.get_inference_statistics(model_name, as_json=True)
-    models = stats.get("model_stats", [])
-    return (
-        sum(int(m.get("inference_stats", {}).get("success", {}).get("count", 0)) for m in models),
-        sum(int(m.get("execution_count", 0)) for m in models),
-    )
+    return sum(int(m.get("execution_count", 0)) for m in stats.get("model_stats", []))
 
 
 def measure_served_batches(
@@ -293,7 +289,7 @@ def measure_served_batches(
     """
     out = []
     for k in concurrencies:
-        _, executions0 = execution_counts(grpc_url, model_name)
+        executions0 = executions(grpc_url, model_name)
         m = measure(
             grpc_url,
             model_name,
@@ -304,7 +300,7 @@ def measure_served_batches(
             max_requests=max_requests,
             warmup_requests=warmup_requests,
         )
-        _, executions1 = execution_counts(grpc_url, model_name)
+        executions1 = executions(grpc_url, model_name)
         out.append(
             ServedBatchPoint(
                 concurrency=k,
