@@ -82,12 +82,17 @@ class Rule:
     cel: str
     message: str
     field_path: str | None = None
+    #: The rule also runs on create, where `oldSelf` is an empty optional (`oldSelf.hasValue()` is
+    #: false); a rule that reads `oldSelf` without it runs on updates only.
+    optional_old_self: bool = False
 
-    def to_schema(self) -> dict[str, str]:
+    def to_schema(self) -> dict[str, str | bool]:
         """Return the `x-kubernetes-validations` entry."""
-        entry = {"rule": self.cel, "message": self.message}
+        entry: dict[str, str | bool] = {"rule": self.cel, "message": self.message}
         if self.field_path:
             entry["fieldPath"] = self.field_path
+        if self.optional_old_self:
+            entry["optionalOldSelf"] = True
         return entry
 
 
@@ -1684,11 +1689,32 @@ RULE_NAME = Rule(
     message=f"metadata.name must be at most {MAX_NAME_LENGTH} characters (child objects append suffixes)",
 )
 
+# A service named like another's child (`a-metrics`, `a-canary`...) would want that child's name for
+# its own Deployment or Service: refused at creation, so two services' children never collide (the
+# operator's ChildNameTaken stays the guard against objects it did not create). `oldSelf.hasValue()`
+# is what keeps an upgrade safe: a root rule re-runs on every update of the object (status included,
+# since the root changed), so without it an object created before the rule could no longer be
+# updated, not even by the operator's status writes; names never change, so checking creation is
+# enough. The pydantic model does not repeat the rule, for the same reason: the operator keeps serving
+# an object the API server admitted before the rule existed. `endsWith`, not a regex: the cost.
+RULE_NAME_SUFFIX = Rule(
+    cel="oldSelf.hasValue() || !("
+    + " || ".join(f"self.metadata.name.endsWith('{s}')" for s in c.RESERVED_NAME_SUFFIXES)
+    + ")",
+    message=(
+        "metadata.name must not end with "
+        + ", ".join(f"'{s}'" for s in c.RESERVED_NAME_SUFFIXES)
+        + ": the operator names the children of a service that way (service 'a' has a Service "
+        "'a-metrics'), so such a name could collide with another service's children; choose another name"
+    ),
+    optional_old_self=True,
+)
+
 
 class InferenceService(_Model):
     """Serve an ONNX model on NVIDIA Triton within a P99 latency SLO, at the lowest cost."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(RULE_NAME))
+    model_config = ConfigDict(json_schema_extra=_validations(RULE_NAME, RULE_NAME_SUFFIX))
 
     api_version: Literal["tailpilot.io/v1alpha1"] = Field(
         default="tailpilot.io/v1alpha1", description="APIVersion of the object."
@@ -1737,6 +1763,7 @@ class InferenceService(_Model):
 #: Every cross-field rule, for documentation and tests.
 ALL_RULES: tuple[Rule, ...] = (
     RULE_NAME,
+    RULE_NAME_SUFFIX,
     RULE_HTTPS_SHA256,
     RULE_SHAPE_LENGTHS,
     RULE_SHAPE_ORDER,

@@ -95,12 +95,32 @@ def _list_errors(value: list[Any], schema: Schema, path: str) -> list[str]:
     return errors
 
 
-def _cel_errors(value: Any, schema: Schema, path: str) -> list[str]:
+class _Optional:
+    """CEL's optional as a rule with `optionalOldSelf` sees `oldSelf`: empty on create."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _has_value(optional: _Optional) -> celpy.celtypes.BoolType:
+    return celpy.celtypes.BoolType(optional.value is not None)
+
+
+def _cel_errors(value: Any, schema: Schema, path: str, old: Any = None) -> list[str]:
+    """The CEL rules' errors; `old` is the object before an update (None: a create)."""
     errors = []
     env = celpy.Environment()
-    activation = {"self": celpy.json_to_cel(_to_cel_input(value, schema))}
+    activation: dict[str, Any] = {"self": celpy.json_to_cel(_to_cel_input(value, schema))}
+    old_cel = None if old is None else celpy.json_to_cel(_to_cel_input(old, schema))
     for rule in schema.get("x-kubernetes-validations", []):
-        result = env.program(env.compile(rule["rule"])).evaluate(activation)
+        if rule.get("optionalOldSelf"):
+            activation["oldSelf"] = _Optional(old_cel)
+        elif "oldSelf" in rule["rule"]:
+            if old_cel is None:
+                continue  # a transition rule: the API server runs it on updates only
+            activation["oldSelf"] = old_cel
+        program = env.program(env.compile(rule["rule"]), functions={"hasValue": _has_value})
+        result = program.evaluate(activation)
         if not isinstance(result, celpy.celtypes.BoolType):
             raise AssertionError(f"CEL rule {rule['rule']!r} at {path} did not give a bool: {result!r}")
         if not bool(result):
@@ -135,10 +155,13 @@ def validate(value: Any, schema: Schema, path: str) -> list[str]:
     return errors
 
 
-def admit(obj: dict[str, Any], openapi: Schema) -> list[str]:
-    """Default then validate a whole object (spec and root rules), as `kubectl apply` would see it."""
+def admit(obj: dict[str, Any], openapi: Schema, *, old: dict[str, Any] | None = None) -> list[str]:
+    """Default then validate a whole object (spec and root rules), as `kubectl apply` would see it.
+
+    `old`: the stored object, for an update (the root rules then see it as `oldSelf`); None: a create.
+    """
     defaulted = apply_defaults(obj, openapi)
     errors = validate(defaulted["spec"], openapi["properties"]["spec"], "spec")
     if not errors:
-        errors += _cel_errors(defaulted, openapi, "")
+        errors += _cel_errors(defaulted, openapi, "", None if old is None else apply_defaults(old, openapi))
     return errors

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from tailpilot import crdgen
-from tailpilot.api.v1alpha1 import ALL_RULES, RULE_NAME, InferenceService
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import ALL_RULES, RULE_NAME, RULE_NAME_SUFFIX, InferenceService
 
 from .crd_sim import admit
 from .invalid_specs import INVALID_SPECS, VALID_SPECS, make_object
@@ -66,7 +67,7 @@ def test_invalid_spec_rejected_by_generated_crd(name: str, spec: dict[str, Any],
 def test_every_cross_field_rule_is_exercised() -> None:
     expected = {e for _, _, e in INVALID_SPECS}
     for rule in ALL_RULES:
-        if rule is RULE_NAME:
+        if rule in (RULE_NAME, RULE_NAME_SUFFIX):  # names: the tests below
             continue
         assert any(rule.message.endswith(e) or e in rule.message for e in expected), rule.message
 
@@ -76,3 +77,24 @@ def test_long_name_rejected_by_both() -> None:
     assert RULE_NAME.message in pydantic_errors(obj)
     assert any(RULE_NAME.message in e for e in admit(obj, OPENAPI))
     assert admit(make_object("a" * 46, VALID_SPECS[0][1]), OPENAPI) == []
+
+
+@pytest.mark.parametrize("suffix", c.RESERVED_NAME_SUFFIXES)
+def test_a_name_ending_with_a_child_suffix_is_refused_at_creation(suffix: str) -> None:
+    obj = make_object(f"a{suffix}", VALID_SPECS[0][1])
+    errors = admit(obj, OPENAPI)
+    assert any(RULE_NAME_SUFFIX.message in e for e in errors), errors
+    assert f"'{suffix}'" in RULE_NAME_SUFFIX.message
+    # The suffix inside the name, or the bare word, is no child's name.
+    for name in (f"a{suffix}-x", suffix.lstrip("-"), f"a{suffix.replace('-', '')}"):
+        assert admit(make_object(name, VALID_SPECS[0][1]), OPENAPI) == [], name
+
+
+def test_an_object_created_before_the_suffix_rule_can_still_be_updated() -> None:
+    # Names never change, so an update (a spec edit, the operator's status writes) of an object the
+    # API server admitted before the rule existed passes; only its creation would have been refused.
+    old = make_object("a-metrics", VALID_SPECS[0][1])
+    new = make_object("a-metrics", {**VALID_SPECS[0][1], "slo": {"p99LatencyMs": 80}})
+    assert admit(new, OPENAPI, old=old) == []
+    # The models do not refuse it either: the operator keeps serving what was admitted.
+    assert pydantic_errors(new) == ""

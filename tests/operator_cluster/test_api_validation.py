@@ -1,12 +1,18 @@
 """The real API server enforces the generated CRD: each invalid spec is refused by `kubectl apply`
-with a message that names the field, and every valid spec is accepted (server-side dry run)."""
+with a message that names the field, and every valid spec is accepted (server-side dry run); a name
+ending with a child's suffix is refused at creation, and an object created before that rule stays
+writable."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import yaml
 
+from tailpilot.api.constants import RESERVED_NAME_SUFFIXES
+from tailpilot.api.v1alpha1 import RULE_NAME_SUFFIX
+from tailpilot_e2e.operator_harness import CRD_FILE, install_crds
 from tests.api.invalid_specs import INVALID_SPECS, VALID_SPECS, make_object
 
 pytestmark = pytest.mark.cluster
@@ -31,3 +37,38 @@ def test_invalid_spec_is_rejected_by_kubectl_apply(crds, namespace, case, spec, 
 def test_valid_spec_is_accepted(crds, namespace, case, spec):
     result = kubectl_apply(crds, make_object(case, spec, namespace), "--dry-run=server")
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("suffix", RESERVED_NAME_SUFFIXES)
+def test_a_name_ending_with_a_child_suffix_is_refused(crds, namespace, suffix):
+    result = kubectl_apply(crds, make_object(f"svc{suffix}", VALID_SPECS[0][1], namespace))
+    assert result.returncode != 0, f"svc{suffix} was accepted: {result.stdout}"
+    assert "is invalid" in result.stderr and RULE_NAME_SUFFIX.message in result.stderr, result.stderr
+
+
+def test_an_object_created_before_the_suffix_rule_stays_writable(crds, namespace, tmp_path):
+    # The upgrade: an object named like a child, created under a CRD without the rule, is then
+    # updated under the new CRD, its spec by a user and its status as the operator writes it.
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["x-kubernetes-validations"] = [
+        r for r in schema["x-kubernetes-validations"] if r["rule"] != RULE_NAME_SUFFIX.cel
+    ]
+    old_crd = tmp_path / "crd-before.yaml"
+    old_crd.write_text(yaml.safe_dump(crd))
+    try:
+        install_crds(crds, [old_crd])
+        created = kubectl_apply(crds, make_object("legacy-metrics", VALID_SPECS[0][1], namespace))
+        assert created.returncode == 0, created.stderr
+    finally:
+        install_crds(crds)
+    name = ["-n", namespace, "inferenceservices.tailpilot.io/legacy-metrics", "--type=merge"]
+    spec = crds.kubectl("patch", *name, "-p", '{"spec":{"slo":{"p99LatencyMs":80}}}', check=False)
+    assert spec.returncode == 0, spec.stderr
+    status = crds.kubectl(
+        "patch", *name, "--subresource=status", "-p", '{"status":{"observedGeneration":2}}', check=False
+    )
+    assert status.returncode == 0, status.stderr
+    # A new one under the same rule is still refused.
+    again = kubectl_apply(crds, make_object("other-metrics", VALID_SPECS[0][1], namespace))
+    assert again.returncode != 0 and RULE_NAME_SUFFIX.message in again.stderr, again.stderr
