@@ -6,10 +6,14 @@ import argparse
 import asyncio
 import base64
 import dataclasses
+import functools
 import logging
 import os
+import socket
+import sys
 import threading
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +31,14 @@ from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.kubeapi import SECRETS, Kube
+from tailpilot.controllers.leader_election import (
+    DEFAULT_LEASE_DURATION_S,
+    DEFAULT_RENEW_DEADLINE_S,
+    DEFAULT_RETRY_PERIOD_S,
+    ElectionTiming,
+    LeaderElector,
+    LeaseLock,
+)
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.reconciler import Reconciler
@@ -37,6 +49,10 @@ from tailpilot.manifests.settings import ManifestSettings, settings_from_env
 from tailpilot.policy.signals import DEFAULT_READS_PER_S
 
 DEFAULT_BUILDER_IMAGE = "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
+#: The exit status of a replica that lost the lease (any non-zero one makes the kubelet restart it).
+LOST_LEASE_EXIT_CODE = 1
+
+log = logging.getLogger(__name__)
 
 
 def _key_values(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -157,6 +173,47 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         default=env("TAILPILOT_BIND_ADDRESS", "0.0.0.0"),  # noqa: S104
         help="address the metrics and webhook servers listen on",
     )
+    election = parser.add_argument_group(
+        "leader election", "several replicas, one acting: a Lease in one namespace names the one that acts"
+    )
+    election.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=env("TAILPILOT_LEADER_ELECTION", "false").lower() == "true",
+        help="act only while holding the Lease; a standby answers /healthz but not /readyz",
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        default=env("TAILPILOT_LEADER_ELECTION_NAMESPACE", ""),
+        help="namespace of the Lease (the chart: the release namespace)",
+    )
+    election.add_argument(
+        "--leader-election-lease", default=env("TAILPILOT_LEADER_ELECTION_LEASE", "tailpilot-operator")
+    )
+    election.add_argument(
+        "--leader-election-identity",
+        # In a pod the hostname is the pod name, what client-go's users put in holderIdentity too.
+        default=env("TAILPILOT_LEADER_ELECTION_IDENTITY") or socket.gethostname(),
+        help="holderIdentity of this replica (default: the hostname, which in a pod is its name)",
+    )
+    election.add_argument(
+        "--lease-duration-seconds",
+        type=float,
+        default=float(env("TAILPILOT_LEASE_DURATION_SECONDS", str(DEFAULT_LEASE_DURATION_S))),
+        help="how long a standby waits, from when it saw the lease last renewed, before taking it",
+    )
+    election.add_argument(
+        "--renew-deadline-seconds",
+        type=float,
+        default=float(env("TAILPILOT_RENEW_DEADLINE_SECONDS", str(DEFAULT_RENEW_DEADLINE_S))),
+        help="a leader that has not renewed for this long exits (below the lease duration)",
+    )
+    election.add_argument(
+        "--retry-period-seconds",
+        type=float,
+        default=float(env("TAILPILOT_RETRY_PERIOD_SECONDS", str(DEFAULT_RETRY_PERIOD_S))),
+        help="how often the leader renews and a standby tries",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(list(argv))
     try:
@@ -170,6 +227,17 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         len(parts := args.webhook_token_secret.split("/")) != 3 or not all(parts)
     ):
         parser.error(f"--webhook-token-secret takes NAMESPACE/NAME/KEY, got {args.webhook_token_secret!r}")
+    if args.leader_election:
+        if not args.leader_election_namespace:
+            parser.error("--leader-election needs --leader-election-namespace (where the Lease lives)")
+        try:
+            args.election_timing = ElectionTiming(
+                lease_duration_s=args.lease_duration_seconds,
+                renew_deadline_s=args.renew_deadline_seconds,
+                retry_period_s=args.retry_period_seconds,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
     return args
 
 
@@ -275,19 +343,89 @@ def run(
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     namespaces = args.namespace
-    asyncio.run(
-        kopf.operator(
-            registry=registry,
-            settings=settings,
-            standalone=True,
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            liveness_endpoint=args.liveness,
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+    operator = functools.partial(
+        kopf.operator,
+        registry=registry,
+        settings=settings,
+        standalone=True,  # kopf's peering is not leader election: the Lease below is
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        stop_flag=stop_flag,
     )
-    executor.shutdown(wait=False, cancel_futures=True)
+    if not args.leader_election:
+        asyncio.run(operator(liveness_endpoint=args.liveness, ready_flag=ready_flag))
+        executor.shutdown(wait=False, cancel_futures=True)
+        return
+    elector = LeaderElector(
+        # Its own client and connection pool: a renewal never queues behind the reconciles' calls.
+        LeaseLock(_api_client(), args.leader_election_namespace, args.leader_election_lease),
+        identity=args.leader_election_identity,
+        timing=args.election_timing,
+        on_lost=_exit_lost,
+        clock=clock,
+    )
+    asyncio.run(_run_elected(operator, elector=elector, liveness=args.liveness, ready_flag=ready_flag))
+    # A clean stop (SIGTERM): kopf has stopped its handlers; let the reconciles sent finish, then
+    # hand the lease over so the standby takes over at its next try, not after the lease duration.
+    executor.shutdown(wait=True, cancel_futures=True)
+    elector.release()
+
+
+def _exit_lost(reason: str) -> None:
+    """Stop acting at once: exit the process (the Deployment restarts it, a standby then)."""
+    log.critical("leader election lost: %s; exiting", reason)
+    logging.shutdown()
+    sys.stderr.flush()
+    # Not SystemExit: kopf's tasks and the reconcile threads must not get another turn to write.
+    os._exit(LOST_LEASE_EXIT_CODE)
+
+
+async def _run_elected(
+    operator: Callable[..., Awaitable[None]],
+    *,
+    elector: LeaderElector,
+    liveness: str,
+    ready_flag: threading.Event | None,
+) -> None:
+    """Wait for the lease (a standby), then run the operator while the election thread renews it.
+
+    `/healthz` (the liveness URL's path) answers 200 from the start while the election runs, so a
+    standby is alive to the kubelet; `/readyz` answers 200 only on the leader once kopf is ready,
+    so the webhook Service sends Alertmanager to the leader alone. kopf's own liveness endpoint
+    is not started: this server, on the same event loop as kopf's handlers, answers the same way.
+    """
+    loop = asyncio.get_running_loop()
+    leading: asyncio.Future[None] = loop.create_future()
+
+    def started_leading() -> None:  # called from the election's thread
+        loop.call_soon_threadsafe(lambda: None if leading.done() else leading.set_result(None))
+
+    elector.on_started_leading = started_leading
+    kopf_ready = ready_flag if ready_flag is not None else threading.Event()
+    thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(status=200 if thread.is_alive() else 503, text=elector.observed_holder)
+
+    async def readyz(_: web.Request) -> web.Response:
+        ready = elector.leading.is_set() and kopf_ready.is_set()
+        return web.Response(status=200 if ready else 503, text="leader" if ready else "standby")
+
+    url = urllib.parse.urlsplit(liveness)
+    app = web.Application()
+    app.add_routes([web.get(url.path or "/healthz", healthz), web.get("/readyz", readyz)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, url.hostname, url.port).start()
+    thread.start()
+    try:
+        log.info("leader election: %s waits for the lease", elector.identity)
+        await leading
+        log.info("leader election: %s leads", elector.identity)
+        await operator(liveness_endpoint=None, ready_flag=kopf_ready)
+    finally:
+        elector.stop()
+        await runner.cleanup()
 
 
 def _webhook_token(args: argparse.Namespace, kube: Kube) -> RotatingToken:
