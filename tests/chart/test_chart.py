@@ -81,7 +81,10 @@ def test_default_render(helm: str) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "PodDisruptionBudget",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "Secret",
         "Service",
@@ -104,7 +107,7 @@ def test_default_render(helm: str) -> None:
     assert ctr["args"] == ["operator"]
     assert env["TAILPILOT_BUILDER_IMAGE"] == "ghcr.io/tailpilot/tailpilot-builder:0.1.0"
     assert ctr["image"] == "ghcr.io/tailpilot/tailpilot-operator:0.1.0"
-    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["replicas"] == 2  # a leader and a standby
 
 
 def test_crds_opt_in_and_kept(helm: str) -> None:
@@ -120,7 +123,6 @@ def test_crds_opt_in_and_kept(helm: str) -> None:
 @pytest.mark.parametrize(
     ("setting", "complaint"),
     [
-        ("replicaCount=2", "replicaCount"),
         ("logLevel=verbose", "logLevel"),
         ("crds.enabled=yes", "crds"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
@@ -143,7 +145,7 @@ def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
 
 def _secret_role(docs: list[dict[str, Any]]) -> str:
     """The one Secret the namespaced Role lets the operator's ServiceAccount `get`."""
-    (role,) = _by_kind(docs, "Role")
+    (role,) = [r for r in _by_kind(docs, "Role") if r["metadata"]["name"] == "rel-tailpilot"]
     (rule,) = role["rules"]
     assert rule == {
         "apiGroups": [""],
@@ -151,8 +153,7 @@ def _secret_role(docs: list[dict[str, Any]]) -> str:
         "resourceNames": rule["resourceNames"],
         "verbs": ["get"],
     }
-    (binding,) = _by_kind(docs, "RoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    (binding,) = [b for b in _by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == "rel-tailpilot"]
     (subject,) = binding["subjects"]
     assert subject == {"kind": "ServiceAccount", "name": "rel-tailpilot", "namespace": "tp-system"}
     (name,) = rule["resourceNames"]
@@ -182,7 +183,10 @@ def test_a_users_token_secret_is_used_and_none_generated(helm: str) -> None:
 
 def test_webhook_disabled_renders_none_of_it(helm: str) -> None:
     docs = template(helm, "webhook.enabled=false")
-    assert not _by_kind(docs, "Secret") and not _by_kind(docs, "Role") and not _by_kind(docs, "RoleBinding")
+    assert not _by_kind(docs, "Secret")
+    # The one Role left is the Lease's: nothing grants a Secret.
+    assert [r["metadata"]["name"] for r in _by_kind(docs, "Role")] == ["rel-tailpilot-leader-election"]
+    assert [b["metadata"]["name"] for b in _by_kind(docs, "RoleBinding")] == ["rel-tailpilot-leader-election"]
     assert [s["metadata"]["name"] for s in _by_kind(docs, "Service")] == ["rel-tailpilot-metrics"]
     (dep,) = _by_kind(docs, "Deployment")
     (ctr,) = dep["spec"]["template"]["spec"]["containers"]
@@ -432,3 +436,149 @@ def test_namespaces_and_verbosity_become_operator_flags(helm: str) -> None:
     (dep,) = _by_kind(template(helm, "watchNamespaces={ml,prod}", "logLevel=debug"), "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["operator", "--namespace=ml", "--namespace=prod", "--verbose"]
+
+
+# High availability: leader election, the Lease's Role, the budget and the spread -------------------
+
+
+def test_leader_election_by_default_reaches_the_operator(helm: str) -> None:
+    args, _, unread = _operator_parse(helm)
+    assert unread == set()
+    assert args.leader_election is True
+    assert args.leader_election_namespace == "tp-system" and args.leader_election_lease == "rel-tailpilot"
+    timing = args.election_timing
+    assert (timing.lease_duration_s, timing.renew_deadline_s, timing.retry_period_s) == (15, 10, 2)
+    args, _, unread = _operator_parse(
+        helm,
+        "leaderElection.leaseDuration=30",
+        "leaderElection.renewDeadline=20",
+        "leaderElection.retryPeriod=4",
+    )
+    assert unread == set()
+    timing = args.election_timing
+    assert (timing.lease_duration_s, timing.renew_deadline_s, timing.retry_period_s) == (30, 20, 4)
+
+
+def test_leader_election_deployment_rolls_and_only_the_leader_is_ready(helm: str) -> None:
+    (dep,) = _by_kind(template(helm), "Deployment")
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert dep["spec"]["strategy"] == rolling
+    pod = dep["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    # A user's affinity replaces the default spread.
+    (own,) = _by_kind(template(helm, "affinity.nodeAffinity.x=y"), "Deployment")
+    assert own["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {"x": "y"}}
+
+
+def test_the_lease_role_grants_one_lease_in_the_release_namespace(helm: str) -> None:
+    docs = template(helm)
+    (role,) = [r for r in _by_kind(docs, "Role") if r["metadata"]["name"] == "rel-tailpilot-leader-election"]
+    assert role["metadata"]["namespace"] == "tp-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["rel-tailpilot"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]
+    (binding,) = [
+        b for b in _by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-tailpilot", "namespace": "tp-system"}
+    ]
+
+
+def test_disruption_budget_keeps_one_ready_operator_and_lets_standbys_go(helm: str) -> None:
+    (pdb,) = _by_kind(template(helm), "PodDisruptionBudget")
+    (dep,) = _by_kind(template(helm), "Deployment")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert not _by_kind(template(helm, "podDisruptionBudget.enabled=false"), "PodDisruptionBudget")
+    # One replica: a budget of one would forbid every eviction.
+    assert not _by_kind(template(helm, "replicaCount=1"), "PodDisruptionBudget")
+
+
+def test_without_leader_election_one_replica_recreated_and_no_lease(helm: str) -> None:
+    docs = template(helm, "leaderElection.enabled=false", "replicaCount=1")
+    (dep,) = _by_kind(docs, "Deployment")
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert not [r for r in _by_kind(docs, "Role") if "leader" in r["metadata"]["name"]]
+    args, _, unread = _operator_parse(helm, "leaderElection.enabled=false", "replicaCount=1")
+    assert unread == set() and args.leader_election is False
+
+
+@pytest.mark.parametrize(
+    ("sets", "complaint"),
+    [
+        (("leaderElection.enabled=false",), "replicaCount"),  # the default 2, without an election
+        (("leaderElection.enabled=false", "replicaCount=3"), "replicaCount"),
+        (("leaderElection.renewDeadline=15",), "leaseDuration > renewDeadline"),
+        (("leaderElection.retryPeriod=9",), "1.2 x retryPeriod"),
+        (("leaderElection.leaseDuration=1.5",), "leaseDuration"),
+    ],
+)
+def test_replicas_without_an_election_and_unsafe_timings_are_refused(
+    helm: str, sets: tuple[str, ...], complaint: str
+) -> None:
+    out = _run(helm, "template", "rel", str(CHART), *[a for s in sets for a in ("--set", s)])
+    assert out.returncode != 0
+    assert complaint in out.stderr, out.stderr
+
+
+# RBAC scoped to the watched namespaces -------------------------------------------------------------
+
+CLUSTERWIDE_RULES = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("", "nodes"): {"list"},
+    ("", "pods"): {"list"},
+}
+
+
+def test_all_namespaces_bind_the_cluster_role_cluster_wide(helm: str) -> None:
+    docs = template(helm)
+    (binding,) = _by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "rel-tailpilot"
+    assert not [b for b in _by_kind(docs, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
+
+
+def test_watched_namespaces_bind_the_namespaced_rules_there_only(helm: str) -> None:
+    docs = template(helm, "watchNamespaces={ml,prod}")
+    roles = {r["metadata"]["name"]: r for r in _by_kind(docs, "ClusterRole")}
+    assert set(roles) == {"rel-tailpilot", "rel-tailpilot-clusterwide"}
+    # Cluster-wide: what no namespace holds, read-only, and listing pods (free GPUs per node).
+    (binding,) = _by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "rel-tailpilot-clusterwide",
+    }
+    clusterwide = roles["rel-tailpilot-clusterwide"]
+    assert _grants(clusterwide) == CLUSTERWIDE_RULES
+    assert not {"create", "update", "patch", "delete"} & set().union(*CLUSTERWIDE_RULES.values())
+    text = (CHART / "templates" / "clusterwide-clusterrole.yaml").read_text()
+    rules = text.split("rules:", 1)[1]
+    assert rules.count("- apiGroups:") == rules.count("  # ") == len(clusterwide["rules"])
+    # Namespaced: the operator's ClusterRole, bound in each watched namespace by a RoleBinding.
+    watched = [b for b in _by_kind(docs, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
+    assert sorted(b["metadata"]["namespace"] for b in watched) == ["ml", "prod"]
+    for b in watched:
+        assert b["roleRef"]["name"] == "rel-tailpilot"
+        assert b["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rel-tailpilot", "namespace": "tp-system"}
+        ]
+    # The release namespace may be watched too: no two RoleBindings of one name there.
+    both = template(helm, "watchNamespaces={tp-system}")
+    names = [(b["metadata"]["namespace"], b["metadata"]["name"]) for b in _by_kind(both, "RoleBinding")]
+    assert len(names) == len(set(names)), names
