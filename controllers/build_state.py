@@ -15,9 +15,21 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from tailpilot.api.engine import BuildOutcome, BuildResult, ProfileResult, ProfileSummary
+from tailpilot.api import constants as c
+from tailpilot.api.engine import (
+    TERMINATION_MESSAGE_LIMIT_BYTES,
+    BuildOutcome,
+    BuildResult,
+    ProfileResult,
+    ProfileSummary,
+    TensorSpec,
+)
+from tailpilot.api.v1alpha1 import MAX_TENSORS, TensorOverride
 
-_CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+#: A reason the operator copies onto a condition (CamelCase, within the condition's 128 characters).
+_CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]{0,127}$")
+#: How much of an unreadable termination message a condition quotes.
+_QUOTED_CHARS = 200
 
 
 #: The result an engine Job reports: a BuildResult or a ProfileResult.
@@ -61,10 +73,12 @@ class _JobKind(Generic[R]):
     container: str
     noun: str
     failed_reason: str
+    #: A termination message that is there but is not a result (cut, or not JSON of its shape).
+    unreadable_reason: str
 
 
-_BUILD = _JobKind(BuildResult, "build", "build", "EngineBuildFailed")
-_PROFILE = _JobKind(ProfileResult, "profile", "profile", "ProfileFailed")
+_BUILD = _JobKind(BuildResult, "build", "build", "EngineBuildFailed", c.REASON_BUILD_RESULT_UNREADABLE)
+_PROFILE = _JobKind(ProfileResult, "profile", "profile", "ProfileFailed", c.REASON_PROFILE_RESULT_UNREADABLE)
 
 
 def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -100,6 +114,48 @@ def _parse(message: str | None, result_type: type[R]) -> R | None:
         return None
 
 
+def _unreadable(message: str | None, kind: _JobKind[R]) -> str:
+    """Why a termination message that is not a result cannot be read ("" when absent or readable)."""
+    if not message or _parse(message, kind.result_type) is not None:
+        return ""
+    size = len(message.encode())
+    cut = (
+        f", cut at the kubelet's {TERMINATION_MESSAGE_LIMIT_BYTES}-byte limit"
+        if size >= TERMINATION_MESSAGE_LIMIT_BYTES - 4  # a cut may drop a split character's bytes
+        else ""
+    )
+    quoted = message[:_QUOTED_CHARS] + ("..." if len(message) > _QUOTED_CHARS else "")
+    return (
+        f"the {kind.noun} container's termination message is not a {kind.result_type.__name__} "
+        f"({size} bytes{cut}): {quoted!r}"
+    )
+
+
+def unservable_tensors(result: BuildResult) -> str:
+    """Why status.engine cannot hold the engine's inputs and outputs ("" when it can).
+
+    The serving pods' config is rendered from status.engine, so an engine whose tensors would be
+    cut to fit it (more than MAX_TENSORS, a name or a rank past TensorOverride's bounds) cannot be
+    served as built: a failure, named, rather than a status write the API server refuses on every pass.
+    """
+    problems = []
+    for what, tensors in (("inputs", result.inputs), ("outputs", result.outputs)):
+        if len(tensors) > MAX_TENSORS:
+            problems.append(f"{len(tensors)} {what} (at most {MAX_TENSORS})")
+        problems += [
+            f"{what[:-1]} {t.name[:64]!r}: {p}" for t in tensors[:MAX_TENSORS] if (p := _tensor_problem(t))
+        ]
+    return "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+
+
+def _tensor_problem(tensor: TensorSpec) -> str:
+    try:
+        TensorOverride.model_validate(tensor.model_dump(by_alias=True))
+    except ValidationError as error:
+        return ", ".join(f"{'.'.join(map(str, e['loc']))} {e['msg'].lower()}" for e in error.errors())
+    return ""
+
+
 def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
 
@@ -121,12 +177,27 @@ def _assess(job: dict[str, Any] | None, pods: list[dict[str, Any]], kind: _JobKi
     failed_pods = sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed")
     last = _newest(finished)
     last_terminated = _terminated(last, kind.container) if last else None
-    result = _parse(last_terminated.get("message"), kind.result_type) if last_terminated else None
+    message = last_terminated.get("message") if last_terminated else None
+    result = _parse(message, kind.result_type)
+    unreadable = _unreadable(message, kind)
     running_pod = _newest(pods)
     node = (running_pod or {}).get("spec", {}).get("nodeName") or ""
 
     complete = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
     if complete:
+        tensors = unservable_tensors(result) if isinstance(result, BuildResult) else ""
+        if unreadable or tensors:
+            return JobState(
+                BuildPhase.FAILED,
+                None if unreadable else result,
+                kind.unreadable_reason if unreadable else c.REASON_ENGINE_TENSORS_TOO_LARGE,
+                unreadable
+                or f"the engine's inputs and outputs do not fit status.engine, which its pods are "
+                f"configured from: {tensors}",
+                failed_pods,
+                node,
+                complete.get("lastTransitionTime"),
+            )
         if result is None or result.outcome is not BuildOutcome.SUCCEEDED:
             return JobState(
                 BuildPhase.FAILED,
@@ -142,14 +213,18 @@ def _assess(job: dict[str, Any] | None, pods: list[dict[str, Any]], kind: _JobKi
             BuildPhase.SUCCEEDED, result, node=node, finished_at=complete.get("lastTransitionTime")
         )
 
-    reason, message = _failure_text(result, last_terminated, kind)
+    reason, text = _failure_text(result, last_terminated, kind)
+    if unreadable and (message or "").lstrip().startswith("{"):
+        # A result that was cut or malformed: say so, not the broken JSON as if it were the reason
+        # (a plain-text message, e.g. a crash's, stays the failure's own words below).
+        reason, text = kind.unreadable_reason, unreadable
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     if failed:
         return JobState(
             BuildPhase.FAILED,
             result,
             reason or failed.get("reason", f"{kind.noun.capitalize()}JobFailed"),
-            message or failed.get("message", f"the {kind.noun} Job failed"),
+            text or failed.get("message", f"the {kind.noun} Job failed"),
             failed_pods,
             node,
             failed.get("lastTransitionTime"),
@@ -159,7 +234,7 @@ def _assess(job: dict[str, Any] | None, pods: list[dict[str, Any]], kind: _JobKi
         BuildPhase.RUNNING,
         result,
         reason,
-        message,
+        text,
         failed_pods,
         node,
         waiting=_waiting_reason(running_pod, kind.noun),

@@ -94,6 +94,7 @@ from tailpilot.controllers.status import (
     comparison_status,
     decode_status,
     engine_status,
+    fit_status,
     replicas_in_force,
     served_result,
     service_time_of,
@@ -1428,7 +1429,22 @@ class Reconciler:
                 "observed_generation": generation,
             }
         )
-        if new_status == decode_status(body.get("status")):
+        # Cut to the CRD's limits before comparing: the stored status is the cut one, and an uncut
+        # status would differ from it on every pass.
+        fitted = fit_status(new_status)
+        if fitted.status == decode_status(body.get("status")):
             return False
-        self.kube.patch_status(body, status_patch(body.get("status"), new_status))
+        self.kube.patch_status(body, status_patch(body.get("status"), fitted.status))
+        if fitted.cuts:
+            cut = "; ".join(fitted.cuts)
+            post_events(
+                self.kube,
+                body,
+                [
+                    EventRecord(
+                        "Warning", c.REASON_STATUS_CUT, f"status fields cut to the CRD's limits: {cut}"
+                    )
+                ],
+                now=utc_now(self.clock),
+            )
         return True

@@ -13,11 +13,13 @@ import copy
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
+import annotated_types
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
 from tailpilot.api.engine import (
@@ -31,7 +33,6 @@ from tailpilot.api.engine import (
 )
 from tailpilot.api.v1alpha1 import (
     MAX_DECISION_HISTORY,
-    AccuracyStatus,
     BatchingMode,
     BatchingStatus,
     BatchSizeStatus,
@@ -57,6 +58,8 @@ log = logging.getLogger("tailpilot.status")
 
 #: The longest message a status field takes (the CRD's maxLength).
 MAX_MESSAGE = 4096
+#: What ends a string `fit_status` cut to its field's maxLength.
+CUT_MARKER = " [...cut]"
 
 
 # ---- the codec -----------------------------------------------------------------------------------
@@ -103,15 +106,87 @@ def encode_status(status: InferenceServiceStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+@dataclass(frozen=True)
+class FittedStatus:
+    """A status cut to the CRD's schema, and what was cut (empty: it fitted as it was)."""
+
+    status: InferenceServiceStatus
+    #: One entry per cut, e.g. "build.message (5012 characters, at most 4096)".
+    cuts: tuple[str, ...] = ()
+
+
+def fit_status(status: InferenceServiceStatus) -> FittedStatus:
+    """`status` with every string and list within its field's maxLength / maxItems.
+
+    The API server refuses a whole status patch for one field past its schema, and the operator
+    would send the same patch on every pass, for ever: a build's message, a termination message
+    quoted in it, a model's tensors are not the operator's to bound. `model_copy(update=...)` does
+    not validate, so the bounds are applied here, at the one place every status write passes
+    (`status_patch`). A cut string keeps its start and ends with CUT_MARKER (strings with a pattern,
+    reasons, are cut short without it); a long list keeps its first items.
+    """
+    document = encode_status(status)
+    cuts: list[str] = []
+    _fit_object(document, InferenceServiceStatus, "", cuts)
+    if not cuts:
+        return FittedStatus(status)
+    return FittedStatus(InferenceServiceStatus.model_validate(document), tuple(cuts))
+
+
+def _max_length(field: FieldInfo) -> int | None:
+    return next((m.max_length for m in field.metadata if isinstance(m, annotated_types.MaxLen)), None)
+
+
+def _has_pattern(field: FieldInfo) -> bool:
+    return any(getattr(m, "pattern", None) for m in field.metadata)
+
+
+def _fit_object(document: dict[str, Any], model: type[BaseModel], path: str, cuts: list[str]) -> None:
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = document.get(key)
+        where = f"{path}{key}"
+        limit = _max_length(field)
+        if isinstance(value, str) and limit is not None and len(value) > limit:
+            marker = "" if _has_pattern(field) or limit <= 2 * len(CUT_MARKER) else CUT_MARKER
+            document[key] = value[: limit - len(marker)] + marker
+            cuts.append(f"{where} ({len(value)} characters, at most {limit})")
+        elif isinstance(value, list):
+            if limit is not None and len(value) > limit:
+                cuts.append(f"{where} ({len(value)} items, at most {limit})")
+                document[key] = value = value[:limit]
+            item_model = _item_model(field.annotation)
+            if item_model is not None:
+                for i, item in enumerate(value):
+                    if isinstance(item, dict):
+                        _fit_object(item, item_model, f"{where}[{i}].", cuts)
+        elif isinstance(value, dict):
+            section = _model_of(field.annotation)
+            if section is not None:
+                _fit_object(value, section, f"{where}.", cuts)
+
+
+def _item_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a list field's items are (`list[Model]`, `list[Model] | None`), if any."""
+    for arg in get_args(annotation):
+        found = _model_of(arg) or _item_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def status_patch(live: Mapping[str, Any] | None, status: InferenceServiceStatus) -> dict[str, Any]:
-    """The JSON merge patch that makes the live status `status`.
+    """The JSON merge patch that makes the live status `status` (fitted to the schema first).
 
     A merge patch leaves alone what it does not name, at every level, so a field `status` no
     longer has (the profile of the engine served before, a learned value reset) is named with
     null, in the status and in its sections; fields this operator does not know (a newer one's)
     are left as they are.
     """
-    patch = encode_status(status)
+    fitted = fit_status(status)
+    if fitted.cuts:
+        log.warning("status cut to the CRD's limits: %s", "; ".join(fitted.cuts))
+    patch = encode_status(fitted.status)
     _null_gone(patch, live or {}, InferenceServiceStatus)
     return patch
 
@@ -176,20 +251,27 @@ def _tensor(override: TensorOverride) -> TensorSpec:
 
 
 def engine_status(result: BuildResult, *, request_key: str, built_at: datetime | None) -> EngineStatus:
-    """status.engine for a successful build."""
-    return EngineStatus(
-        key=result.engine_key,
-        request_key=request_key,
-        artifact=result.artifact,
-        built_at=built_at,
-        triton_backend=result.triton_backend,
-        cache_hit=result.cache_hit,
-        inputs=[TensorOverride.model_validate(t.model_dump(by_alias=True)) for t in result.inputs],
-        outputs=[TensorOverride.model_validate(t.model_dump(by_alias=True)) for t in result.outputs],
-        accuracy=AccuracyStatus.model_validate(result.accuracy.model_dump(by_alias=True))
-        if result.accuracy
-        else None,
-    )
+    """status.engine for a successful build, its strings cut to the schema (an accuracy note...).
+
+    The tensors are not cut: the pods' config is rendered from them, so a build whose tensors do
+    not fit is failed before this (`build_state.unservable_tensors`).
+    """
+    document: dict[str, Any] = {
+        "key": result.engine_key,
+        "requestKey": request_key,
+        "artifact": result.artifact,
+        "builtAt": built_at,
+        "tritonBackend": result.triton_backend,
+        "cacheHit": result.cache_hit,
+        "inputs": [t.model_dump(by_alias=True) for t in result.inputs],
+        "outputs": [t.model_dump(by_alias=True) for t in result.outputs],
+        "accuracy": result.accuracy.model_dump(by_alias=True) if result.accuracy else None,
+    }
+    cuts: list[str] = []
+    _fit_object(document, EngineStatus, "engine.", cuts)
+    if cuts:
+        log.warning("build result cut to the CRD's limits: %s", "; ".join(cuts))
+    return EngineStatus.model_validate(document)
 
 
 def engine_profile(status: InferenceServiceStatus, *, max_batch_size: int) -> EngineProfile | None:
@@ -369,6 +451,7 @@ def batch_sizes_status(observation: Observation) -> list[BatchSizeStatus] | None
             max_size=size.max_size,
             executions=size.executions,
             request_share=round(size.request_share, 3),
+            compute_ms=None if size.compute_ms is None else round(size.compute_ms, 3),
         )
         for size in bounded(sizes)
     ]
@@ -400,6 +483,7 @@ def learned_status(learned: Learned, fit: ServiceFit | None = None) -> LearnedSt
         model_correction_light_load=round(learned.correction_light, 3),
         model_correction_heavy_load=round(learned.correction_heavy, 3),
         service_time_scale=round(learned.service_scale, 3),
+        service_time_slope_scale=round(learned.slope_scale, 3),
         replica_startup_seconds=None if startup is None else round(startup, 1),
         service_time=None
         if fit is None
@@ -462,6 +546,7 @@ def restore_learned(state: PolicyState, learned: LearnedStatus | None) -> Policy
             correction_light=either(learned.model_correction_light_load, start.correction_light),
             correction_heavy=either(learned.model_correction_heavy_load, start.correction_heavy),
             service_scale=either(learned.service_time_scale, start.service_scale),
+            slope_scale=either(learned.service_time_slope_scale, start.slope_scale),
             replica_startup_s=(
                 start.replica_startup_s
                 if learned.replica_startup_seconds is None

@@ -145,6 +145,17 @@ EVENT_CANARY_STARTED: Final = "CanaryStarted"
 EVENT_CANARY_STOPPED: Final = "CanaryStopped"
 #: RolloutReady False, a Warning Event: an object this service does not control has a child's name.
 REASON_CHILD_NAME_TAKEN: Final = "ChildNameTaken"
+#: A status write had fields past the CRD's maxLength / maxItems: cut to fit (the Event names them).
+REASON_STATUS_CUT: Final = "StatusCut"
+#: An engine Job's container left a termination message that is not its result (cut at the
+#: kubelet's 4096 bytes, or not JSON of the result's shape).
+REASON_BUILD_RESULT_UNREADABLE: Final = "BuildResultUnreadable"
+REASON_PROFILE_RESULT_UNREADABLE: Final = "ProfileResultUnreadable"
+#: The built engine's inputs or outputs exceed what status.engine holds (count, name length, rank),
+#: and the serving config is rendered from status.engine: it cannot be served.
+REASON_ENGINE_TENSORS_TOO_LARGE: Final = "EngineTensorsTooLarge"
+#: The engine store's volume is full: the build published nothing (`tailpilot build`).
+REASON_ENGINE_STORE_FULL: Final = "EngineStoreFull"
 #: Annotation naming a new engine (its key or first 12 characters) to serve despite a regression.
 ANNOTATION_ACCEPT_ENGINE: Final = f"{GROUP}/accept-engine"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.
@@ -171,6 +182,11 @@ TERMINAL_BUILD_REASONS: Final = frozenset(
         "UnsupportedPrecision",
         "UnsupportedServingVariant",
         "InvalidBuildRequest",
+        # A result that cannot be read or served: a repeat finds the same engine in the store and
+        # reports it the same way.
+        REASON_BUILD_RESULT_UNREADABLE,
+        REASON_ENGINE_TENSORS_TOO_LARGE,
+        "BuildResultTooLarge",
     }
 )
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"

@@ -299,8 +299,41 @@ class BuildResult(_Frozen):
     accuracy: AccuracyReport | None = None
 
     def to_termination_message(self) -> str:
-        """Serialize within the kubelet's termination-message limit."""
-        return _within_limit(self.model_dump_json(by_alias=True, exclude_none=True))
+        """Serialize within the kubelet's termination-message limit, always as whole JSON.
+
+        The kubelet cuts a longer message at the limit, mid-string, and the operator could read
+        nothing of it. A long `message` is cut first (its end marked); a result still too long (an
+        engine with very many or very long tensor names) becomes a failed one saying so
+        (`BuildResultTooLarge`): the engine is in the store, but the operator cannot learn its
+        tensors from this result.
+        """
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        over = len(text.encode()) - TERMINATION_MESSAGE_LIMIT_BYTES
+        if over <= 0:
+            return text
+        if self.message:
+            # JSON escapes can make a character cost up to 6 bytes; cut generously, then check.
+            keep = max(0, len(self.message) - over - len(_CUT_MARKER) - 16)
+            shorter = self.model_copy(update={"message": self.message[:keep] + _CUT_MARKER})
+            text = shorter.model_dump_json(by_alias=True, exclude_none=True)
+            if len(text.encode()) <= TERMINATION_MESSAGE_LIMIT_BYTES:
+                return text
+        too_large = BuildResult(
+            outcome=BuildOutcome.FAILED,
+            engine_key=self.engine_key,
+            reason="BuildResultTooLarge",
+            message=(
+                f"the build's result ({len(self.inputs)} inputs, {len(self.outputs)} outputs) does not fit "
+                f"the {TERMINATION_MESSAGE_LIMIT_BYTES}-byte termination message the operator reads; "
+                f"engine {self.engine_key[:12]} is in the store but cannot be served: a model with fewer "
+                "or shorter-named inputs and outputs is needed"
+            ),
+        )
+        return _within_limit(too_large.model_dump_json(by_alias=True, exclude_none=True))
+
+
+#: Ends a message cut to fit the termination message.
+_CUT_MARKER = " [...cut]"
 
 
 def _within_limit(text: str) -> str:
