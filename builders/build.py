@@ -1,13 +1,13 @@
 """One engine build, from a BuildRequest to a published engine and a BuildResult.
 
-Steps: check the request (fail fast, before any download) -> answer from the
-index when the model bytes are pinned -> fetch + hash -> verify the ONNX model
-and the request's shapes -> engine key -> answer from the store when present
--> build into a staging directory -> the engine's outputs against the FP32
-reference (`accuracy.py`) -> config.pbtxt -> manifest -> publish atomically ->
-record the index -> the accuracy guard (an engine outside the request's
-tolerance is published, with its figures, but refused: a repeat is a cache hit
-judged again, so a looser tolerance needs no rebuild). Measuring the engine is not the build's job:
+Steps: check the request (fail fast, before any download) -> the store's garbage collection
+(`store.py`: killed builds' staging; unused engines when the operator passes the keys in use) ->
+answer from the index when the model bytes are pinned -> fetch + hash -> verify the ONNX model and
+the request's shapes -> engine key -> answer from the store when present -> build into a staging
+directory -> the engine's outputs against the FP32 reference (`accuracy.py`) -> config.pbtxt ->
+manifest -> publish atomically -> record the index -> the accuracy guard (an engine outside the
+request's tolerance is published, with its figures, but refused: a repeat is a cache hit judged
+again, so a looser tolerance needs no rebuild). Measuring the engine is not the build's job:
 the profile Job does it in the service's own Triton (`profile_job.py`).
 
 Failures raise `BuildError` (reason + message) inside; `run_build` turns them
@@ -26,19 +26,36 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tailpilot.api.engine import BUILDER_VERSION, AccuracyReport, BuildOutcome, BuildRequest, BuildResult
+from tailpilot.api.engine import (
+    BUILDER_VERSION,
+    AccuracyReport,
+    BuildOutcome,
+    BuildRequest,
+    BuildResult,
+    StoreGcReport,
+)
 from tailpilot.builders import tensorrt
 from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
 from tailpilot.builders.errors import (
     ACCURACY_OUT_OF_TOLERANCE,
     CALIBRATION_REQUIRED,
+    ENGINE_STORE_FULL,
     UNSUPPORTED_PRECISION,
     UNSUPPORTED_SERVING_VARIANT,
     UNSUPPORTED_TARGET,
     BuildError,
 )
 from tailpilot.builders.fetch import Fetched, FetchOptions, fetch
-from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest, EngineStore, write_atomic
+from tailpilot.builders.store import (
+    GC_RETENTION_S,
+    MANIFEST,
+    REPOSITORY,
+    EngineManifest,
+    EngineStore,
+    is_out_of_space,
+    out_of_space_message,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     from tailpilot.builders.model_info import ModelInfo
@@ -58,6 +75,19 @@ class BuildSettings:
     trtexec: str | None = None
     #: nvidia-smi name of the GPU the build runs on, None without a GPU.
     gpu_name: str | None = None
+    #: The store's garbage collection before the build; None: none (a local `tailpilot build`).
+    gc: StoreGcPolicy | None = None
+
+
+@dataclass(frozen=True)
+class StoreGcPolicy:
+    """What the operator tells a build Job about the store's garbage collection (`EngineStore.collect`)."""
+
+    #: Engine keys some service's status names in the store's namespace: never removed.
+    keep: frozenset[str] = frozenset()
+    retention_s: float = GC_RETENTION_S
+    #: Bytes the engines may take before the least recently used unreferenced ones go; None: no budget.
+    budget_bytes: int | None = None
 
 
 def triton_backend_for(request: BuildRequest) -> str:
@@ -137,15 +167,45 @@ def run_build(request: BuildRequest, settings: BuildSettings, *, progress: Progr
 def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Progress) -> BuildResult:
     """Build (or find) the engine; see the module docstring for the steps.
 
+    A full store (or scratch space) while writing is `EngineStoreFull`: the staging directory is
+    removed as on any failure, so nothing half-written is published, and the operator backs the
+    build off (the engine serving, if any, keeps serving).
+
     Raises:
         BuildError: On any failure the user can act on.
     """
-    started = time.monotonic()
     check_request(request, settings)
     store = EngineStore(request.store)
+    try:
+        gc = _collect(store, settings, progress)
+        result = _build_engine(request, settings, store, progress=progress)
+    except OSError as exc:
+        if not is_out_of_space(exc):
+            raise
+        raise BuildError(ENGINE_STORE_FULL, out_of_space_message(store.root, exc)) from exc
+    return result.model_copy(update={"store_gc": gc})
+
+
+def _collect(store: EngineStore, settings: BuildSettings, progress: Progress) -> StoreGcReport | None:
+    """Collect killed builds' staging, then (when the operator asked) unused engines; log both."""
     abandoned = store.collect_staging()
     if abandoned:
         progress(f"removed the staging of {len(abandoned)} killed build(s): {', '.join(abandoned)}")
+    if settings.gc is None:
+        return None
+    collection = store.collect(
+        keep=settings.gc.keep, retention_s=settings.gc.retention_s, budget_bytes=settings.gc.budget_bytes
+    )
+    progress(collection.describe())
+    return StoreGcReport(
+        removed=len(collection.removed), freed_bytes=collection.freed_bytes, kept_bytes=collection.kept_bytes
+    )
+
+
+def _build_engine(
+    request: BuildRequest, settings: BuildSettings, store: EngineStore, *, progress: Progress
+) -> BuildResult:
+    started = time.monotonic()
     versions = library_versions(request, settings)
     idx = index_key(request, versions)
     if index_is_trusted(request):
@@ -240,6 +300,7 @@ def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Pr
         write_atomic(engine_dir / MANIFEST, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
         progress(f"engine built in {build_seconds:.2f} s ({method}): {model_dir.name}")
         final = store.publish(engine_dir, key)
+    store.touch(key)
     store.record_index(idx, key)
     progress(f"engine {key} published at {final}")
     _judge_accuracy(request, accuracy)
@@ -317,6 +378,8 @@ def _intact(store: EngineStore, key: str, progress: Progress) -> bool:
 
 
 def _finish_cached(store: EngineStore, key: str, request: BuildRequest) -> BuildResult:
+    # A hit is a use: the engine is about to serve a service whose status does not name it yet.
+    store.touch(key)
     engine_dir = store.engine_dir(key)
     manifest = store.read_manifest(key)
     _judge_accuracy(request, manifest.accuracy)

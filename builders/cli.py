@@ -84,6 +84,20 @@ def build_main(argv: list[str]) -> int:
         "--ca-bundle", default=os.environ.get("TAILPILOT_CA_BUNDLE"), help="PEM CA bundle for https"
     )
     parser.add_argument("--pvc-root", default=os.environ.get("TAILPILOT_PVC_ROOT", "/mnt/pvc"))
+    parser.add_argument(
+        "--store-gc",
+        action="store_true",
+        help="collect unused engines before building (the build Job passes the keys in use)",
+    )
+    parser.add_argument(
+        "--keep-engines", default="", help="comma-separated engine keys in use: never collected"
+    )
+    parser.add_argument(
+        "--gc-retention-hours", type=float, default=30 * 24.0, help="collect unused engines idle longer"
+    )
+    parser.add_argument(
+        "--gc-budget-bytes", type=int, default=None, help="collect LRU unused engines while over this size"
+    )
     args = parser.parse_args(argv)
     try:
         request = BuildRequest.model_validate_json(_request_text(args.request))
@@ -95,13 +109,20 @@ def build_main(argv: list[str]) -> int:
         return 2
     # Heavy imports (onnx, onnxruntime) only once the request is known to be valid.
     from tailpilot.builders import tensorrt
-    from tailpilot.builders.build import BuildSettings, run_build
+    from tailpilot.builders.build import BuildSettings, StoreGcPolicy, run_build
     from tailpilot.builders.fetch import FetchOptions
 
     settings = BuildSettings(
         fetch=FetchOptions(pvc_root=Path(args.pvc_root), ca_bundle=args.ca_bundle),
         trtexec=tensorrt.find_trtexec(),
         gpu_name=tensorrt.detect_gpu_name(),
+        gc=StoreGcPolicy(
+            keep=frozenset(k for k in args.keep_engines.split(",") if k),
+            retention_s=args.gc_retention_hours * 3600.0,
+            budget_bytes=args.gc_budget_bytes,
+        )
+        if args.store_gc
+        else None,
     )
     try:
         result = run_build(request, settings, progress=_progress)

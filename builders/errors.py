@@ -40,6 +40,11 @@ ACCURACY_OUT_OF_TOLERANCE = "AccuracyOutOfTolerance"
 INVALID_PROFILE_REQUEST = "InvalidProfileRequest"
 #: The engine a profile Job was asked to measure is not in the store.
 ENGINE_NOT_FOUND = "EngineNotFound"
+#: A successful build's result (its tensors) does not fit the termination message the operator reads.
+BUILD_RESULT_TOO_LARGE = "BuildResultTooLarge"
+#: The engine store's volume (or the build's scratch space) ran out of space while the build wrote;
+#: nothing was published. Retried with back-off: a later build's GC, or an administrator, can free it.
+ENGINE_STORE_FULL = "EngineStoreFull"
 
 
 class BuildError(Exception):

@@ -27,6 +27,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urljoin, urlparse
 
 from tailpilot.builders.errors import (
+    ENGINE_STORE_FULL,
     MODEL_CHECKSUM_MISMATCH,
     MODEL_CHECKSUM_REQUIRED,
     MODEL_TOO_LARGE,
@@ -34,6 +35,7 @@ from tailpilot.builders.errors import (
     UNSUPPORTED_URI,
     BuildError,
 )
+from tailpilot.builders.store import is_out_of_space, out_of_space_message
 
 _CHUNK = 1 << 20
 #: Largest file a build fetches: an ONNX model is one protobuf, which cannot exceed 2 GiB; twice that
@@ -120,7 +122,13 @@ def _write_hashed(
         if size > max_bytes:
             raise BuildError(MODEL_TOO_LARGE, f"{what} is larger than {max_bytes} bytes: refused")
         h.update(chunk)
-        out.write(chunk)
+        try:
+            out.write(chunk)
+        except OSError as exc:
+            # Said here, where it happens: the s3 path takes every other error as "unreachable".
+            if is_out_of_space(exc):
+                raise BuildError(ENGINE_STORE_FULL, out_of_space_message(Path(out.name).parent, exc)) from exc
+            raise
     return h.hexdigest(), size
 
 

@@ -15,18 +15,46 @@ Publishing writes everything into `tmp/`, fsyncs files and directories, then
 renames the directory to `engines/<key>` (atomic on one filesystem). A crashed
 build leaves only a `tmp/` directory, which no reader looks at. An engine is
 complete exactly when `engines/<key>/manifest.json` exists.
+
+Garbage collection (`collect`, run by every build before it fetches anything):
+
+- What "used" means. An engine is used while a service serves it, is profiled or
+  is a candidate (its key is on some InferenceService's status), and when a build
+  publishes it or finds it (a cache hit); serving pods copy it from the store when
+  they start, so an engine a service serves must stay for as long as it serves:
+  the next pod of that service reads it, maybe months after its build. A
+  last-used marker alone cannot know that (nothing touches the engine while it
+  serves), so the operator tells the build the keys on its namespace's services'
+  statuses (`keep`), and those are never removed, whatever their age or the
+  size budget.
+- The marker (`engines/<key>/.last-used`, its mtime) covers the rest: the
+  engine a build has just published or found, which the service's status names
+  only once the operator reads the build's result, and what a build Job created
+  before it was published could not be told. Nothing idle for less than
+  `min_idle_s` (6 hours: far past a build Job's deadline, pending time
+  included) is removed, so an engine between its build and the status that
+  names it is safe from every other build's GC.
+- Retention: an unreferenced engine idle for longer than `retention_s` is
+  removed. Size budget: while the engines take more than `budget_bytes`,
+  unreferenced engines idle past `min_idle_s` go, least recently used first. An
+  engine is taken out as `discard` does (renamed into `tmp/`, then deleted), so
+  no reader finds half of one; an index entry is dropped with its engine.
+- What GC removed, and the bytes freed, go to the build's log and its result.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Collection as Keys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +70,31 @@ REPOSITORY = "repository"
 #: longest build (a TensorRT build of a large model takes tens of minutes; its directory's mtime
 #: moves whenever a file is added to it).
 STALE_STAGING_S = 6 * 3600.0
+#: A volume with less than this share free is full, for a build that failed writing to it.
+FULL_FREE_FRACTION = 0.01
+#: The engine's last-used marker: its mtime is when a build last published or found the engine.
+LAST_USED = ".last-used"
+#: An engine idle for less than this is never collected (see the module docstring).
+GC_MIN_IDLE_S = 6 * 3600.0
+#: An unreferenced engine idle for longer than this is collected (the operator's default).
+GC_RETENTION_S = 30 * 86400.0
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What one garbage collection removed, and what the store holds after it."""
+
+    removed: tuple[str, ...] = ()
+    freed_bytes: int = 0
+    kept_bytes: int = 0
+
+    def describe(self) -> str:
+        """One line for the build's log."""
+        removed = ", ".join(k[:12] for k in self.removed) or "nothing"
+        return (
+            f"store GC removed {len(self.removed)} engine(s) ({removed}), freeing {self.freed_bytes} "
+            f"bytes; {self.kept_bytes} bytes of engines kept"
+        )
 
 
 class EngineManifest(BaseModel):
@@ -117,6 +170,26 @@ def write_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+def is_out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` is the filesystem saying it is full (no space, or a quota reached)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space_message(root: Path, exc: OSError) -> str:
+    """The EngineStoreFull message: where the write failed and what the store's volume has left."""
+    where = f" writing {exc.filename}" if exc.filename else ""
+    try:
+        usage = shutil.disk_usage(root)
+        figures = f"{usage.free} of {usage.total} bytes free on the store's volume"
+    except OSError:
+        figures = "the store's volume could not be measured"
+    return (
+        f"no space left{where} ({exc.strerror or exc}; {figures}); nothing was published and the engine "
+        "serving, if any, keeps serving. Free space on the engine store (older engines go by the store's "
+        "retention and size budget) or give it a larger volume; the build is retried with back-off"
+    )
+
+
 class EngineStore:
     """An engine store rooted at a directory."""
 
@@ -179,9 +252,9 @@ class EngineStore:
         return None
 
     def discard(self, key: str) -> None:
-        """Take a damaged engine out of the store (renamed into `tmp/` first, so no reader finds half)."""
+        """Take an engine out of the store (renamed into `tmp/` first, so no reader finds half)."""
         self.tmp.mkdir(parents=True, exist_ok=True)
-        aside = Path(tempfile.mkdtemp(prefix=f"damaged-{key[:12]}-", dir=self.tmp))
+        aside = Path(tempfile.mkdtemp(prefix=f"removed-{key[:12]}-", dir=self.tmp))
         try:
             os.rename(self.engine_dir(key), aside / "engine")
         except FileNotFoundError:
@@ -215,13 +288,31 @@ class EngineStore:
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:
-        """Yield a fresh directory under `tmp/` for one build; removed afterwards (published or not)."""
+        """Yield a fresh directory under `tmp/` for one build; removed afterwards (published or not).
+
+        A build that fails while the store's volume is full fails for that, whatever its tools said
+        (ONNX Runtime reports a failed write as "Protobuf serialization failed"): the failure is
+        raised as ENOSPC, checked here, before the staging directory is removed and frees the space.
+        """
         self.tmp.mkdir(parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix="build-", dir=self.tmp))
         try:
             yield path
+        except Exception as exc:
+            if not is_out_of_space(exc) and self.nearly_full():
+                full = f"the store's volume is full ({type(exc).__name__}: {exc})"
+                raise OSError(errno.ENOSPC, full) from exc
+            raise
         finally:
             shutil.rmtree(path, ignore_errors=True)
+
+    def nearly_full(self) -> bool:
+        """Whether the store's volume has less than FULL_FREE_FRACTION of it free."""
+        try:
+            usage = shutil.disk_usage(self.root)
+        except OSError:
+            return False
+        return usage.free < usage.total * FULL_FREE_FRACTION
 
     def publish(self, staged: Path, key: str) -> Path:
         """Atomically move a fully written engine directory into place; return its final path.
@@ -242,6 +333,77 @@ class EngineStore:
             raise
         _fsync_dir(self.engines)
         return final
+
+    def touch(self, key: str, *, now_s: float | None = None) -> None:
+        """Mark the engine used now (a build published or found it)."""
+        marker = self.engine_dir(key) / LAST_USED
+        marker.touch()
+        now = time.time() if now_s is None else now_s
+        os.utime(marker, (now, now))
+
+    def last_used(self, key: str) -> float:
+        """When the engine was last marked used (its manifest's time for an engine never marked)."""
+        root = self.engine_dir(key)
+        for name in (LAST_USED, MANIFEST):
+            with contextlib.suppress(FileNotFoundError):
+                return (root / name).stat().st_mtime
+        return 0.0
+
+    def size_of(self, key: str) -> int:
+        """Bytes of the engine's files (its profiles included)."""
+        total = 0
+        for dirpath, _, filenames in os.walk(self.engine_dir(key)):
+            for name in filenames:
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+        return total
+
+    def collect(
+        self,
+        *,
+        keep: Keys[str],
+        retention_s: float = GC_RETENTION_S,
+        budget_bytes: int | None = None,
+        min_idle_s: float = GC_MIN_IDLE_S,
+        now_s: float | None = None,
+    ) -> Collection:
+        """Remove unreferenced engines idle past `retention_s`, then LRU ones while over `budget_bytes`.
+
+        `keep`: the engine keys some service's status names; never removed. Nothing idle for less
+        than `min_idle_s` is removed either (see the module docstring for why both are needed).
+        """
+        now = time.time() if now_s is None else now_s
+        engines = [(self.last_used(k), k, self.size_of(k)) for k in self.published_keys()]
+        total = sum(size for _, _, size in engines)
+        removable = sorted(
+            (used, key, size)
+            for used, key, size in engines
+            if key not in keep and now - used > max(min_idle_s, 0.0)
+        )
+        removed, freed = [], 0
+        for used, key, size in removable:  # least recently used first
+            expired = now - used > retention_s
+            over_budget = budget_bytes is not None and total - freed > budget_bytes
+            if not (expired or over_budget):
+                continue
+            self.discard(key)
+            removed.append(key)
+            freed += size
+        if removed:
+            self._drop_index_entries(set(removed))
+        return Collection(removed=tuple(sorted(removed)), freed_bytes=freed, kept_bytes=total - freed)
+
+    def _drop_index_entries(self, gone: set[str]) -> None:
+        if not self.index.is_dir():
+            return
+        for entry in self.index.glob("*.json"):
+            try:
+                key = str(json.loads(entry.read_text())["engineKey"])
+            except (FileNotFoundError, KeyError, ValueError):
+                continue
+            if key in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
 
     def published_keys(self) -> list[str]:
         """Keys of all complete engines."""

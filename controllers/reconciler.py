@@ -94,6 +94,7 @@ from tailpilot.controllers.status import (
     comparison_status,
     decode_status,
     engine_status,
+    engines_named,
     fit_status,
     replicas_in_force,
     served_result,
@@ -442,8 +443,13 @@ class Reconciler:
     def _create_build_job(
         self, isvc: InferenceService, request: BuildRequest, attempt: int, events: list[EventRecord]
     ) -> None:
+        # The store is the namespace's: its GC keeps every engine a service there names. One LIST
+        # per build Job created (rare), not per pass.
+        in_use = engines_named(o.get("status") for o in self.kube.list(ISVC, isvc.namespace))
         job = self._with_pod_labels(
-            job_manifests.build_job(isvc=isvc, request=request, settings=self.settings.manifests)
+            job_manifests.build_job(
+                isvc=isvc, request=request, settings=self.settings.manifests, engines_in_use=in_use
+            )
         )
         job["metadata"].setdefault("annotations", {})[f"{c.GROUP}/build-attempt"] = str(attempt)
         if self.kube.create(job) is not None:
@@ -1197,7 +1203,7 @@ class Reconciler:
             events.append(EventRecord("Warning", reason, f"engine build {build.job_name} failed: {message}"))
         # A failure only the spec can cure: another attempt of the same request would fail the same
         # way, so no Job and no back-off; a spec change makes another request.
-        terminal = reason in c.TERMINAL_BUILD_REASONS
+        terminal = reason in c.TERMINAL_BUILD_REASONS or reason in c.TERMINAL_RESULT_REASONS
         if wait <= 0 and not terminal:
             # Back-off over: drop the failed Job; the next pass starts attempt n+1 under the same name.
             self.kube.delete(JOBS, isvc.namespace, build.job_name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -223,6 +223,35 @@ def service_without_status(body: Mapping[str, Any]) -> InferenceService:
 
 
 # ---- the engine in service -----------------------------------------------------------------------
+
+
+#: Status fields whose value is an engine's key in the store (`engine.key` besides).
+_ENGINE_KEY_FIELDS = frozenset({"engineKey", "servingEngineKey", "candidateEngineKey"})
+
+
+def engines_named(statuses: Iterable[Mapping[str, Any] | None]) -> frozenset[str]:
+    """Every engine key the statuses name: served, profiled, compared, a canary's or a candidate's.
+
+    What a build Job's store GC must keep. Read from the raw statuses, not the typed ones, so that a
+    section this operator cannot decode (a newer operator's) still protects the engines it names.
+    """
+    keys: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for name, value in node.items():
+                if name in _ENGINE_KEY_FIELDS and isinstance(value, str) and value:
+                    keys.add(value)
+                elif name == "engine" and isinstance(value, Mapping) and isinstance(value.get("key"), str):
+                    keys.add(value["key"])
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for status in statuses:
+        walk(status)
+    return frozenset(k for k in keys if k)
 
 
 def served_result(status: InferenceServiceStatus) -> BuildResult | None:

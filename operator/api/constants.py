@@ -182,13 +182,14 @@ TERMINAL_BUILD_REASONS: Final = frozenset(
         "UnsupportedPrecision",
         "UnsupportedServingVariant",
         "InvalidBuildRequest",
-        # A result that cannot be read or served: a repeat finds the same engine in the store and
-        # reports it the same way.
-        REASON_BUILD_RESULT_UNREADABLE,
-        REASON_ENGINE_TENSORS_TOO_LARGE,
+        # The engine's result does not fit the termination message: a repeat finds the same engine
+        # in the store and reports it the same way.
         "BuildResultTooLarge",
     }
 )
+#: What the operator finds wrong with a build's result, equally final: a repeat finds the same
+#: engine in the store and reports it the same way.
+TERMINAL_RESULT_REASONS: Final = frozenset({REASON_BUILD_RESULT_UNREADABLE, REASON_ENGINE_TENSORS_TOO_LARGE})
 REASON_ENGINE_BUILD_PENDING: Final = "EngineBuildPending"
 REASON_WAITING_FOR_ENGINE: Final = "WaitingForEngine"
 REASON_CHOOSING_GPU_PRODUCT: Final = "ChoosingGpuProduct"

@@ -264,6 +264,15 @@ class TensorSpec(_Frozen):
     dims: tuple[int, ...]
 
 
+class StoreGcReport(_Frozen):
+    """The engine store's garbage collection in one build (the engines' keys are in the build's log)."""
+
+    removed: int = Field(default=0, ge=0)
+    freed_bytes: int = Field(default=0, ge=0, alias="freedBytes")
+    #: Bytes of engines left in the store.
+    kept_bytes: int = Field(default=0, ge=0, alias="keptBytes")
+
+
 class BuildOutcome(StrEnum):
     """Whether a build produced an engine."""
 
@@ -297,6 +306,8 @@ class BuildResult(_Frozen):
     cache_hit: bool = Field(default=False, alias="cacheHit")
     #: The engine's outputs against the FP32 reference (None for engines built before the guard).
     accuracy: AccuracyReport | None = None
+    #: What the store's garbage collection removed before this build (None: it did not run).
+    store_gc: StoreGcReport | None = Field(default=None, alias="storeGc")
 
     def to_termination_message(self) -> str:
         """Serialize within the kubelet's termination-message limit, always as whole JSON.

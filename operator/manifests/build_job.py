@@ -11,12 +11,17 @@ request: the pod failure policy fails the Job at once instead of retrying.
 A build for a GPU target runs on the GPU product it is built for (one GPU):
 TensorRT plans are specific to it (trtexec times kernels on that GPU). A build
 for the CPU runs under the serving container's CPU limit, so that it does not
-take the whole node. The build measures nothing: the profile Job
+take the whole node; every build has a memory request and limit and a bounded
+/tmp (the operator's settings). Before building, the Job's store GC removes
+engines no service in the namespace names that no build used for the
+retention period (`--keep-engines`: the keys the services' statuses name;
+`builders/store.py` has the reasoning). The build measures nothing: the profile Job
 (`profile_job.py`) measures the engine in the service's own Triton.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import urlparse
 
@@ -108,7 +113,8 @@ def _volumes(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
         {"name": "engines", "persistentVolumeClaim": {"claimName": settings.engine_store_claim}},
-        {"name": "tmp", "emptyDir": {}},
+        # Bounded: on the node's disk, an unbounded /tmp lets one build fill it for every pod there.
+        {"name": "tmp", "emptyDir": {"sizeLimit": settings.build_tmp_size}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "engines", "mountPath": request.store},
@@ -125,17 +131,44 @@ def _volumes(
     return volumes, mounts
 
 
-def _resources(request: BuildRequest) -> dict[str, Any]:
-    """One GPU for a GPU target; the serving pods' CPU limit (its request too) for a CPU target."""
+def _resources(request: BuildRequest, settings: ManifestSettings) -> dict[str, Any]:
+    """Memory as the operator says; one GPU for a GPU target; the serving pods' CPU limit for a CPU one.
+
+    The CPU limit is its request too (as Kubernetes defaults it). The memory limit keeps a build
+    (ONNX Runtime's quantizer, trtexec on a large model) from taking
+    the node's memory from its serving pods; a build past it is OOM-killed and retried by its Job.
+    """
+    limits: dict[str, Any] = {"memory": settings.build_memory_limit}
+    requests: dict[str, Any] = {"memory": settings.build_memory_request}
     if request.target != "cpu":
-        return {"limits": {c.GPU_RESOURCE: 1}}
-    if request.cpu_limit_millis is not None:
-        return {"limits": {"cpu": f"{request.cpu_limit_millis}m"}}
-    return {}
+        limits[c.GPU_RESOURCE] = 1
+    elif request.cpu_limit_millis is not None:
+        limits["cpu"] = requests["cpu"] = f"{request.cpu_limit_millis}m"
+    return {"requests": requests, "limits": limits}
 
 
-def build_job(*, isvc: InferenceService, request: BuildRequest, settings: ManifestSettings) -> dict[str, Any]:
-    """Build the batch/v1 Job that builds (or finds cached) the engine for `request`."""
+def _gc_args(settings: ManifestSettings, engines_in_use: Collection[str]) -> list[str]:
+    """The store GC's flags: the engines the namespace's services name, the retention and budget."""
+    args = ["--store-gc", "--gc-retention-hours", f"{settings.store_retention_hours:g}"]
+    if settings.store_budget_bytes is not None:
+        args += ["--gc-budget-bytes", str(settings.store_budget_bytes)]
+    if engines_in_use:
+        args += ["--keep-engines", ",".join(sorted(engines_in_use))]
+    return args
+
+
+def build_job(
+    *,
+    isvc: InferenceService,
+    request: BuildRequest,
+    settings: ManifestSettings,
+    engines_in_use: Collection[str] = (),
+) -> dict[str, Any]:
+    """Build the batch/v1 Job that builds (or finds cached) the engine for `request`.
+
+    `engines_in_use`: every engine key the statuses of the services in the namespace name (the
+    store is the namespace's claim); the build's store GC never removes them.
+    """
     key = request.request_key()
     on_gpu = request.target != "cpu"
     volumes, mounts = _volumes(request, settings)
@@ -162,6 +195,7 @@ def build_job(*, isvc: InferenceService, request: BuildRequest, settings: Manife
             "/dev/termination-log",
             "--pvc-root",
             c.PVC_SOURCE_ROOT,
+            *_gc_args(settings, engines_in_use),
         ],
         # The root filesystem is read-only: caches under $HOME go to the /tmp emptyDir.
         "env": [{"name": "HOME", "value": "/tmp"}],
@@ -169,7 +203,7 @@ def build_job(*, isvc: InferenceService, request: BuildRequest, settings: Manife
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
-        "resources": _resources(request),
+        "resources": _resources(request, settings),
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

@@ -34,6 +34,15 @@ class ManifestSettings:
         gpu_startup_seconds: How long a GPU replica may take to start (TensorRT plans load slowly).
         cpu_startup_seconds: How long a CPU replica may take to start.
         shm_size: Size of /dev/shm (Triton's Python backend passes tensors through shared memory).
+        build_memory_request: Memory a build pod requests (what the scheduler sets aside for it).
+        build_memory_limit: Memory a build pod may use; past it the kernel kills it (OOMKilled) and
+            the Job retries it within its backoffLimit.
+        build_tmp_size: sizeLimit of a build pod's /tmp emptyDir (its only writable path besides
+            the store; the root filesystem is read-only). Past it the kubelet evicts the pod.
+        store_retention_hours: The store's GC removes an engine no service's status names once no
+            build has used it for this long.
+        store_budget_bytes: While the store's engines take more, the GC removes unnamed engines,
+            least recently used first; None: no budget.
         monitoring_labels: Extra labels on ServiceMonitors and PrometheusRules (e.g. a Prometheus's selector).
         slo_error_budget: Fraction of evaluation time the P99 may exceed the SLO (burn-rate alerts).
     """
@@ -51,6 +60,11 @@ class ManifestSettings:
     gpu_startup_seconds: int = 900
     cpu_startup_seconds: int = 180
     shm_size: str = "1Gi"
+    build_memory_request: str = "1Gi"
+    build_memory_limit: str = "8Gi"
+    build_tmp_size: str = "4Gi"
+    store_retention_hours: float = 30 * 24.0
+    store_budget_bytes: int | None = None
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)
     slo_error_budget: float = 0.01
 

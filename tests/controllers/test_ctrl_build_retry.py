@@ -34,7 +34,7 @@ def fail(
     return condition, status, [name for _, name in kube.deleted], events
 
 
-@pytest.mark.parametrize("reason", sorted(c.TERMINAL_BUILD_REASONS))
+@pytest.mark.parametrize("reason", sorted(c.TERMINAL_BUILD_REASONS | c.TERMINAL_RESULT_REASONS))
 def test_a_build_the_spec_makes_fail_is_not_retried(reason: str) -> None:
     condition, status, deleted, events = fail(reason)
     assert deleted == []  # the failed Job stays: no attempt 2
@@ -44,7 +44,15 @@ def test_a_build_the_spec_makes_fail_is_not_retried(reason: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "reason", [errors.MODEL_UNREACHABLE, errors.MODEL_CHECKSUM_MISMATCH, errors.INVALID_MODEL]
+    "reason",
+    # A full store too: a later build's GC or an administrator can free it; the engine serving
+    # meanwhile is untouched (a failed build never changes status.engine).
+    [
+        errors.MODEL_UNREACHABLE,
+        errors.MODEL_CHECKSUM_MISMATCH,
+        errors.INVALID_MODEL,
+        errors.ENGINE_STORE_FULL,
+    ],
 )
 def test_a_build_the_models_content_makes_fail_is_retried_after_its_back_off(reason: str) -> None:
     condition, status, deleted, _ = fail(reason)

@@ -143,7 +143,7 @@ def test_a_result_cut_mid_string_is_an_unreadable_result_not_a_crash() -> None:
         assert state.reason == c.REASON_BUILD_RESULT_UNREADABLE
         assert "cut at the kubelet's 4096-byte limit" in state.message
         assert len(state.message) < 400  # a quote of its start, not the whole of it
-    assert c.REASON_BUILD_RESULT_UNREADABLE in c.TERMINAL_BUILD_REASONS
+    assert c.REASON_BUILD_RESULT_UNREADABLE in c.TERMINAL_RESULT_REASONS
 
 
 def test_a_plain_text_failure_keeps_its_own_words() -> None:

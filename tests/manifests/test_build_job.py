@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildRequest
@@ -63,7 +64,7 @@ def test_gpu_build_is_pinned_to_the_product() -> None:
     pod = _job(make_isvc("a").gpu(count=4).tensorrt())["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {c.GPU_PRODUCT_LABEL: H100}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1, "memory": "8Gi"}
     assert_restricted(pod)
     assert_mounts_resolve(pod)
 
@@ -71,7 +72,7 @@ def test_gpu_build_is_pinned_to_the_product() -> None:
 def test_cpu_build_has_no_gpu_and_mounts_sources() -> None:
     pod = _job(make_isvc("a").model(uri="pvc://models/m.onnx"))["spec"]["template"]["spec"]
     assert "nodeSelector" not in pod and "tolerations" not in pod
-    assert pod["containers"][0]["resources"] == {}
+    assert pod["containers"][0]["resources"] == {"requests": {"memory": "1Gi"}, "limits": {"memory": "8Gi"}}
     claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
     assert claims == {SETTINGS.engine_store_claim, "models"}
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
@@ -86,7 +87,8 @@ def test_cpu_build_runs_under_the_serving_cpu_limit() -> None:
     request = make_build_request(isvc=limited.obj())
     assert request.cpu_limit_millis == 1500
     assert _job(limited)["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "limits": {"cpu": "1500m"}
+        "requests": {"cpu": "1500m", "memory": "1Gi"},
+        "limits": {"cpu": "1500m", "memory": "8Gi"},
     }
     assert request.request_key() != make_build_request(isvc=make_isvc("a").obj()).request_key()
     # Requests alone are no limit, and a GPU engine's profile is the GPU's: neither asks for one.
@@ -95,5 +97,43 @@ def test_cpu_build_runs_under_the_serving_cpu_limit() -> None:
     gpu = make_isvc("a").gpu().tensorrt().runtime(resources={"limits": {"cpu": "4"}})
     assert make_build_request(isvc=gpu.obj()).cpu_limit_millis is None
     assert _job(gpu)["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "limits": {"nvidia.com/gpu": 1}
+        "requests": {"memory": "1Gi"},
+        "limits": {"nvidia.com/gpu": 1, "memory": "8Gi"},
     }
+
+
+def test_the_build_pod_has_a_memory_limit_and_a_bounded_tmp_both_from_the_settings() -> None:
+    isvc = make_isvc("a").obj()
+    settings = replace(SETTINGS, build_memory_request="3Gi", build_memory_limit="12Gi", build_tmp_size="2Gi")
+    pod = build_job(isvc=isvc, request=make_build_request(isvc=isvc), settings=settings)["spec"]["template"][
+        "spec"
+    ]
+    resources = pod["containers"][0]["resources"]
+    assert (resources["requests"]["memory"], resources["limits"]["memory"]) == ("3Gi", "12Gi")
+    # The root filesystem is read-only: /tmp is the emptyDir, and it is bounded.
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+    assert tmp == {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}
+    assert {"name": "tmp", "mountPath": "/tmp"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_the_build_is_told_the_engines_in_use_and_the_stores_retention() -> None:
+    isvc = make_isvc("a").obj()
+    settings = replace(SETTINGS, store_retention_hours=48, store_budget_bytes=10**9)
+    job = build_job(
+        isvc=isvc, request=make_build_request(isvc=isvc), settings=settings, engines_in_use={"k2", "k1"}
+    )
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--store-gc") :][1:] == [
+        "--gc-retention-hours",
+        "48",
+        "--gc-budget-bytes",
+        "1000000000",
+        "--keep-engines",
+        "k1,k2",
+    ]
+    # The keys in use change nothing that names the Job (a re-run finds the same Job).
+    assert (
+        job["metadata"]["name"]
+        == build_job(isvc=isvc, request=make_build_request(isvc=isvc), settings=SETTINGS)["metadata"]["name"]
+    )
