@@ -31,6 +31,7 @@ from tailpilot.api.engine import (
 )
 from tailpilot.api.v1alpha1 import DEFAULT_MAX_LATENCY_REGRESSION_PERCENT
 from tailpilot.builders.errors import INVALID_PROFILE_REQUEST, INVALID_REQUEST
+from tailpilot.manifests.triton_access import ADMIN_KEY_ENV
 
 INTERNAL_ERROR = "InternalError"
 
@@ -225,7 +226,9 @@ def _profile_request(value: str, *, triton_url: str | None, result_file: str | N
     from tailpilot.builders.profile_job import run_profile
 
     try:
-        result = run_profile(request, triton_url=triton_url, progress=_progress)
+        # The profile Job sets it from the service's admin-key Secret (`manifests.profile_job`).
+        admin_key = os.environ.get(ADMIN_KEY_ENV) or None
+        result = run_profile(request, triton_url=triton_url, progress=_progress, admin_key=admin_key)
     except Exception as exc:  # a bug, not a user error: still report it in the form the operator reads
         traceback.print_exc()
         result = ProfileResult(

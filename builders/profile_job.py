@@ -30,11 +30,16 @@ def run_profile(
     triton_url: str,
     progress: Callable[[str], None],
     model_ready_timeout_s: float = MODEL_READY_TIMEOUT_S,
+    admin_key: str | None = None,
 ) -> ProfileResult:
-    """Profile `request.engine_key` in the Triton at `triton_url` (gRPC); never raises BuildError."""
+    """Profile `request.engine_key` in the Triton at `triton_url` (gRPC); never raises BuildError.
+
+    `admin_key`: the key of the sidecar's restricted APIs (the service's, from its Secret); the timed
+    reload is refused without it, and the profile then has no reload cost.
+    """
     key = request.profile_key()
     try:
-        profile, cache_hit = _profile(request, key, triton_url, progress, model_ready_timeout_s)
+        profile, cache_hit = _profile(request, key, triton_url, progress, model_ready_timeout_s, admin_key)
     except BuildError as err:
         progress(f"profile failed: {err.reason}: {err.message}")
         return ProfileResult(
@@ -51,6 +56,7 @@ def _profile(
     triton_url: str,
     progress: Callable[[str], None],
     model_ready_timeout_s: float,
+    admin_key: str | None,
 ) -> tuple[EngineProfile, bool]:
     # tritonclient's import is slow: only past the request's checks.
     from tailpilot.builders.profiler import ProfileOptions, profile_served, wait_until_model_ready
@@ -86,6 +92,7 @@ def _profile(
         max_batch_size=request.max_batch_size,
         where=f"{request.triton_image}, the service's image, beside the profiler on {where}",
         progress=progress,
+        admin_key=admin_key,
     )
     write_atomic(
         store.profile_path(request.engine_key, key), profile.model_dump_json(by_alias=True, indent=2) + "\n"

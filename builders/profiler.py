@@ -51,6 +51,7 @@ from tailpilot.builders.infer_requests import infer_inputs, make_inputs, send_ti
 from tailpilot.builders.reload_cost import measure_reload
 from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
 from tailpilot.builders.triton_server import TritonServer, TritonStartError
+from tailpilot.manifests.triton_access import GRPC_ADMIN_KEY_HEADER
 from tailpilot.manifests.triton_model_config import from_pbtxt, to_load_override_json
 
 
@@ -323,11 +324,16 @@ def reload_clients(max_batch_size: int) -> int:
 
 
 def _reload_cost(
-    grpc_url: str, engine_dir: Path, manifest: EngineManifest, progress: Callable[[str], None]
+    grpc_url: str,
+    engine_dir: Path,
+    manifest: EngineManifest,
+    progress: Callable[[str], None],
+    admin_key: str | None,
 ) -> ReloadCost | None:
     """One live reload of the engine's own configuration, timed; None (and a warning) when it cannot be.
 
-    Optional in a profile like the compute time: the policy then treats reloads as free.
+    Optional in a profile like the compute time: the policy then treats reloads as free. `admin_key`:
+    sent with the load where the Triton restricts its model-repository protocol (a service's pods do).
     """
     try:
         config = from_pbtxt((engine_dir / REPOSITORY / manifest.model_name / "config.pbtxt").read_text())
@@ -337,6 +343,7 @@ def _reload_cost(
             manifest.inputs,
             config_json=to_load_override_json(config),
             clients=reload_clients(config.max_batch_size),
+            headers={GRPC_ADMIN_KEY_HEADER: admin_key} if admin_key else None,
         )
     except (RuntimeError, InferenceServerException, OSError, ValueError) as exc:
         progress(f"warning: the reload could not be timed ({exc}); the profile has no reload cost")
@@ -399,6 +406,7 @@ def profile_served(
     max_batch_size: int,
     where: str,
     progress: Callable[[str], None] = lambda _: None,
+    admin_key: str | None = None,
 ) -> EngineProfile:
     """Measure the engine that the Triton at `grpc_url` serves: each batch size, then one reload.
 
@@ -412,6 +420,7 @@ def profile_served(
         max_batch_size: The engine's max batch size (larger batch sizes are skipped).
         where: Which Triton this is, for the profile's method line.
         progress: Receives progress lines.
+        admin_key: The key of the Triton's restricted APIs (the reload is one), or None.
 
     Raises:
         BuildError: ProfileFailed when inference fails.
@@ -454,7 +463,7 @@ def profile_served(
             f"{merged.batch_ms:.2f} ms per batch"
         )
     compute = fit_compute_time(compute_stats(grpc_url, manifest.model_name))
-    reload = _reload_cost(grpc_url, engine_dir, manifest, progress) if options.reload else None
+    reload = _reload_cost(grpc_url, engine_dir, manifest, progress, admin_key) if options.reload else None
     version = server_version(grpc_url)
     return EngineProfile(
         engine_key=manifest.engine_key,
@@ -501,7 +510,9 @@ def profile_engine(
             engine_dir / REPOSITORY,
             ready_timeout_s=options.ready_timeout_s,
             env=options.server_env,
-            # Explicit model control, as on the serving pods: the reload needs it.
+            # Explicit model control, as on the serving pods: the reload needs it. Unlike theirs,
+            # its admin APIs are open: it listens on 127.0.0.1 only, reachable from this host (or
+            # pod) alone, and lives as long as this measurement.
             explicit_models=[manifest.model_name],
         ) as server:
             return profile_served(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,10 +98,12 @@ def measure_reload(
     settle_s: float = 1.0,
     timeout_s: float = 120.0,
     clock: Callable[[], float] = time.perf_counter,
+    headers: Mapping[str, str] | None = None,
 ) -> ReloadTiming:
     """Reload `model_name` with `config_json` while `clients` clients send single requests back to back.
 
-    The Triton at `grpc_url` must run in explicit model-control mode.
+    The Triton at `grpc_url` must run in explicit model-control mode. `headers` go with the load
+    (the admin key's gRPC header where the server restricts its model-repository protocol).
 
     Raises:
         RuntimeError: when a request fails, or no request was answered around the reload.
@@ -141,7 +143,7 @@ def measure_reload(
         wait_for(lambda: answered_since(began) >= _MIN_REQUESTS_AROUND * clients)
         reload_from = clock()
         with grpcclient.InferenceServerClient(grpc_url) as client:
-            client.load_model(model_name, config=config_json)
+            client.load_model(model_name, config=config_json, headers=dict(headers) if headers else None)
         reload_to = clock()
         wait_for(
             lambda: clock() >= reload_to + settle_s and answered_since(reload_to) >= _MIN_REQUESTS_AROUND

@@ -15,7 +15,12 @@ Facts about that binary this module works around (found on Debian 12 with Python
 - When the stub fails to load, the server can stay un-ready forever, so start
   always waits for `/v2/health/ready` with a timeout and raises with the log tail.
 
-Only 127.0.0.1 is bound. Ports are free ones picked by the OS unless given.
+Only 127.0.0.1 is bound. Ports are free ones picked by the OS unless given. That is also why its
+admin APIs (model load/unload) are left open, unlike a serving pod's
+(`tailpilot.manifests.triton_access`): only processes of the same host, or of the same pod where a
+Job runs it, can reach it, and it lives for one measurement. Where a test needs them restricted, it
+passes the flags in `extra_args`. The profile Job's Triton is not this one: it is the service's own
+container, on the pod's address, and restricted like the serving pods.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     ObservedStatus,
 )
+from tailpilot.controllers.admin_key import read_admin_key
 from tailpilot.controllers.batching import apply_batching
 from tailpilot.controllers.breakdown import breakdown_condition
 from tailpilot.controllers.canary_rollout import canary_plan
@@ -689,6 +690,9 @@ class Autoscaler:
         pods = await asyncio.to_thread(
             self.kube.list, PODS, isvc.namespace, label_selector=selector_string(isvc.name)
         )
+        # The pods' reload and config APIs answer only the service's admin key (read at each change:
+        # changes are minutes apart, and a recreated Secret's new key is then used at once).
+        admin_key = await asyncio.to_thread(read_admin_key, self.kube, isvc)
         canary = canary_plan(status)
         # A canary's pods serve another engine: its own config, the same batching (a fair comparison).
         groups = [(result, [p for p in pods if not _on_canary_track(p)])]
@@ -710,6 +714,7 @@ class Autoscaler:
                 pod_urls=urls,
                 model_name=isvc.spec.model_name(isvc.name),
                 config_json=triton_model_config.to_load_override_json(config),
+                admin_key=admin_key,
             )
             self.metrics.record_batching_change(outcome.reason)
             if not outcome.ok:

@@ -25,6 +25,11 @@ The calls go through tritonclient's asyncio HTTP client
 whole change, all closed when `apply_batching` returns. A refusal raises
 `InferenceServerException` carrying Triton's error text and HTTP status, which
 reaches the user's Event; network failures and timeouts are aiohttp's.
+
+Both calls are restricted APIs on the serving pods (`model-repository`, `model-config`): each one
+carries the service's admin key in the `tailpilot-admin-key` header
+(`tailpilot.manifests.triton_access`). A pod that answers 403 holds another key (it started before
+its Secret was recreated and has not been replaced yet): its read or load fails like any refusal.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from typing import Any
 import aiohttp
 from tritonclient.http.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
+
+from tailpilot.manifests.triton_access import ADMIN_KEY_HEADER
 
 #: Seconds each Triton call may take, a reload included (~1.5 s on the CPU): the timeout of the
 #: operator's shared httpx client that these calls used before they went through tritonclient.
@@ -171,9 +178,13 @@ def _connect(pod_url: str, timeout_s: float) -> InferenceServerClient:
     return InferenceServerClient(address.rstrip("/"), conn_timeout=timeout_s, ssl=scheme == "https")
 
 
-async def _get_config(client: InferenceServerClient, model: str) -> dict[str, Any]:
+#: Headers of every call to a pod: the admin key's, or none.
+Headers = Mapping[str, str] | None
+
+
+async def _get_config(client: InferenceServerClient, model: str, headers: Headers) -> dict[str, Any]:
     try:
-        body = await client.get_model_config(model)
+        body = await client.get_model_config(model, headers=headers)
     except InferenceServerException as exc:
         raise _PodError(
             BatchingReason.UNREACHABLE, f"reading config: HTTP {_http_status(exc)} {_error_text(exc)}"
@@ -185,9 +196,9 @@ async def _get_config(client: InferenceServerClient, model: str) -> dict[str, An
     return body
 
 
-async def _load(client: InferenceServerClient, model: str, config_json: str) -> None:
+async def _load(client: InferenceServerClient, model: str, config_json: str, headers: Headers) -> None:
     try:
-        await client.load_model(model, config=config_json)
+        await client.load_model(model, config=config_json, headers=headers)
     except InferenceServerException as exc:
         raise _PodError(BatchingReason.REFUSED, f"HTTP {_http_status(exc)}: {_error_text(exc)}") from exc
     except _NETWORK_ERRORS as exc:
@@ -195,19 +206,21 @@ async def _load(client: InferenceServerClient, model: str, config_json: str) -> 
 
 
 async def _apply_one(
-    client: InferenceServerClient, model: str, config_json: str, want: dict[str, Any]
+    client: InferenceServerClient, model: str, config_json: str, want: dict[str, Any], headers: Headers
 ) -> None:
-    await _load(client, model, config_json)
-    have = await _get_config(client, model)
+    await _load(client, model, config_json, headers)
+    have = await _get_config(client, model, headers)
     difference = verify_config(want, have)
     if difference:
         raise _PodError(BatchingReason.VERIFY_FAILED, difference)
 
 
 async def _read_all(
-    clients: Mapping[str, InferenceServerClient], pod_urls: Sequence[str], model: str
+    clients: Mapping[str, InferenceServerClient], pod_urls: Sequence[str], model: str, headers: Headers
 ) -> tuple[dict[str, dict[str, Any]], list[PodOutcome]]:
-    reads = await asyncio.gather(*(_get_config(clients[u], model) for u in pod_urls), return_exceptions=True)
+    reads = await asyncio.gather(
+        *(_get_config(clients[u], model, headers) for u in pod_urls), return_exceptions=True
+    )
     previous: dict[str, dict[str, Any]] = {}
     unreadable: list[PodOutcome] = []
     for url, read in zip(pod_urls, reads, strict=True):
@@ -226,6 +239,7 @@ async def _rollout(
     model: str,
     config_json: str,
     want: dict[str, Any],
+    headers: Headers,
 ) -> tuple[list[str], list[PodOutcome]]:
     """Canary first, then the rest concurrently; returns (pods changed, failures)."""
     changed: list[str] = []
@@ -233,7 +247,8 @@ async def _rollout(
     batches = [list(pod_urls[:1]), list(pod_urls[1:])]
     for batch in batches:
         outcomes = await asyncio.gather(
-            *(_apply_one(clients[u], model, config_json, want) for u in batch), return_exceptions=True
+            *(_apply_one(clients[u], model, config_json, want, headers) for u in batch),
+            return_exceptions=True,
         )
         for url, outcome in zip(batch, outcomes, strict=True):
             if outcome is None:
@@ -255,9 +270,11 @@ async def _rollback(
     changed: Sequence[str],
     model: str,
     previous: Mapping[str, dict[str, Any]],
+    headers: Headers,
 ) -> tuple[list[str], list[PodOutcome]]:
     restores = await asyncio.gather(
-        *(_load(clients[u], model, json.dumps(previous[u])) for u in changed), return_exceptions=True
+        *(_load(clients[u], model, json.dumps(previous[u]), headers) for u in changed),
+        return_exceptions=True,
     )
     rolled_back: list[str] = []
     failures: list[PodOutcome] = []
@@ -276,6 +293,7 @@ async def apply_batching(
     pod_urls: Sequence[str],
     model_name: str,
     config_json: str,
+    admin_key: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> BatchingApplyResult:
     """Apply a model config override to every pod; verify; roll back the changed pods if one refuses.
@@ -284,6 +302,8 @@ async def apply_batching(
         pod_urls: Base HTTP URLs of the ready Triton pods, e.g. "http://10.0.0.5:8000".
         model_name: The model's name in Triton's repository.
         config_json: The complete model config as JSON (`to_load_override_json`).
+        admin_key: The service's admin key, sent on every call (the pods restrict these APIs to
+            it); None sends none (a Triton without restricted APIs).
         timeout_s: Seconds each call to a pod may take (it must cover a reload, a few seconds).
 
     Returns:
@@ -305,7 +325,8 @@ async def apply_batching(
         for url in dict.fromkeys(pod_urls):
             clients[url] = _connect(url, timeout_s)
             clients_open.push_async_callback(clients[url].close)
-        return await _apply(clients, pod_urls, model_name, config_json, want)
+        headers = {ADMIN_KEY_HEADER: admin_key} if admin_key is not None else None
+        return await _apply(clients, pod_urls, model_name, config_json, want, headers)
 
 
 async def _apply(
@@ -314,8 +335,9 @@ async def _apply(
     model_name: str,
     config_json: str,
     want: dict[str, Any],
+    headers: Headers,
 ) -> BatchingApplyResult:
-    previous, unreadable = await _read_all(clients, pod_urls, model_name)
+    previous, unreadable = await _read_all(clients, pod_urls, model_name, headers)
     if unreadable:
         return BatchingApplyResult(
             ok=False,
@@ -323,7 +345,7 @@ async def _apply(
             message=f"{len(unreadable)} of {len(pod_urls)} pods could not be read; nothing changed",
             failed=tuple(unreadable),
         )
-    changed, failures = await _rollout(clients, pod_urls, model_name, config_json, want)
+    changed, failures = await _rollout(clients, pod_urls, model_name, config_json, want, headers)
     if not failures:
         return BatchingApplyResult(
             ok=True,
@@ -331,7 +353,7 @@ async def _apply(
             message=f"new batching on all {len(changed)} pods, verified",
             applied=tuple(changed),
         )
-    rolled_back, rollback_failures = await _rollback(clients, changed, model_name, previous)
+    rolled_back, rollback_failures = await _rollback(clients, changed, model_name, previous, headers)
     first = failures[0]
     return BatchingApplyResult(
         ok=False,

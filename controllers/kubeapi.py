@@ -61,6 +61,7 @@ SECRETS = Resource("", "v1", "secrets", "Secret")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 JOBS = Resource("batch", "v1", "jobs", "Job")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
@@ -68,7 +69,18 @@ ISVC = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 BY_KIND = {
     r.kind: r
-    for r in (CONFIGMAPS, SERVICES, PODS, DEPLOYMENTS, JOBS, PDBS, SERVICE_MONITORS, PROMETHEUS_RULES)
+    for r in (
+        CONFIGMAPS,
+        SERVICES,
+        PODS,
+        SECRETS,
+        DEPLOYMENTS,
+        JOBS,
+        PDBS,
+        NETWORK_POLICIES,
+        SERVICE_MONITORS,
+        PROMETHEUS_RULES,
+    )
 }
 
 

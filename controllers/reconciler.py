@@ -15,6 +15,10 @@ The engine being served only changes when a new engine is built and its profile
 step has ended, so a bad update never takes a serving service down. When only
 where it serves changes (the Triton image, the GPU count), the served engine is
 profiled again in the background and keeps its old profile until then.
+
+Every pass first makes sure the service's admin-key Secret exists (`admin_key`): the profile Job's
+Triton and the serving pods read their restricted APIs' key from it, so no pod is started before it,
+and none at all while a Secret of its name belongs to someone else (`ChildNameTaken`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from tailpilot.api.v1alpha1 import (
 )
 from tailpilot.api.validation import check_spec, format_problems
 from tailpilot.controllers import drift
+from tailpilot.controllers.admin_key import AdminKey, AdminKeyUnavailable, ensure_admin_key
 from tailpilot.controllers.build_state import (
     BuildPhase,
     BuildState,
@@ -109,6 +114,7 @@ from tailpilot.manifests.children import ClusterCapabilities, is_canary_child, p
 from tailpilot.manifests.deployment import deployment_name
 from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.service import rotation_selectable
+from tailpilot.manifests.triton_access import admin_key_ref
 from tailpilot.policy.from_spec import policy_config
 from tailpilot.policy.gpu_choice import REASON_WAITING, MoveMemory, choose_product
 from tailpilot.policy.precision_choice import REASON_WAITING as REASON_PRECISION_WAITING
@@ -210,14 +216,10 @@ class Reconciler:
         status = decode_status(body.get("status"))
         generation = int(body["metadata"].get("generation", 0))
         events: list[EventRecord] = []
-        try:
-            isvc = service_without_status(body)
-        except ValidationError as error:
-            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            return self._invalid(body, status, generation, message)
-        problems = check_spec(isvc.spec, name=isvc.name)
-        if problems:
-            return self._invalid(body, status, generation, format_problems(problems))
+        admitted = self._admit(body, status, generation)
+        if isinstance(admitted, ReconcileResult):
+            return admitted
+        isvc, admin = admitted
 
         chosen = self._choose_candidates(body, isvc, status, generation, events)
         if isinstance(chosen, ReconcileResult):
@@ -243,7 +245,7 @@ class Reconciler:
         updates = [engine_cond, *gate, *gpu_condition]
         children_written = 0
         if result is not None:
-            rollout, children_written, status = self._rollout(isvc, status, result, events)
+            rollout, children_written, status = self._rollout(isvc, status, result, admin, events)
             canary = status.canary
             if (
                 canary is not None
@@ -321,6 +323,23 @@ class Reconciler:
         )
 
     # ---- validation -----------------------------------------------------------------------------------
+    def _admit(
+        self, body: dict[str, Any], status: InferenceServiceStatus, generation: int
+    ) -> tuple[InferenceService, AdminKey] | ReconcileResult:
+        """The valid service and its admin key (its Secret made sure of), or the pass's end, said."""
+        try:
+            isvc = service_without_status(body)
+        except ValidationError as error:
+            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            return self._invalid(body, status, generation, message)
+        problems = check_spec(isvc.spec, name=isvc.name)
+        if problems:
+            return self._invalid(body, status, generation, format_problems(problems))
+        admin = ensure_admin_key(self.kube, isvc)
+        if isinstance(admin, AdminKeyUnavailable):
+            return self._admin_key_unavailable(body, status, generation, admin.message)
+        return isvc, admin
+
     def _invalid(
         self, body: dict[str, Any], status: InferenceServiceStatus, generation: int, message: str
     ) -> ReconcileResult:
@@ -334,6 +353,28 @@ class Reconciler:
                 now=utc_now(self.clock),
             )
         return ReconcileResult(requeue_after=self.settings.resync_seconds, status_written=written)
+
+    def _admin_key_unavailable(
+        self, body: dict[str, Any], status: InferenceServiceStatus, generation: int, message: str
+    ) -> ReconcileResult:
+        """Stop the pass: without the service's own admin key no pod may start.
+
+        A pod would not start, or would start on a key someone else chose. What serves keeps serving as
+        it is; the condition says why nothing moves.
+        """
+        updates = [
+            ConditionUpdate(c.CONDITION_ROLLOUT_READY, c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN, message),
+            ConditionUpdate(c.CONDITION_READY, c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN, message),
+        ]
+        written = self._write_status(body, status, updates, generation)
+        if written:  # once, not every pass while it lasts
+            post_events(
+                self.kube,
+                body,
+                [EventRecord("Warning", c.REASON_CHILD_NAME_TAKEN, message)],
+                now=utc_now(self.clock),
+            )
+        return ReconcileResult(requeue_after=30.0, status_written=written)
 
     # ---- engine ---------------------------------------------------------------------------------------
     def _engine(
@@ -1144,8 +1185,15 @@ class Reconciler:
     def _create_profile_job(
         self, isvc: InferenceService, request: ProfileRequest, events: list[EventRecord]
     ) -> None:
+        # The pass made sure the Secret exists before getting here (`ensure_admin_key`); the Job's
+        # pods need only its name (no rollout to trigger: a Job's pods never change).
         job = self._with_pod_labels(
-            profile_manifests.profile_job(isvc=isvc, request=request, settings=self.settings.manifests)
+            profile_manifests.profile_job(
+                isvc=isvc,
+                request=request,
+                settings=self.settings.manifests,
+                admin_key=admin_key_ref(isvc.name),
+            )
         )
         if self.kube.create(job) is not None:
             events.append(
@@ -1244,6 +1292,7 @@ class Reconciler:
         isvc: InferenceService,
         status: InferenceServiceStatus,
         result: BuildResult,
+        admin: AdminKey,
         events: list[EventRecord],
     ) -> tuple[ConditionUpdate, int, InferenceServiceStatus]:
         batching = batching_in_force(isvc, status)
@@ -1256,6 +1305,7 @@ class Reconciler:
             replicas=replicas,
             settings=self.settings.manifests,
             capabilities=ClusterCapabilities(service_monitors=crds, prometheus_rules=crds),
+            admin_key=admin.ref,
             select_rotation=self._rotation_selectable(isvc),
             moving=status.gpu is not None and status.gpu.moving_to is not None,
             canary=canary_plan(status),

@@ -16,11 +16,13 @@ from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests.deployment import deployment_name, triton_deployment
+from tailpilot.manifests.network_policy import triton_network_policy
 from tailpilot.manifests.pdb import triton_pdb
 from tailpilot.manifests.prometheus_rule import prometheus_rule
 from tailpilot.manifests.service import triton_metrics_service, triton_service
 from tailpilot.manifests.service_monitor import service_monitor
-from tailpilot.manifests.settings import ManifestSettings
+from tailpilot.manifests.settings import ManifestSettings, NetworkPolicySettings
+from tailpilot.manifests.triton_access import AdminKeyRef
 from tailpilot.manifests.triton_configmap import configmap_name, rollout_hash, triton_configmap
 
 
@@ -65,11 +67,17 @@ def plan_children(
     replicas: int,
     settings: ManifestSettings,
     capabilities: ClusterCapabilities,
+    admin_key: AdminKeyRef,
     select_rotation: bool = False,
     moving: bool = False,
     canary: CanaryPlan | None = None,
 ) -> Children:
-    """ConfigMap, Deployment, Service, the metrics Service, PDB, ServiceMonitor, PrometheusRule.
+    """ConfigMap, Deployment, Service, metrics Service, PDB, NetworkPolicy, ServiceMonitor, PrometheusRule.
+
+    The admin-key Secret (`triton_access`) is not here: its value is random, so the controller
+    creates it once, before any pod that reads it (the profile Job's too), and passes `admin_key`.
+    The NetworkPolicy goes with the PDB when the operator is configured with one
+    (`settings.network_policy`); otherwise it is turned off (a policy this service owns is deleted).
 
     The metrics Service (spec.autoscaling.backlogRotation) goes with the Service, before the PDB;
     the ServiceMonitor and PrometheusRule (spec.monitoring) last, and only where their CRDs exist
@@ -80,6 +88,10 @@ def plan_children(
     two are `canary_over`.
     """
     monitoring = isvc.spec.monitoring
+    policy = settings.network_policy
+    optional_policy = [
+        (triton_network_policy(isvc=isvc, settings=policy or NetworkPolicySettings()), policy is not None)
+    ]
     optional_services = [(triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)]
     optional_monitoring: list[tuple[dict[str, Any], bool]] = []
     if capabilities.service_monitors:
@@ -97,6 +109,7 @@ def plan_children(
             rollout_hash=rollout_hash(isvc=isvc, result=new),
             replicas=canary.replicas if canary is not None else 1,
             settings=settings,
+            admin_key=admin_key,
             canary=True,
         ),
     ]
@@ -108,15 +121,17 @@ def plan_children(
             rollout_hash=rollout_hash(isvc=isvc, result=result),
             replicas=replicas,
             settings=settings,
+            admin_key=admin_key,
             moving=moving,
         ),
         *(canary_children if canary is not None else ()),
         triton_service(isvc=isvc, select_rotation=select_rotation),
         *(obj for obj, on in optional_services if on),
         triton_pdb(isvc=isvc),
+        *(obj for obj, on in optional_policy if on),
         *(obj for obj, on in optional_monitoring if on),
     ]
-    turned_off = [obj for obj, on in (*optional_services, *optional_monitoring) if not on]
+    turned_off = [obj for obj, on in (*optional_services, *optional_policy, *optional_monitoring) if not on]
     return Children(
         wanted=tuple(wanted),
         turned_off=tuple(turned_off),

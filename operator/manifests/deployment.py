@@ -7,7 +7,11 @@ config.pbtxt. Triton runs with `--model-control-mode=explicit
 --load-model=<model>`, so the operator can reload the model with new batching
 in place (Triton's load API with a config override changes the batching and the
 max batch size live; an override it refuses leaves the old model serving), and
-with summary latencies on for the P99.
+with summary latencies on for the P99. The model-control, config, trace, logging and
+shared-memory APIs answer only calls carrying the service's admin key
+(`tailpilot.manifests.triton_access`): the container reads it from the service's Secret
+through an env var, and the pod template names that Secret's uid, so a recreated key
+rolls the pods.
 
 Rollout: maxUnavailable 0 / maxSurge 1, so a Ready pod exists at every moment;
 the pod-template annotations carry the engine key and the rollout hash, so a
@@ -30,6 +34,12 @@ from tailpilot.manifests import placement
 from tailpilot.manifests.meta import object_meta, selector_labels, standard_labels
 from tailpilot.manifests.security import container_security_context, pod_security_context
 from tailpilot.manifests.settings import ManifestSettings
+from tailpilot.manifests.triton_access import (
+    ANNOTATION_SECRET_UID,
+    AdminKeyRef,
+    admin_key_env,
+    restricted_api_args,
+)
 from tailpilot.manifests.triton_configmap import CONFIG_KEY, configmap_name
 
 CONTAINER_NAME = "triton"
@@ -128,7 +138,7 @@ def _probes(startup_seconds: int) -> dict[str, Any]:
 
 
 def triton_args(*, model_name: str) -> list[str]:
-    """Command-line arguments of tritonserver."""
+    """Command-line arguments of tritonserver (the admin key comes from the container's env)."""
     return [
         f"--model-repository={MODEL_REPOSITORY}",
         "--model-control-mode=explicit",
@@ -140,11 +150,17 @@ def triton_args(*, model_name: str) -> list[str]:
         f"--metrics-port={c.TRITON_METRICS_PORT}",
         "--allow-metrics=true",
         "--metrics-config=summary_latencies=true",
+        *restricted_api_args(),
     ]
 
 
-def triton_container(*, isvc: InferenceService, image: str, settings: ManifestSettings) -> dict[str, Any]:
-    """The Triton container of a serving pod (the profile Job runs the same one as a sidecar)."""
+def triton_container(
+    *, isvc: InferenceService, image: str, settings: ManifestSettings, admin_key: AdminKeyRef
+) -> dict[str, Any]:
+    """The Triton container of a serving pod (the profile Job runs the same one as a sidecar).
+
+    `admin_key`: the Secret its restricted APIs' key is read from (an env var the args expand).
+    """
     on_gpu = isvc.spec.runtime.device is Device.GPU
     return {
         "name": CONTAINER_NAME,
@@ -153,7 +169,8 @@ def triton_container(*, isvc: InferenceService, image: str, settings: ManifestSe
         "command": ["tritonserver"],
         "args": triton_args(model_name=isvc.spec.model_name(isvc.name)),
         # The root filesystem is read-only: anything that writes under $HOME writes to the /tmp emptyDir.
-        "env": [{"name": "HOME", "value": "/tmp"}],
+        # The key's var comes first: Kubernetes expands `$(VAR)` in args from the container's env.
+        "env": [{"name": "HOME", "value": "/tmp"}, admin_key_env(admin_key)],
         "ports": [
             {"name": c.PORT_NAME_HTTP, "containerPort": c.TRITON_HTTP_PORT, "protocol": "TCP"},
             {"name": c.PORT_NAME_GRPC, "containerPort": c.TRITON_GRPC_PORT, "protocol": "TCP"},
@@ -220,10 +237,14 @@ def triton_deployment(
     rollout_hash: str,
     replicas: int,
     settings: ManifestSettings,
+    admin_key: AdminKeyRef,
     moving: bool = False,
     canary: bool = False,
 ) -> dict[str, Any]:
     """Build the apps/v1 Deployment serving `engine_key` with `replicas` pods.
+
+    `admin_key`: the service's admin-key Secret (`triton_access`); its uid is a pod-template
+    annotation, so pods started with a key that no longer exists are replaced.
 
     `canary`: the canary replicas of a new engine (spec.rollout.strategy canary), NAME-canary. Its
     pods carry the Service's selector labels, so they take their share of the traffic, and the
@@ -262,7 +283,7 @@ def triton_deployment(
         ],
         "containers": [
             {
-                **triton_container(isvc=isvc, image=image, settings=settings),
+                **triton_container(isvc=isvc, image=image, settings=settings, admin_key=admin_key),
                 # A deleted pod leaves the Service's endpoints at once but is told to stop only
                 # after this: clients and proxies that still send to it in between are answered
                 # (scale-downs, rolling updates, a canary removed), not refused.
@@ -299,6 +320,7 @@ def triton_deployment(
                     "annotations": {
                         c.ANNOTATION_ENGINE_KEY: engine_key,
                         c.ANNOTATION_CONFIG_HASH: rollout_hash,
+                        ANNOTATION_SECRET_UID: admin_key.secret_uid,
                         "kubectl.kubernetes.io/default-container": CONTAINER_NAME,
                     },
                 },

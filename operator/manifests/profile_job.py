@@ -18,7 +18,11 @@ a serving pod with a client beside it:
   times one live reload, caches the profile in the store
   (`engines/<key>/profiles/<profileKey>.json`) and writes a `ProfileResult` to
   its termination message, where the operator (or a KWOK stage playing a GPU
-  node) reads it.
+  node) reads it. It reads the service's admin key from the same Secret as the
+  sidecar (`triton_access`): the reload it times is a restricted call.
+
+The sidecar listens on the pod's address, so any in-cluster client could reach it while the Job
+runs: it runs with the same restricted APIs and key as the serving pods.
 
 The pod is placed as the serving pods are (GPU product, tolerations, exclusive
 placement, the user's selectors), so the numbers are the serving hardware's.
@@ -45,6 +49,7 @@ from tailpilot.manifests.meta import object_meta
 from tailpilot.manifests.placement import ServingTarget
 from tailpilot.manifests.security import container_security_context, pod_security_context
 from tailpilot.manifests.settings import ManifestSettings
+from tailpilot.manifests.triton_access import AdminKeyRef, admin_key_env
 from tailpilot.manifests.triton_configmap import CONFIG_KEY
 
 CONTAINER_NAME = "profile"
@@ -84,9 +89,12 @@ def profile_job_name(*, isvc_name: str, profile_key: str) -> str:
 
 
 def profile_job(
-    *, isvc: InferenceService, request: ProfileRequest, settings: ManifestSettings
+    *, isvc: InferenceService, request: ProfileRequest, settings: ManifestSettings, admin_key: AdminKeyRef
 ) -> dict[str, Any]:
-    """Build the batch/v1 Job that profiles `request.engine_key` beside the service's own Triton."""
+    """Build the batch/v1 Job that profiles `request.engine_key` beside the service's own Triton.
+
+    `admin_key`: the service's admin-key Secret; both containers read the key from it.
+    """
     key = request.profile_key()
     meta = object_meta(
         isvc=isvc,
@@ -97,7 +105,10 @@ def profile_job(
         extra_labels={c.LABEL_PROFILE_KEY: key},
     )
     image = request.triton_image
-    sidecar = {**triton_container(isvc=isvc, image=image, settings=settings), "restartPolicy": "Always"}
+    sidecar = {
+        **triton_container(isvc=isvc, image=image, settings=settings, admin_key=admin_key),
+        "restartPolicy": "Always",
+    }
     sidecar["name"] = SIDECAR_NAME
     engine_config = (
         f"{request.store}/{c.ENGINE_STORE_ENGINES_DIR}/{request.engine_key}/"
@@ -122,6 +133,8 @@ def profile_job(
             {"name": "HOME", "value": "/tmp"},
             # The sidecar listens on the pod's address (every container of a pod shares it).
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            # `tailpilot profile` sends it on the reload it times (a restricted call).
+            admin_key_env(admin_key),
         ],
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",

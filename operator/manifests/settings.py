@@ -9,8 +9,30 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tailpilot.api import constants as c
+
+#: A NetworkPolicyPeer as the API server takes it (`namespaceSelector`, `podSelector`, `ipBlock`).
+Peer = Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkPolicySettings:
+    """Who may reach a service's Triton pods (`tailpilot.manifests.network_policy`); set by the chart.
+
+    Attributes:
+        clients: Peers allowed to the inference ports (HTTP, gRPC). Empty: every source, since the
+            operator cannot know a service's clients.
+        prometheus: Peers allowed to the metrics port (the Prometheus that scrapes the pods). Empty:
+            none but the operator.
+        operator: The operator's own pods: the live reloads and statistics (HTTP) and the fast loop's
+            metrics reads. Empty: none, where the clients' rule does not already admit them.
+    """
+
+    clients: tuple[Peer, ...] = ()
+    prometheus: tuple[Peer, ...] = ()
+    operator: tuple[Peer, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +67,8 @@ class ManifestSettings:
             least recently used first; None: no budget.
         monitoring_labels: Extra labels on ServiceMonitors and PrometheusRules (e.g. a Prometheus's selector).
         slo_error_budget: Fraction of evaluation time the P99 may exceed the SLO (burn-rate alerts).
+        network_policy: Each service's NetworkPolicy over its Triton pods; None: none is created
+            (and one this service owns is deleted).
     """
 
     builder_image: str
@@ -67,6 +91,7 @@ class ManifestSettings:
     store_budget_bytes: int | None = None
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)
     slo_error_budget: float = 0.01
+    network_policy: NetworkPolicySettings | None = None
 
 
 # Environment variables the chart sets on the operator (templates/operator-deployment.yaml) that
@@ -76,6 +101,37 @@ ENV_BUILDER_IMAGE = "TAILPILOT_BUILDER_IMAGE"
 ENV_TRITON_IMAGE = "TAILPILOT_TRITON_IMAGE"
 ENV_ENGINE_STORE_CLAIM = "TAILPILOT_ENGINE_STORE_CLAIM"
 ENV_MONITORING_LABELS = "TAILPILOT_MONITORING_LABELS"
+#: JSON `{"clients": [peer...], "prometheus": [peer...], "operator": [peer...]}`: the services'
+#: NetworkPolicies are on when it is set (the chart sets it unless `networkPolicy.enabled` is false).
+#: Unset, the operator creates none: run outside the chart, it knows neither its own pods' labels nor
+#: the Prometheus, and a policy without them would cut its own reads off.
+ENV_NETWORK_POLICY = "TAILPILOT_NETWORK_POLICY"
+
+
+def network_policy_from_json(text: str) -> NetworkPolicySettings | None:
+    """Parse TAILPILOT_NETWORK_POLICY; None for an empty value.
+
+    Raises:
+        ValueError: When it is not a JSON object whose known keys hold lists of JSON objects.
+    """
+    if not text.strip():
+        return None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{ENV_NETWORK_POLICY} must be a JSON object: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{ENV_NETWORK_POLICY} must be a JSON object, got {loaded!r}")
+    unknown = sorted(set(loaded) - {"clients", "prometheus", "operator"})
+    if unknown:
+        raise ValueError(f"{ENV_NETWORK_POLICY}: unknown keys {unknown}")
+    peers: dict[str, tuple[Peer, ...]] = {}
+    for key in ("clients", "prometheus", "operator"):
+        value = loaded.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(p, dict) and p for p in value):
+            raise ValueError(f"{ENV_NETWORK_POLICY}: {key} must be a list of NetworkPolicyPeer objects")
+        peers[key] = tuple(value)
+    return NetworkPolicySettings(**peers)
 
 
 def settings_from_env(environ: Mapping[str, str], *, default_builder_image: str = "") -> ManifestSettings:
@@ -101,4 +157,5 @@ def settings_from_env(environ: Mapping[str, str], *, default_builder_image: str 
         triton_image=environ.get(ENV_TRITON_IMAGE) or c.DEFAULT_TRITON_IMAGE,
         engine_store_claim=environ.get(ENV_ENGINE_STORE_CLAIM) or c.DEFAULT_ENGINE_STORE_CLAIM,
         monitoring_labels={str(k): str(v) for k, v in labels.items()},
+        network_policy=network_policy_from_json(environ.get(ENV_NETWORK_POLICY) or ""),
     )

@@ -81,6 +81,7 @@ def test_default_render(helm: str) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "Role",
@@ -208,6 +209,8 @@ EXPECTED_RULES = {
     ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("policy", "poddisruptionbudgets"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("", "secrets"): {"create", "get"},  # the admin-key Secrets: immutable, deleted by their owner references
+    ("networking.k8s.io", "networkpolicies"): {"create", "get", "patch", "delete"},
     ("monitoring.coreos.com", "servicemonitors"): {"create", "get", "list", "watch", "patch", "delete"},
     ("monitoring.coreos.com", "prometheusrules"): {"create", "get", "list", "watch", "patch", "delete"},
 }
@@ -239,13 +242,15 @@ def _child_kinds() -> set[tuple[str, str]]:
     from tailpilot.manifests import (
         build_job,
         deployment,
+        network_policy,
         pdb,
         prometheus_rule,
         service,
         service_monitor,
+        triton_access,
         triton_configmap,
     )
-    from tailpilot.manifests.settings import ManifestSettings
+    from tailpilot.manifests.settings import ManifestSettings, NetworkPolicySettings
 
     obj = yaml.safe_load((REPO / "examples" / "gpu-tensorrt-h100.yaml").read_text())
     obj["metadata"]["uid"] = "u1"
@@ -263,8 +268,15 @@ def _child_kinds() -> set[tuple[str, str]]:
         build_job.build_job(isvc=isvc, request=build_job.make_build_request(isvc=isvc), settings=settings),
         triton_configmap.triton_configmap(isvc=isvc, result=result, batching=isvc.spec.batching.to_config()),
         deployment.triton_deployment(
-            isvc=isvc, engine_key="k", rollout_hash="h", replicas=1, settings=settings
+            isvc=isvc,
+            engine_key="k",
+            rollout_hash="h",
+            replicas=1,
+            settings=settings,
+            admin_key=triton_access.admin_key_ref(isvc.name),
         ),
+        triton_access.admin_key_secret(isvc=isvc, key="k"),
+        network_policy.triton_network_policy(isvc=isvc, settings=NetworkPolicySettings()),
         service.triton_service(isvc=isvc),
         pdb.triton_pdb(isvc=isvc),
         service_monitor.service_monitor(isvc=isvc, settings=settings),
@@ -278,10 +290,12 @@ def test_cluster_role_covers_every_child_the_builders_make(helm: str) -> None:
     grants = _grants(role)
     plural = {"Job": "jobs", "ConfigMap": "configmaps", "Deployment": "deployments", "Service": "services"}
     plural |= {"PodDisruptionBudget": "poddisruptionbudgets", "ServiceMonitor": "servicemonitors"}
-    plural |= {"PrometheusRule": "prometheusrules"}
+    plural |= {"PrometheusRule": "prometheusrules", "Secret": "secrets", "NetworkPolicy": "networkpolicies"}
     for api_version, kind in _child_kinds():
         group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
-        assert {"create", "get", "delete"} <= grants[(group, plural[kind])], kind
+        # The admin-key Secret is never deleted by the operator (its owner reference does that).
+        verbs = {"create", "get"} if kind == "Secret" else {"create", "get", "delete"}
+        assert verbs <= grants[(group, plural[kind])], kind
 
 
 def test_templates_are_named_component_kind() -> None:
@@ -582,3 +596,58 @@ def test_watched_namespaces_bind_the_namespaced_rules_there_only(helm: str) -> N
     both = template(helm, "watchNamespaces={tp-system}")
     names = [(b["metadata"]["namespace"], b["metadata"]["name"]) for b in _by_kind(both, "RoleBinding")]
     assert len(names) == len(set(names)), names
+
+
+def test_the_operators_network_policy_admits_alertmanager_and_prometheus_only(helm: str) -> None:
+    (dep,) = _by_kind(template(helm), "Deployment")
+    (policy,) = _by_kind(template(helm), "NetworkPolicy")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    webhook, metrics = policy["spec"]["ingress"]
+    assert webhook["ports"] == [{"protocol": "TCP", "port": 8081}]
+    assert webhook["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},
+        }
+    ]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9090}]
+    assert metrics["from"][0]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+    # Without the webhook, only the metrics port is open.
+    (no_webhook,) = _by_kind(template(helm, "webhook.enabled=false"), "NetworkPolicy")
+    assert [r["ports"][0]["port"] for r in no_webhook["spec"]["ingress"]] == [9090]
+
+
+def test_the_services_network_policies_get_the_charts_peers_and_the_operators_pods(helm: str) -> None:
+    from tailpilot.manifests.settings import NetworkPolicySettings
+
+    (dep,) = _by_kind(template(helm), "Deployment")
+    _, settings, unread = _operator_parse(
+        helm,
+        "networkPolicy.tritonClients[0].podSelector.matchLabels.role=frontend",
+        "networkPolicy.prometheus.namespaceSelector.matchLabels.team=obs",
+    )
+    assert unread == set()
+    policy = settings.manifests.network_policy
+    assert isinstance(policy, NetworkPolicySettings)
+    assert policy.clients == ({"podSelector": {"matchLabels": {"role": "frontend"}}},)
+    (prometheus,) = policy.prometheus
+    assert prometheus["namespaceSelector"]["matchLabels"]["team"] == "obs"
+    (operator,) = policy.operator
+    assert operator["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "tp-system"}}
+    # The operator's own pods are what the peer selects: its reloads and reads reach the Triton pods.
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert operator["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    _, defaults, _ = _operator_parse(helm)
+    assert defaults.manifests.network_policy is not None
+    assert defaults.manifests.network_policy.clients == ()  # every source, by default
+
+
+def test_network_policies_off(helm: str) -> None:
+    docs = template(helm, "networkPolicy.enabled=false")
+    assert not _by_kind(docs, "NetworkPolicy")
+    _, settings, unread = _operator_parse(helm, "networkPolicy.enabled=false")
+    assert unread == set()
+    assert settings.manifests.network_policy is None

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tailpilot.api import constants as c
+from tailpilot.controllers.admin_key import AdminKey
 from tailpilot.controllers.kubeapi import Resource
 from tailpilot.controllers.reconciler import EventRecord, Reconciler
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
-from tests.manifests.fixtures import SETTINGS, build_result, make_isvc
+from tailpilot.manifests.settings import NetworkPolicySettings
+from tests.manifests.fixtures import SETTINGS, admin_key, build_result, make_isvc
 
 
 class CountingKube:
@@ -27,6 +30,10 @@ class CountingKube:
         return self.live.pop((resource.kind, name), None) is not None
 
 
+#: The chart's default: every service gets its NetworkPolicy (so it is not among the turned-off children).
+WITH_POLICY = dataclasses.replace(SETTINGS, network_policy=NetworkPolicySettings())
+
+
 def turned_off(builder):  # type: ignore[no-untyped-def]
     isvc = builder.obj()
     children = plan_children(
@@ -34,8 +41,9 @@ def turned_off(builder):  # type: ignore[no-untyped-def]
         result=build_result(),
         batching=isvc.spec.batching.to_config(),
         replicas=1,
-        settings=SETTINGS,
+        settings=WITH_POLICY,
         capabilities=ClusterCapabilities(service_monitors=True, prometheus_rules=True),
+        admin_key=admin_key(isvc.name),
     )
     return isvc, children.turned_off
 
@@ -96,7 +104,8 @@ def test_a_child_created_by_another_owner_between_lookup_and_create_is_not_taken
     kube = RacingKube(("ConfigMap", "a-model-config"))
     reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
     events: list[EventRecord] = []
-    rollout, _, _ = reconciler._rollout(isvc, InferenceServiceStatus(), build_result(), events)
+    admin = AdminKey(ref=admin_key(isvc.name), value="key")
+    rollout, _, _ = reconciler._rollout(isvc, InferenceServiceStatus(), build_result(), admin, events)
     assert kube.applied == []  # no forced apply over the other owner's object
     assert ("Deployment", "a") in kube.created
     assert (rollout.status, rollout.reason) == ("False", c.REASON_CHILD_NAME_TAKEN)

@@ -8,6 +8,7 @@ from typing import Any
 from tailpilot.api.engine import BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.manifests.settings import ManifestSettings
+from tailpilot.manifests.triton_access import AdminKeyRef, admin_key_ref
 
 SETTINGS = ManifestSettings(builder_image="registry.example.com/tailpilot-builder:0.1.0")
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -128,3 +129,8 @@ def assert_mounts_resolve(pod_spec: dict[str, Any]) -> None:
     for ctr in pod_spec.get("initContainers", []) + pod_spec["containers"]:
         for mount in ctr.get("volumeMounts", []):
             assert mount["name"] in names, (ctr["name"], mount)
+
+
+def admin_key(isvc_name: str = "resnet", secret_uid: str = "secret-uid-1") -> AdminKeyRef:
+    """The reference to a service's admin-key Secret, as the controller passes it once the Secret exists."""
+    return admin_key_ref(isvc_name, secret_uid=secret_uid)

@@ -18,10 +18,11 @@ from tailpilot.api.v1alpha1 import MAX_NAME_LENGTH, RULE_NAME_SUFFIX
 from tailpilot.manifests.build_job import build_job, make_build_request
 from tailpilot.manifests.children import CanaryPlan, ClusterCapabilities, plan_children
 from tailpilot.manifests.profile_job import make_profile_request, profile_job
+from tailpilot.manifests.triton_access import admin_key_secret
 from tests.api.crd_sim import admit
 from tests.api.invalid_specs import CPU_BASE, make_object
 
-from .fixtures import SETTINGS, build_result, make_isvc
+from .fixtures import SETTINGS, admin_key, build_result, make_isvc
 
 OPENAPI = crdgen.openapi_schema()
 #: A Job's name: `<service>-build-` and 10 hex, or `<service>-profile-` and 8 hex.
@@ -41,14 +42,16 @@ def children_of(name: str) -> list[dict[str, Any]]:
         replicas=2,
         settings=SETTINGS,
         capabilities=ClusterCapabilities(service_monitors=True, prometheus_rules=True),
+        admin_key=admin_key(name),
         canary=CanaryPlan(result=build_result("f" * 40), replicas=1),
     )
     build = build_job(isvc=isvc, request=make_build_request(isvc=isvc), settings=SETTINGS)
     request = make_profile_request(
         isvc=isvc, engine_key="e" * 40, triton_backend="onnxruntime", settings=SETTINGS
     )
-    profile = profile_job(isvc=isvc, request=request, settings=SETTINGS)
-    return [*plan.wanted, *plan.turned_off, *plan.canary_over, build, profile]
+    profile = profile_job(isvc=isvc, request=request, settings=SETTINGS, admin_key=admin_key(name))
+    secret = admin_key_secret(isvc=isvc, key="k")
+    return [*plan.wanted, *plan.turned_off, *plan.canary_over, build, profile, secret]
 
 
 def _names(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:

@@ -8,7 +8,7 @@ from tailpilot.manifests.children import (
     plan_children,
 )
 
-from .fixtures import SETTINGS, build_result, make_isvc
+from .fixtures import SETTINGS, admin_key, build_result, make_isvc
 
 BOTH = ClusterCapabilities(service_monitors=True, prometheus_rules=True)
 
@@ -22,6 +22,7 @@ def _plan(builder, capabilities: ClusterCapabilities = BOTH, **kwargs) -> Childr
         replicas=2,
         settings=SETTINGS,
         capabilities=capabilities,
+        admin_key=admin_key(isvc.name),
         **kwargs,
     )
 
@@ -34,12 +35,13 @@ def test_monitoring_only_when_wanted_and_available() -> None:
     core = ["ConfigMap/a-model-config", "Deployment/a", "Service/a", "PodDisruptionBudget/a"]
     bare = _plan(make_isvc("a"), ClusterCapabilities())
     assert _kinds(bare.wanted) == core
-    assert _kinds(bare.turned_off) == ["Service/a-metrics"]  # no CRDs: the monitoring is neither
+    # No CRDs: the monitoring is neither; no NetworkPolicy settings: the policy is turned off.
+    assert _kinds(bare.turned_off) == ["Service/a-metrics", "NetworkPolicy/a"]
     both = _plan(make_isvc("a"))
     assert _kinds(both.wanted) == [*core, "ServiceMonitor/a", "PrometheusRule/a-slo"]
     off = _plan(make_isvc("a").monitoring(serviceMonitor=False))
     assert _kinds(off.wanted) == [*core, "PrometheusRule/a-slo"]
-    assert _kinds(off.turned_off) == ["Service/a-metrics", "ServiceMonitor/a"]
+    assert _kinds(off.turned_off) == ["Service/a-metrics", "NetworkPolicy/a", "ServiceMonitor/a"]
     for child in (*both.wanted, *both.turned_off):
         assert child["metadata"]["ownerReferences"][0]["controller"] is True
 
@@ -48,7 +50,7 @@ def test_the_metrics_service_goes_with_the_service_before_the_pdb() -> None:
     rotating = _plan(make_isvc("a").autoscaling(backlogRotation=True), select_rotation=True)
     assert _kinds(rotating.wanted)[2:5] == ["Service/a", "Service/a-metrics", "PodDisruptionBudget/a"]
     assert "tailpilot.io/rotation" in rotating.wanted[2]["spec"]["selector"]
-    assert _kinds(rotating.turned_off) == []
+    assert _kinds(rotating.turned_off) == ["NetworkPolicy/a"]
 
 
 def test_batching_only_change_keeps_the_deployment() -> None:

@@ -6,14 +6,27 @@ from tailpilot.api import constants as c
 from tailpilot.manifests.deployment import triton_deployment
 from tailpilot.manifests.triton_configmap import rollout_hash, triton_configmap
 
-from .fixtures import H100, SETTINGS, assert_mounts_resolve, assert_restricted, build_result, make_isvc
+from .fixtures import (
+    H100,
+    SETTINGS,
+    admin_key,
+    assert_mounts_resolve,
+    assert_restricted,
+    build_result,
+    make_isvc,
+)
 
 KEY = "k" * 40
 
 
 def _deploy(builder, replicas: int = 2) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     return triton_deployment(
-        isvc=builder.obj(), engine_key=KEY, rollout_hash="h1", replicas=replicas, settings=SETTINGS
+        isvc=builder.obj(),
+        engine_key=KEY,
+        rollout_hash="h1",
+        replicas=replicas,
+        settings=SETTINGS,
+        admin_key=admin_key(builder.obj().name),
     )
 
 
@@ -98,6 +111,7 @@ def test_a_move_to_another_gpu_product_starts_every_new_pod_at_once_and_drops_no
         rollout_hash="h1",
         replicas=6,
         settings=SETTINGS,
+        admin_key=admin_key("a"),
         moving=True,
     )
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": "100%"}

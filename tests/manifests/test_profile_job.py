@@ -9,7 +9,7 @@ from tailpilot.api.engine import ProfileRequest
 from tailpilot.manifests.deployment import triton_deployment
 from tailpilot.manifests.profile_job import make_profile_request, profile_job, profile_job_name
 
-from .fixtures import H100, SETTINGS, assert_mounts_resolve, assert_restricted, make_isvc
+from .fixtures import H100, SETTINGS, admin_key, assert_mounts_resolve, assert_restricted, make_isvc
 
 ENGINE = "e" * 40
 
@@ -43,13 +43,18 @@ def test_the_key_changes_with_where_it_serves_not_with_batching() -> None:
 def test_the_pod_runs_the_serving_triton_as_a_sidecar_and_the_profiler_beside_it() -> None:
     builder = make_isvc("resnet").gpu(count=2, exclusive=True).tensorrt()
     isvc, request = builder.obj(), _request(builder)
-    job = profile_job(isvc=isvc, request=request, settings=SETTINGS)
+    job = profile_job(isvc=isvc, request=request, settings=SETTINGS, admin_key=admin_key("resnet"))
     assert job["metadata"]["name"] == f"resnet-profile-{request.profile_key()[:8]}"
     assert job["metadata"]["labels"][c.LABEL_PROFILE_KEY] == request.profile_key()
     assert job["metadata"]["labels"][c.LABEL_COMPONENT] == c.COMPONENT_PROFILE
     pod = job["spec"]["template"]["spec"]
     serving = triton_deployment(
-        isvc=isvc, engine_key=ENGINE, rollout_hash="h", replicas=1, settings=SETTINGS
+        isvc=isvc,
+        engine_key=ENGINE,
+        rollout_hash="h",
+        replicas=1,
+        settings=SETTINGS,
+        admin_key=admin_key("resnet"),
     )["spec"]["template"]["spec"]
     init, sidecar = pod["initContainers"]
     # The serving pods' Triton container, unchanged but for the sidecar restart policy, and without
@@ -91,7 +96,12 @@ def test_the_pod_runs_the_serving_triton_as_a_sidecar_and_the_profiler_beside_it
 
 def test_a_cpu_profile_runs_under_the_serving_cpu_limit() -> None:
     builder = make_isvc("small").runtime(resources={"limits": {"cpu": "700m", "memory": "1Gi"}})
-    job = profile_job(isvc=builder.obj(), request=_request(builder, backend="python"), settings=SETTINGS)
+    job = profile_job(
+        isvc=builder.obj(),
+        request=_request(builder, backend="python"),
+        settings=SETTINGS,
+        admin_key=admin_key(builder.obj().name),
+    )
     pod = job["spec"]["template"]["spec"]
     assert pod["initContainers"][1]["resources"]["limits"]["cpu"] == "700m"
     assert "nodeSelector" not in pod and "tolerations" not in pod

@@ -12,13 +12,18 @@ from tailpilot.manifests.service import rotation_selectable, triton_metrics_serv
 from tailpilot.manifests.service_monitor import service_monitor
 from tailpilot.manifests.settings import ManifestSettings
 
-from .fixtures import SETTINGS, make_isvc
+from .fixtures import SETTINGS, admin_key, make_isvc
 
 
 def test_service_and_pdb_select_the_deployment_pods() -> None:
     isvc = make_isvc("a").obj()
     pod_labels = triton_deployment(
-        isvc=isvc, engine_key="k", rollout_hash="h", replicas=1, settings=SETTINGS
+        isvc=isvc,
+        engine_key="k",
+        rollout_hash="h",
+        replicas=1,
+        settings=SETTINGS,
+        admin_key=admin_key(isvc.name),
     )["spec"]["template"]["metadata"]["labels"]
     svc = triton_service(isvc=isvc)
     assert svc["spec"]["selector"].items() <= pod_labels.items()
@@ -80,7 +85,12 @@ def test_queue_alerts_only_with_a_queue_bound() -> None:
 def test_backlog_rotation_labels_pods_and_the_service_selects_it_only_when_told() -> None:
     isvc = make_isvc("a").autoscaling(backlogRotation=True).obj()
     pod_labels = triton_deployment(
-        isvc=isvc, engine_key="k", rollout_hash="h", replicas=1, settings=SETTINGS
+        isvc=isvc,
+        engine_key="k",
+        rollout_hash="h",
+        replicas=1,
+        settings=SETTINGS,
+        admin_key=admin_key(isvc.name),
     )["spec"]["template"]["metadata"]["labels"]
     assert pod_labels[c.LABEL_ROTATION] == c.ROTATION_IN
     # During the rollout that adds the label, the selector must still match the old pods.
@@ -91,9 +101,14 @@ def test_backlog_rotation_labels_pods_and_the_service_selects_it_only_when_told(
     plain = make_isvc("a").obj()
     assert (
         c.LABEL_ROTATION
-        not in triton_deployment(isvc=plain, engine_key="k", rollout_hash="h", replicas=1, settings=SETTINGS)[
-            "spec"
-        ]["template"]["metadata"]["labels"]
+        not in triton_deployment(
+            isvc=plain,
+            engine_key="k",
+            rollout_hash="h",
+            replicas=1,
+            settings=SETTINGS,
+            admin_key=admin_key(plain.name),
+        )["spec"]["template"]["metadata"]["labels"]
     )
 
 

@@ -56,3 +56,15 @@ app.kubernetes.io/component: operator
 {{- define "tailpilot.webhookTokenSecretName" -}}
 {{- default (printf "%s-webhook-token" (include "tailpilot.fullname" . | trunc 50 | trimSuffix "-")) .Values.webhook.tokenSecret.name }}
 {{- end }}
+
+{{/*
+Who the services' NetworkPolicies admit, as TAILPILOT_NETWORK_POLICY's JSON: the clients, the
+Prometheus, and the operator's own pods (their namespace and selector labels).
+*/}}
+{{- define "tailpilot.networkPolicyPeers" -}}
+{{- $prometheus := dict "namespaceSelector" .Values.networkPolicy.prometheus.namespaceSelector "podSelector" .Values.networkPolicy.prometheus.podSelector -}}
+{{- $operatorNamespace := dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace) -}}
+{{- $operatorPods := dict "matchLabels" (include "tailpilot.selectorLabels" . | fromYaml) -}}
+{{- $operator := dict "namespaceSelector" $operatorNamespace "podSelector" $operatorPods -}}
+{{- dict "clients" .Values.networkPolicy.tritonClients "prometheus" (list $prometheus) "operator" (list $operator) | toJson -}}
+{{- end }}
