@@ -8,11 +8,22 @@ from pathlib import Path
 
 import httpx
 import pytest
-from triton_fixtures import MODEL, BoundedLoad, model_config_json, write_repository
+import tritonclient.grpc as grpcclient
+from triton_fixtures import INPUTS, MODEL, BoundedLoad, model_config_json, write_repository
+from tritonclient.utils import InferenceServerException
 
 from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.builders.reload_cost import measure_reload
 from tailpilot.builders.triton_server import TritonServer
+from tailpilot.controllers.admin_key import generate_key
 from tailpilot.controllers.batching import BatchingReason, apply_batching, batching_fields
+from tailpilot.manifests.triton_access import (
+    ADMIN_KEY_ENV,
+    ADMIN_KEY_HEADER,
+    GRPC_ADMIN_KEY_HEADER,
+    restricted_api_args,
+)
+from tailpilot_e2e.agent_pod import expand_args
 from tailpilot_e2e.wait import eventually
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -21,16 +32,19 @@ OLD = BatchingConfig(max_batch_size=4)
 NEW = BatchingConfig(max_batch_size=16, preferred_batch_sizes=(8,), max_queue_delay_us=500)
 
 
-def apply(urls: list[str], config_json: str):
+def apply(urls: list[str], config_json: str, admin_key: str | None = None):
     async def main():
-        return await apply_batching(pod_urls=urls, model_name=MODEL, config_json=config_json, timeout_s=30.0)
+        return await apply_batching(
+            pod_urls=urls, model_name=MODEL, config_json=config_json, admin_key=admin_key, timeout_s=30.0
+        )
 
     return asyncio.run(main())
 
 
-def served_batching(url: str) -> tuple[str, tuple[str, ...], str]:
+def served_batching(url: str, admin_key: str | None = None) -> tuple[str, tuple[str, ...], str]:
+    headers = {ADMIN_KEY_HEADER: admin_key} if admin_key else {}
     max_batch, preferred, delay = batching_fields(
-        httpx.get(f"{url}/v2/models/{MODEL}/config", timeout=5).json()
+        httpx.get(f"{url}/v2/models/{MODEL}/config", headers=headers, timeout=5).json()
     )
     # Triton fills in preferred = [max batch] when none is configured.
     return max_batch, (() if preferred == (max_batch,) else preferred), delay
@@ -85,3 +99,61 @@ def test_a_pod_that_refuses_rolls_the_other_back(tmp_path: Path):
         fine = apply(urls, model_config_json(BatchingConfig(max_batch_size=8, max_queue_delay_us=200)))
         assert fine.ok, fine
         assert served_batching(b.http_url) == ("8", (), "200")
+
+
+def test_admin_apis_refuse_calls_without_the_key_and_the_operators_reload_with_it_succeeds(tmp_path: Path):
+    key = generate_key()
+    # The serving pods' flags, `$(VAR)` expanded from the env as the kubelet (and the node agent) does.
+    args = expand_args(restricted_api_args(), {ADMIN_KEY_ENV: key})
+    repo = write_repository(tmp_path / "repo", batching=OLD)
+    with TritonServer(repo, explicit_models=[MODEL], work_dir=tmp_path / "triton", extra_args=args) as server:
+        url = server.http_url
+        refused = {
+            "unload": httpx.post(f"{url}/v2/repository/models/{MODEL}/unload", timeout=5),
+            "load": httpx.post(f"{url}/v2/repository/models/{MODEL}/load", json={}, timeout=5),
+            "index": httpx.post(f"{url}/v2/repository/index", timeout=5),
+            "config": httpx.get(f"{url}/v2/models/{MODEL}/config", timeout=5),
+            "wrong key": httpx.post(
+                f"{url}/v2/repository/models/{MODEL}/unload", headers={ADMIN_KEY_HEADER: "guess"}, timeout=5
+            ),
+            "logging": httpx.post(f"{url}/v2/logging", json={"log_verbose_level": 1}, timeout=5),
+            "trace": httpx.post(f"{url}/v2/trace/setting", json={"trace_level": ["TIMESTAMPS"]}, timeout=5),
+        }
+        assert {name: r.status_code for name, r in refused.items()} == dict.fromkeys(refused, 403)
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            with pytest.raises(InferenceServerException, match="restricted"):
+                client.unload_model(MODEL)
+            assert client.is_model_ready(MODEL)  # nothing was unloaded
+        # What clients, probes and the fast loop use is open.
+        assert httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200
+        assert httpx.get(f"{url}/v2/models/{MODEL}", timeout=5).status_code == 200
+        assert httpx.get(f"{url}/v2/models/{MODEL}/stats", timeout=5).status_code == 200
+        body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+        assert httpx.post(f"{url}/v2/models/{MODEL}/infer", json=body, timeout=10).status_code == 200
+
+        # The operator without the key changes nothing: its first read is refused.
+        keyless = apply([url], model_config_json(NEW))
+        assert not keyless.ok and keyless.reason == BatchingReason.UNREACHABLE, keyless
+        assert "403" in keyless.failed[0].message
+        assert served_batching(url, key) == ("4", (), "0")
+        # With the key, the live reload goes through, verified.
+        with BoundedLoad([url], workers=4, rate_per_worker=30, max_requests=1500, max_seconds=20) as load:
+            eventually(lambda: load.result.count >= 50, timeout=15, description="load running")
+            result = apply([url], model_config_json(NEW), admin_key=key)
+        assert result.ok, result
+        assert served_batching(url, key) == ("16", ("8",), "500")
+        assert load.result.failures == []
+
+        # The profile Job's timed reload (gRPC): refused without the key, timed with its gRPC header.
+        with pytest.raises(InferenceServerException, match="restricted"):
+            measure_reload(server.grpc_url, MODEL, INPUTS, config_json=model_config_json(OLD), timeout_s=30)
+        timing = measure_reload(
+            server.grpc_url,
+            MODEL,
+            INPUTS,
+            config_json=model_config_json(OLD),
+            timeout_s=30,
+            headers={GRPC_ADMIN_KEY_HEADER: key},
+        )
+        assert timing.load_s > 0
+        assert served_batching(url, key) == ("4", (), "0")
