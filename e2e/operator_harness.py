@@ -120,6 +120,14 @@ class OperatorProcess:
         except OSError:
             return False
 
+    def ready(self) -> bool:
+        """Whether `/readyz` answers 200: with `--leader-election`, this process leads and kopf runs."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as response:  # noqa: S310
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
     @property
     def pid(self) -> int:  # noqa: D102
         assert self.process is not None

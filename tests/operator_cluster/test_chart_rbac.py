@@ -1,5 +1,9 @@
 """The Helm chart installs into the cluster, and its least-privilege RBAC is enough to run the operator.
 
+With `watchNamespaces`, the same operator converges a service in the watched namespace while its
+account can neither create a Job nor read a Secret in any other (the rules on namespaced objects
+are bound there only), and elects itself on the chart's Lease.
+
 The operator runs here as a process authenticated with a token of the chart's
 ServiceAccount, so every API call it makes is authorized by the chart's
 ClusterRole and Role alone (the admin kubeconfig is not used): among them the
@@ -23,7 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.config import tool
-from tailpilot_e2e.kube import service_account_kubeconfig
+from tailpilot_e2e.kube import api_client, service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
     condition,
@@ -32,6 +36,7 @@ from tailpilot_e2e.operator_harness import (
     play_profile,
     running_build_pod,
 )
+from tailpilot_e2e.pytest_plugin import fresh_namespace
 from tailpilot_e2e.wait import eventually
 
 from .conftest import GPU_PROFILE, gpu_build_result
@@ -222,3 +227,113 @@ def test_a_users_secret_is_used_and_none_generated(helm_release, k8s):
     assert _secret_gone(k8s, release)
     assert _account_may(k8s, release, "get", namespace=release.namespace, name="am-token")
     assert not _account_may(k8s, release, "get", namespace=release.namespace, name=release.token_secret)
+
+
+def _may(
+    k8s, release: Release, verb: str, resource: str, *, group: str = "", namespace: str | None = None
+) -> bool:
+    """Whether the chart's ServiceAccount may `verb` `resource` (in `namespace`, or cluster-wide)."""
+    sa = f"system:serviceaccount:{release.namespace}:{release.account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{release.namespace}", "system:authenticated"]
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=sa,
+            groups=groups,
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group=group, resource=resource
+            ),
+        )
+    )
+    return bool(client.AuthorizationV1Api(k8s).create_subject_access_review(review).status.allowed)
+
+
+@pytest.fixture
+def other_namespace(request, k8s) -> Iterator[str]:
+    """A second namespace the operator is not told to watch."""
+    with fresh_namespace(request, k8s) as name:
+        yield name
+
+
+def test_watched_namespaces_scope_the_rbac_and_the_operator_still_converges(
+    helm_release, local_cluster, k8s, namespace, other_namespace, engine_store, example, tmp_path
+):
+    release = helm_release(f"watchNamespaces={{{namespace}}}")
+    # In the watched namespace: what the operator does there.
+    for verb, resource, group in (("create", "jobs", "batch"), ("patch", "deployments", "apps")):
+        assert _may(k8s, release, verb, resource, group=group, namespace=namespace), (verb, resource)
+    # Anywhere else: no Job (so no Secret mounted by one), no Secret, no child, no service written.
+    for verb, resource, group in (
+        ("create", "jobs", "batch"),
+        ("get", "secrets", ""),
+        ("list", "secrets", ""),
+        ("create", "deployments", "apps"),
+        ("patch", "pods", ""),
+        ("patch", "inferenceservices", "tailpilot.io"),
+    ):
+        elsewhere = _may(k8s, release, verb, resource, group=group, namespace=other_namespace)
+        assert not elsewhere, (verb, resource)
+        assert not _may(k8s, release, verb, resource, group=group), (verb, resource, "cluster-wide")
+    # Cluster-wide it keeps reads of what no namespace holds, and listing pods (free GPUs per node).
+    assert _may(k8s, release, "list", "nodes") and _may(k8s, release, "list", "pods")
+    assert _may(k8s, release, "watch", "namespaces") and not _may(k8s, release, "get", "pods")
+    kubeconfig = service_account_kubeconfig(
+        k8s,
+        server=local_cluster.server,
+        ca_file=local_cluster.paths.pki / "ca.crt",
+        namespace=release.namespace,
+        account=release.account,
+        path=tmp_path / "sa.kubeconfig",
+    )
+    # A refused write as the account itself, not only a review: a Job in the other namespace.
+    as_account = api_client(kubeconfig)
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name="reads-secrets"),
+        spec=client.V1JobSpec(
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    restart_policy="Never", containers=[client.V1Container(name="c", image="busybox")]
+                )
+            )
+        ),
+    )
+    try:
+        with pytest.raises(ApiException) as refused:
+            client.BatchV1Api(as_account).create_namespaced_job(other_namespace, job)
+        assert refused.value.status == 403
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(as_account).read_namespaced_secret("any", other_namespace)
+        assert refused.value.status == 403
+    finally:
+        as_account.close()
+
+    # The operator under exactly those rights, electing itself on the chart's Lease.
+    election = [
+        "--leader-election",
+        "--leader-election-namespace",
+        release.namespace,
+        "--leader-election-lease",
+        release.account,  # the chart names the Lease after the release's full name
+        "--leader-election-identity",
+        "op-scoped",
+    ]
+    core = client.CoreV1Api(k8s)
+    with OperatorProcess(
+        local_cluster, namespace=namespace, log_dir=tmp_path, kubeconfig=kubeconfig, extra_args=election
+    ) as operator:
+        eventually(operator.ready, timeout=60, description="leading with the chart's Lease Role")
+        isvc = example("gpu-tensorrt-h100.yaml", namespace=namespace)
+        client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+            "tailpilot.io", "v1alpha1", namespace, "inferenceservices", isvc
+        )
+        play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+        play_profile(core, namespace, GPU_PROFILE)
+
+        def ready():
+            cond = condition(custom_object(k8s, namespace, isvc["metadata"]["name"]), "Ready")
+            return cond and cond["status"] == "True"
+
+        eventually(ready, timeout=90, description="Ready with RBAC scoped to its namespace")
+        log = operator.log_file.read_text()
+    assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+    holder = client.CoordinationV1Api(k8s).read_namespaced_lease(release.account, release.namespace)
+    assert holder.spec.holder_identity in ("op-scoped", "")  # held, or released on the clean stop
