@@ -381,4 +381,7 @@ CHILD_RESOURCES = (
     ("", "configmaps"),
     ("", "services"),
     ("policy", "poddisruptionbudgets"),
+    ("networking.k8s.io", "networkpolicies"),
 )
+# Not the admin-key Secrets: watching them would need list and watch on every Secret of the cluster.
+# A deleted one is recreated by the service's next pass (any event of it or its children, or the resync).

@@ -210,7 +210,7 @@ EXPECTED_RULES = {
     ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("policy", "poddisruptionbudgets"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "secrets"): {"create", "get"},  # the admin-key Secrets: immutable, deleted by their owner references
-    ("networking.k8s.io", "networkpolicies"): {"create", "get", "patch", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "watch", "patch", "delete"},
     ("monitoring.coreos.com", "servicemonitors"): {"create", "get", "list", "watch", "patch", "delete"},
     ("monitoring.coreos.com", "prometheusrules"): {"create", "get", "list", "watch", "patch", "delete"},
 }
