@@ -370,3 +370,34 @@ def test_container_args_bind_the_pod_ip_instead_of_the_machines_addresses() -> N
     spec = {"image": "repo/op:1", "args": ["-c", "serve --liveness=http://0.0.0.0:8080/healthz"]}
     argv, _ = local_argv(table, spec, {}, pod_ip="127.65.0.9", root=ROOT)
     assert argv[1:] == ["-c", "serve --liveness=http://127.65.0.9:8080/healthz"]
+
+
+def test_the_serving_containers_admin_key_reaches_tritons_argv_as_the_kubelet_expands_it() -> None:
+    # The Triton container the operator builds: the key from the service's Secret, `$(VAR)` in args.
+    from tailpilot.manifests.deployment import triton_container
+    from tailpilot.manifests.settings import ManifestSettings
+    from tailpilot.manifests.triton_access import ADMIN_KEY_HEADER, admin_key_ref
+    from tests.manifests.fixtures import make_isvc
+
+    isvc = make_isvc("a").obj()
+    spec = triton_container(
+        isvc=isvc,
+        image=f"{TRITON_REPOSITORY}:24.10-py3",
+        settings=ManifestSettings(builder_image="b"),
+        admin_key=admin_key_ref("a"),
+    )
+    pod = {"metadata": {"name": "a-1", "namespace": "ml"}, "spec": {"nodeName": "local-0"}}
+    secrets = {("secret", "a"): {"admin-key": base64.b64encode(b"k3y-from-the-secret").decode()}}
+    env = container_env(
+        pod, spec, pod_ip="127.65.0.2", host_ip="127.0.0.1", lookup=lambda k, n: secrets.get((k, n))
+    )
+    table = {
+        TRITON_REPOSITORY: ImageEntry(TRITON_REPOSITORY, executables={"tritonserver": "/opt/tritonserver"})
+    }
+    argv, _ = local_argv(table, spec, env, pod_ip="127.65.0.2", root=ROOT)
+    apis = "model-repository,model-config,trace,logging,shared-memory"
+    assert f"--http-restricted-api={apis}:{ADMIN_KEY_HEADER}=k3y-from-the-secret" in argv
+    assert f"--grpc-restricted-protocol={apis}:{ADMIN_KEY_HEADER}=k3y-from-the-secret" in argv
+    # No Secret (yet): the container is not started, as the kubelet refuses it.
+    with pytest.raises(PodConfigError, match="secret 'a' key 'admin-key' not found"):
+        container_env(pod, spec, pod_ip="127.65.0.2", host_ip="127.0.0.1", lookup=lambda k, n: None)
