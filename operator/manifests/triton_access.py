@@ -33,8 +33,8 @@ What is restricted, and why (gRPC names its protocols as HTTP names its APIs):
 
 Open: `health` (the kubelet's probes, load balancers), `metadata` and `inference` (the clients), and
 `statistics`, read-only counters of the service's own traffic that the operator's fast loop reads from
-every pod every 10 s; restricting them would cost that loop a Secret read per service and protect
-figures of the same kind the metrics port publishes.
+every pod (executions per batch size); restricting them would cost that loop a Secret read per
+service and protect figures of the same kind the metrics port publishes.
 """
 
 from __future__ import annotations
