@@ -1,7 +1,7 @@
 """The real API server enforces the generated CRD: each invalid spec is refused by `kubectl apply`
 with a message that names the field, and every valid spec is accepted (server-side dry run); a name
 ending with a child's suffix is refused at creation, and an object created before that rule stays
-writable."""
+writable; a status the operator cut to the schema is accepted where the uncut one is refused."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import yaml
 
 from tailpilot.api.constants import RESERVED_NAME_SUFFIXES
 from tailpilot.api.v1alpha1 import RULE_NAME_SUFFIX
+from tailpilot.controllers.status import CUT_MARKER, encode_status, status_patch
 from tailpilot_e2e.operator_harness import CRD_FILE, install_crds
 from tests.api.invalid_specs import INVALID_SPECS, VALID_SPECS, make_object
+from tests.controllers.test_ctrl_status_limits import overflowing_status
 
 pytestmark = pytest.mark.cluster
 
@@ -72,3 +74,22 @@ def test_an_object_created_before_the_suffix_rule_stays_writable(crds, namespace
     # A new one under the same rule is still refused.
     again = kubectl_apply(crds, make_object("other-metrics", VALID_SPECS[0][1], namespace))
     assert again.returncode != 0 and RULE_NAME_SUFFIX.message in again.stderr, again.stderr
+
+
+def test_the_api_server_accepts_a_fitted_status_and_refuses_the_same_status_unfitted(crds, namespace):
+    # A status the way the reconciler makes one after a build failed with a very long message.
+    created = kubectl_apply(crds, make_object("status-limits", VALID_SPECS[0][1], namespace))
+    assert created.returncode == 0, created.stderr
+    status = overflowing_status()
+    name = ["-n", namespace, "inferenceservices.tailpilot.io/status-limits", "--subresource=status"]
+    raw = crds.kubectl(
+        "patch", *name, "--type=merge", "-p", json.dumps({"status": encode_status(status)}), check=False
+    )
+    assert raw.returncode != 0 and "status.build.message" in raw.stderr, raw.stderr
+    fitted = crds.kubectl(
+        "patch", *name, "--type=merge", "-p", json.dumps({"status": status_patch(None, status)}), check=False
+    )
+    assert fitted.returncode == 0, fitted.stderr
+    obj = crds.kubectl("get", "-n", namespace, "inferenceservices.tailpilot.io/status-limits", "-o", "json")
+    stored = json.loads(obj.stdout)["status"]["build"]["message"]
+    assert len(stored) == 4096 and stored.endswith(CUT_MARKER)
