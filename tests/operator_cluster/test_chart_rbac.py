@@ -139,12 +139,17 @@ def test_operator_runs_with_only_the_charts_rbac(
 ):
     release = helm_release()  # default values: the webhook on, its token generated
     release_ns, account = release.namespace, release.account
-    # The chart's Role lets the operator read its token Secret, and no other Secret.
+    # The chart's Role lets the operator read its token Secret, and only that one.
     assert _account_may(k8s, release, "get", namespace=release_ns, name=release.token_secret)
-    assert not _account_may(k8s, release, "get", namespace=release_ns, name="another-secret")
-    assert not _account_may(k8s, release, "list", namespace=release_ns)
-    assert not _account_may(k8s, release, "get", namespace=namespace, name=release.token_secret)
     rbac = client.RbacAuthorizationV1Api(k8s)
+    assert _role_secrets(rbac, release) == [release.token_secret]
+    # Other Secrets only by name, where the ClusterRole is bound (each service's admin key, which it
+    # creates and reads): never listed or watched, never updated or deleted.
+    for verb in ("list", "watch"):
+        assert not _account_may(k8s, release, verb, namespace=release_ns)
+        assert not _account_may(k8s, release, verb, namespace=namespace)
+    for verb in ("update", "patch", "delete"):
+        assert not _account_may(k8s, release, verb, namespace=namespace, name="any")
     role = rbac.read_cluster_role(account)
     assert all("*" not in rule.verbs and "*" not in (rule.resources or []) for rule in role.rules), role.rules
     kubeconfig = service_account_kubeconfig(
@@ -226,7 +231,13 @@ def test_a_users_secret_is_used_and_none_generated(helm_release, k8s):
     release = helm_release("webhook.tokenSecret.name=am-token")
     assert _secret_gone(k8s, release)
     assert _account_may(k8s, release, "get", namespace=release.namespace, name="am-token")
-    assert not _account_may(k8s, release, "get", namespace=release.namespace, name=release.token_secret)
+    assert _role_secrets(client.RbacAuthorizationV1Api(k8s), release) == ["am-token"]
+
+
+def _role_secrets(rbac: client.RbacAuthorizationV1Api, release: Release) -> list[str]:
+    """The Secrets the chart's Role in the release namespace names."""
+    role = rbac.read_namespaced_role(release.account, release.namespace)
+    return [name for rule in role.rules if "secrets" in rule.resources for name in rule.resource_names or []]
 
 
 def _may(
