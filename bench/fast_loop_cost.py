@@ -26,8 +26,9 @@ import statistics
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tailpilot.bench.triton_metrics import metrics_page
+from tailpilot.bench.triton_metrics import metrics_page, stats_answer
 from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.policy.batch_sizes import SizeCounts
 from tailpilot.policy.signals import (
     READ_PERIOD_S,
     ObservationWindows,
@@ -128,23 +129,9 @@ async def _run(port: int, *, services: int, pods: int, seconds: float) -> dict[s
 
 
 def model_stats(answered: float) -> dict[str, object]:
-    """Triton's statistics answer for `answered` requests run in batches of 1 and 2 (half each)."""
-    executions = int(answered / 2)
-
-    def at(size: int, count: int) -> dict[str, object]:
-        timing = {"count": count, "ns": count * 1_000_000}
-        return {
-            "batch_size": size,
-            "compute_input": timing,
-            "compute_infer": timing,
-            "compute_output": timing,
-        }
-
-    return {
-        "model_stats": [
-            {"name": MODEL, "version": "1", "batch_stats": [at(1, executions // 2), at(2, executions // 2)]}
-        ]
-    }
+    """Triton's statistics answer for `answered` requests run in batches of 1 and 2 (half each), 1 ms each."""
+    executions = int(answered / 2) // 2
+    return stats_answer({size: SizeCounts(executions, executions * 1000.0) for size in (1, 2)}, model=MODEL)
 
 
 def _observation_cost(windows: ObservationWindows, *, pods: int, repeats: int = 200) -> dict[str, float]:

@@ -36,10 +36,13 @@ class RunMetrics:
     #: inf: never recovered.
     recovery_s: float | None
     mean_batch: float
-    #: TailPilot's runs only (None for every other policy): when its learned `service_scale` settled
-    #: (`settle_time`; 0: it never left its final band; inf: it never settled), and its last value.
+    #: TailPilot's runs only (None for every other policy): when its learned `service_scale` and
+    #: `slope_scale` settled (`settle_time`; 0: they never left their final band; inf: one never
+    #: settled), and the last value of the scale.
     settle_s: float | None = None
     final_scale: float | None = None
+    #: Its learned per-item `slope_scale` at the end (None for every other policy).
+    final_slope: float | None = None
 
 
 def count_flaps(actions: list[tuple[float, int, int]], *, within_s: float = 300.0) -> int:

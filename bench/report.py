@@ -9,7 +9,9 @@ from pathlib import Path
 
 from tailpilot.bench.goals import goal_table, slo_checks
 from tailpilot.bench.suite import (
+    SLOPE_FACTOR,
     TAILPILOT,
+    TAILPILOT_SLOPE,
     UNIFORM_FACTORS,
     WRONG_PROFILE_POLICIES,
     Row,
@@ -31,6 +33,7 @@ CSV_COLUMNS = (
     "mean_batch",
     "scale_settle_s",
     "final_service_scale",
+    "final_slope_scale",
 )
 
 
@@ -45,8 +48,8 @@ def _num(x: float | None, digits: int) -> str:
 def csv_record(row: Row) -> dict[str, str]:
     """One results.csv line (empty recovery_s: the trace has no step; inf: never recovered).
 
-    scale_settle_s and final_service_scale: TailPilot's learned speed (empty for other policies;
-    settle inf: it never settled).
+    scale_settle_s, final_service_scale and final_slope_scale: TailPilot's learned speed and per-item
+    slope (empty for other policies; settle inf: it never settled).
     """
     m = row.metrics
     return {
@@ -63,6 +66,7 @@ def csv_record(row: Row) -> dict[str, str]:
         "mean_batch": _num(m.mean_batch, 2),
         "scale_settle_s": _num(m.settle_s, 0),
         "final_service_scale": _num(m.final_scale, 3),
+        "final_slope_scale": _num(m.final_slope, 3),
     }
 
 
@@ -80,7 +84,7 @@ def text_table(rows: Sequence[Row]) -> str:
     """Fixed-width table for the terminal."""
     head = (
         f"{'trace':15} {'Ts':>3} {'policy':23} {'%req':>7} {'%win':>6} {'rep-s':>8} {'xorc':>5} "
-        f"{'act':>4} {'flap':>4} {'recov':>5} {'batch':>5} {'settle':>6} {'scale':>5}"
+        f"{'act':>4} {'flap':>4} {'recov':>5} {'batch':>5} {'settle':>6} {'scale':>5} {'slope':>5}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -89,7 +93,8 @@ def text_table(rows: Sequence[Row]) -> str:
             f"{r.trace:15} {c['ts_s']:>3} {r.policy:23} {c['pct_requests_in_slo']:>7} "
             f"{c['pct_windows_in_slo']:>6} {c['replica_seconds']:>8} {c['oracle_ratio']:>5} "
             f"{c['scale_actions']:>4} {c['flaps']:>4} {c['recovery_s'] or '-':>5} {c['mean_batch']:>5} "
-            f"{c['scale_settle_s'] or '-':>6} {_num(m.final_scale, 2) or '-':>5}"
+            f"{c['scale_settle_s'] or '-':>6} {_num(m.final_scale, 2) or '-':>5} "
+            f"{_num(m.final_slope, 2) or '-':>5}"
         )
     return "\n".join(lines)
 
@@ -149,11 +154,13 @@ def _scale_cell(row: Row, policy: str) -> str:
         settle = "never settled"
     else:
         settle = f"settled {m.settle_s:.0f} s"
-    truth = 1.0 if policy == TAILPILOT else None
+    truth, slope_truth = 1.0, 1.0
     if policy in UNIFORM_FACTORS:
         truth = 1.0 / UNIFORM_FACTORS[policy]
-    true_part = f" (true {truth:.2f})" if truth is not None else ""
-    return f"{settle}; scale {m.final_scale:.2f}{true_part}"
+    if policy == TAILPILOT_SLOPE:
+        slope_truth = 1.0 / SLOPE_FACTOR
+    slope = "" if m.final_slope is None else f", slope {m.final_slope:.2f} (true {slope_truth:.2f})"
+    return f"{settle}; scale {m.final_scale:.2f} (true {truth:.2f}){slope}"
 
 
 def robustness_table(rows: Sequence[Row], *, method_href: str = "method.md") -> list[str]:
@@ -191,7 +198,7 @@ def robustness_table(rows: Sequence[Row], *, method_href: str = "method.md") -> 
     kept_line = "; ".join(f"{p}: {k} of {n}" for p, (k, n) in totals.items())
     return [
         "TailPilot handed a wrong profile while the simulator runs the true one (what each variant is, "
-        f"and the definitions: [method.md]({method_href}), \"Robustness to a wrong profile\"). Each cell: "
+        f'and the definitions: [method.md]({method_href}), "Robustness to a wrong profile"). Each cell: '
         "TailPilot's SLO goals at that trace and Ts (the goal table's: kept, or missed with the figure); "
         "for a wrong profile, its replica-seconds over TailPilot's with the true profile; when the learned "
         "`service_scale` (observed over profiled compute time) settled, i.e. stayed from then on within 10% "

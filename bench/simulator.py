@@ -45,6 +45,7 @@ from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.bench.batcher import batch_cap, batch_to_send
 from tailpilot.bench.observe import PodWindow, merge_pod_windows, pod_window
+from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import PodLatency, TritonCounters
 
 # Event kinds; the number also orders simultaneous events (completions free instances first).
@@ -206,6 +207,10 @@ class Simulation:
         self._b_size: list[int] = []
         self._exec_done_t: list[float] = []  # batch completions, in time order
         self._exec_done_pod: list[int] = []
+        # Each completed batch's size and compute time (integer ns, as Triton counts it), in the
+        # order of `_exec_done_pod`: what Triton's statistics extension counts per batch size.
+        self._exec_done_size: list[int] = []
+        self._exec_done_ns: list[int] = []
         # (time, kind, sequence, replica of a batch, payload): the sequence breaks ties.
         self._heap: list[tuple[float, int, int, _Replica | None, object]] = []
         self._seq = 0
@@ -226,6 +231,9 @@ class Simulation:
         self._cum: dict[int, list[float]] = {}
         self._cum_requests = 0  # requests of `_completed` already counted
         self._cum_batches = 0  # batches of `_exec_done_pod` already counted
+        # Each replica's cumulative executions per batch size: size -> [executions, compute ns].
+        self._cum_sizes: dict[int, dict[int, list[int]]] = {}
+        self._cum_sized = 0  # batches of `_exec_done_size` already counted
         self._rng = np.random.default_rng(config.seed)
         self._jitter: list[float] = []
         self._jitter_i = 0
@@ -394,6 +402,7 @@ class Simulation:
         arr, heap, n, i = self._arr, self._heap, len(self._arr), 0
         pod, done, completed = self._pod, self._done, self._completed
         exec_t, exec_pod = self._exec_done_t, self._exec_done_pod
+        exec_size, exec_ns, start = self._exec_done_size, self._exec_done_ns, self._start
         heappop, inf = heapq.heappop, math.inf
         while True:
             next_arrival = arr[i] if i < n else inf
@@ -408,6 +417,8 @@ class Simulation:
                     completed.extend(obj)
                     exec_t.append(t)
                     exec_pod.append(rep.idx)
+                    exec_size.append(len(obj))
+                    exec_ns.append(round((t - start[obj[0]]) * 1e9))
                     rep.free += 1
                     rep.executing -= len(obj)
                     if rep.queue:
@@ -516,6 +527,21 @@ class Simulation:
         for p in self._exec_done_pod[self._cum_batches :]:
             cum.setdefault(p, [0.0] * 5)[1] += 1
         self._cum_batches = len(self._exec_done_pod)
+        return cum
+
+    def _batch_counts_now(self) -> dict[int, dict[int, list[int]]]:
+        """Every replica's cumulative [executions, compute ns] per batch size over what completed so far."""
+        cum, pods, sizes, times = (
+            self._cum_sizes,
+            self._exec_done_pod,
+            self._exec_done_size,
+            self._exec_done_ns,
+        )
+        for i in range(self._cum_sized, len(sizes)):
+            figures = cum.setdefault(pods[i], {}).setdefault(sizes[i], [0, 0])
+            figures[0] += 1
+            figures[1] += times[i]
+        self._cum_sized = len(sizes)
         return cum
 
     def _result(self) -> SimResult:
@@ -669,6 +695,18 @@ class FleetView:
                 compute_duration_us=compute_us,
             )
         return out
+
+    def pod_batches(self) -> dict[str, BatchCounts]:
+        """What a read of each Ready pod's Triton statistics gives now: cumulative figures per batch size."""
+        cum = self._sim._batch_counts_now()
+        return {
+            _pod_name(rep.idx): {
+                # As the operator's reader converts Triton's integer ns.
+                size: SizeCounts(n, ns / 1000.0)
+                for size, (n, ns) in cum.get(rep.idx, {}).items()
+            }
+            for rep in self._sim._serving
+        }
 
     def scraped_latency(self, *, window_s: float, scrape_s: float) -> dict[str, PodLatency]:
         """Each pod's latency summary as Prometheus holds it now.

@@ -300,9 +300,7 @@ def make_controller(
         if policy == TAILPILOT_NO_SURGE:
             opt = {"surgeResponse": False}
         spec = default_spec(p99_target_ms=setup.slo_ms, max_replicas=setup.max_replicas, **opt)
-        profile = (
-            wrong_profile(policy, setup.profile) if policy in WRONG_PROFILE_POLICIES else setup.profile
-        )
+        profile = wrong_profile(policy, setup.profile) if policy in WRONG_PROFILE_POLICIES else setup.profile
         adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
         return adapter(profile=profile, spec=spec, initial=Target(params.initial_replicas, params.batching))
     return AUTOSCALERS[policy](params)
@@ -332,14 +330,25 @@ def run_controller(
 
 
 def with_learned_scale(
-    metrics: RunMetrics, scales: Sequence[tuple[float, float]] | None, *, duration_s: float
+    metrics: RunMetrics,
+    scales: Sequence[tuple[float, float]] | None,
+    *,
+    duration_s: float,
+    slopes: Sequence[tuple[float, float]] | None = None,
 ) -> RunMetrics:
-    """A TailPilot run's metrics with when its learned speed settled (inf: never) and its final value."""
+    """A TailPilot run's metrics with when its learned speed settled (inf: never) and its final values.
+
+    The speed is the learned `service_scale` and, where recorded, `slope_scale`: settled when both have.
+    """
     if not scales:
         return metrics
-    settled = settle_time(scales, duration_s=duration_s)
+    settle_times = [settle_time(series, duration_s=duration_s) for series in (scales, slopes) if series]
+    settled = None if any(t is None for t in settle_times) else max(t for t in settle_times if t is not None)
     return replace(
-        metrics, settle_s=math.inf if settled is None else settled, final_scale=float(scales[-1][1])
+        metrics,
+        settle_s=math.inf if settled is None else settled,
+        final_scale=float(scales[-1][1]),
+        final_slope=float(slopes[-1][1]) if slopes else None,
     )
 
 
@@ -350,7 +359,12 @@ def _run(
     ctl = make_controller(setup, policy=policy, ts=ts, needs=needs, params=params)
     startup = 0.0 if policy == "oracle-fluid" else ts
     res, metrics = run_controller(setup, name, ctl, startup_s=startup)
-    metrics = with_learned_scale(metrics, getattr(ctl, "service_scales", None), duration_s=setup.duration_s)
+    metrics = with_learned_scale(
+        metrics,
+        getattr(ctl, "service_scales", None),
+        duration_s=setup.duration_s,
+        slopes=getattr(ctl, "slope_scales", None),
+    )
     errors: list[str] = list(getattr(ctl, "errors", []))
     notes = (
         [

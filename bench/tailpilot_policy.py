@@ -40,6 +40,7 @@ from tailpilot.policy.signals import (
     PodRead,
     ReadHistory,
     arrival_rate_per_s,
+    batch_stats_due,
     completion_rate_per_s,
     observation_from_reads,
 )
@@ -80,6 +81,7 @@ class TailPilot:
         self._state = PolicyState.initial(replicas=initial.replicas, batching=initial.batching)
         self._surge = SurgeConfig() if spec.autoscaling.surge_checks() else None
         self.tick_s = READ_PERIOD_S
+        self._stats_at: float | None = None
         self._next_decision_s = control_period_s
         self._over_in_a_row = 0
         self.surge_decisions = 0
@@ -90,6 +92,8 @@ class TailPilot:
         #: (time, the learned `service_scale` after the decision made then), from (0, its start value):
         #: how the online correction of the profile's speed moves (`tailpilot.bench.metrics.settle_time`).
         self.service_scales: list[tuple[float, float]] = [(0.0, self._state.learned.service_scale)]
+        #: The same for the learned per-item `slope_scale`.
+        self.slope_scales: list[tuple[float, float]] = [(0.0, self._state.learned.slope_scale)]
         self._last = initial
 
     def initial(self) -> Target:
@@ -120,7 +124,13 @@ class TailPilot:
         self._state = PolicyState.initial(replicas=replicas, batching=batching)
 
     def decide(self, view: FleetView) -> Target:
-        self._history.add(PodRead.sampled(view.now_s, view.pod_counters()))
+        # Every read has the metrics pages; every `BATCH_STATS_PERIOD_S` one also has the statistics
+        # (executions and compute time per batch size), as the operator's reader asks them.
+        stats = batch_stats_due(now_s=view.now_s, last_s=self._stats_at, read_period_s=self.tick_s)
+        if stats:
+            self._stats_at = view.now_s
+        batches = view.pod_batches() if stats else None
+        self._history.add(PodRead.sampled(view.now_s, view.pod_counters(), batches=batches))
         if view.now_s + 1e-9 >= self._next_decision_s:
             # Due every control period, as the operator's loop is; decided at the first read at or
             # after it (a read period does not divide a control period).
@@ -167,6 +177,7 @@ class TailPilot:
             return self._last
         self.reasons.append(decision.reason)
         self.service_scales.append((now, self._state.learned.service_scale))
+        self.slope_scales.append((now, self._state.learned.slope_scale))
         self._last = Target(decision.replicas, decision.batching)
         return self._last
 

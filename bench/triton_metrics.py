@@ -1,7 +1,8 @@
-"""Triton's metrics page and Prometheus' latency answer for simulated pods.
+"""Triton's metrics page, statistics answer and Prometheus' latency answer for simulated pods.
 
 What a real Triton serves on :8002/metrics (the counters and gauge the operator reads, in the
-Prometheus text exposition format) and what a real Prometheus answers to the operator's latency
+Prometheus text exposition format) and on :8000/v2/models/M/stats (executions and compute time per
+batch size), and what a real Prometheus answers to the operator's latency
 query (`tailpilot.controllers.observe.latency_query`), built from the simulator's values. Used where
 the operator's own I/O code must read the simulated fleet: the observation-parity test (and any
 local endpoint that plays Triton for simulated pods).
@@ -17,6 +18,7 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.controllers.observe import LATENCY_SUMMARY, PENDING_GAUGE
 from tailpilot.controllers.pod_signals import FIELD_OF_METRIC
+from tailpilot.policy.batch_sizes import BatchCounts
 from tailpilot.policy.signals import PodLatency, TritonCounters
 
 
@@ -44,6 +46,35 @@ def metrics_page(
             f"{LATENCY_SUMMARY}_sum{{{labels}}} {counters.request_duration_us!r}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def stats_answer(batches: BatchCounts, *, model: str, version: str = "1") -> dict[str, Any]:
+    """Triton's answer to `GET /v2/models/<model>/stats` for one pod: its figures per batch size.
+
+    Triton counts time in integer nanoseconds; the simulator's figures are whole nanoseconds too, so
+    the reader's conversion gives back exactly the microseconds it holds.
+    """
+
+    def timing(count: int, ns: float) -> dict[str, int]:
+        return {"count": count, "ns": round(ns)}
+
+    return {
+        "model_stats": [
+            {
+                "name": model,
+                "version": version,
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": timing(figures.executions, 0),
+                        "compute_infer": timing(figures.executions, figures.compute_us * 1000.0),
+                        "compute_output": timing(figures.executions, 0),
+                    }
+                    for size, figures in sorted(batches.items())
+                ],
+            }
+        ]
+    }
 
 
 def latency_answer(

@@ -99,6 +99,7 @@ from tailpilot.policy.service_fit import (
     sample_of,
 )
 from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
+from tailpilot.policy.speed import learned_line
 from tailpilot.policy.surge import SurgeReading, with_surge
 
 log = logging.getLogger("tailpilot.autoscaler")
@@ -364,15 +365,15 @@ class Autoscaler:
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
         seen = observed_status(observation)
-        speed = state.learned.service_scale  # the hardware's learned speed against the profile's
+        # The profile's line at the hardware's learned speed and slope.
+        serving = learned_line(
+            profile.service_time, scale=state.learned.service_scale, slope_scale=state.learned.slope_scale
+        )
         self.metrics.record_breakdown(
             namespace=namespace,
             service=name,
             observed=seen,
-            service_time=(
-                profile.service_time.intercept_ms * speed,
-                profile.service_time.per_item_ms * speed,
-            ),
+            service_time=(serving.intercept_ms, serving.per_item_ms),
         )
         self.metrics.record_batch_sizes(
             namespace=namespace, service=name, sizes=observation.executed_batch_sizes

@@ -34,7 +34,7 @@ from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.kubeapi import pod_url
 from tailpilot.controllers.observe import PENDING_GAUGE, RATE_COUNTERS
-from tailpilot.policy.batch_sizes import BatchCounts
+from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import (
     DEFAULT_READS_PER_S,
     RATE_FIELDS,
@@ -42,6 +42,7 @@ from tailpilot.policy.signals import (
     PodRead,
     ReadHistory,
     TritonCounters,
+    batch_stats_due,
     read_period_s,
     sample_pods,
 )
@@ -52,14 +53,6 @@ log = logging.getLogger("tailpilot.signals")
 METRICS_TIMEOUT_S = 1.0
 #: Connections open at once to the pods (kept alive between reads).
 MAX_CONNECTIONS = 256
-#: Seconds between two reads of a service's pods' executions per batch size (Triton's statistics
-#: extension). Not every read: the answer is JSON with three counters per batch size ever executed
-#: (a few KB a version, against the page's ten filtered lines), parsed whole; and the distribution is
-#: a figure of the evaluation window (30 s by default) that gains nothing from 2 s freshness, while
-#: a GET per pod every 2 s more would double the fast loop's requests (`make bench-fast-loop`).
-#: Every 10 s leaves three reads or more in a window of 30 s.
-BATCH_STATS_PERIOD_S = 10.0
-
 #: Triton metric name -> TritonCounters field.
 _COUNTER_OF_METRIC: Mapping[str, str] = {
     metric: RATE_FIELDS[rate_field] for rate_field, metric in RATE_COUNTERS.items()
@@ -125,18 +118,18 @@ def _labels_and_value(rest: str) -> tuple[dict[str, str] | None, float]:
         return None, 0.0
 
 
-def parse_batch_stats(body: Any, *, model: str) -> dict[int, int] | None:
-    """The model's cumulative executions per batch size in a statistics answer, every version summed.
+def parse_batch_stats(body: Any, *, model: str) -> dict[int, SizeCounts] | None:
+    """The model's cumulative figures per batch size in a statistics answer, every version summed.
 
     Triton's `GET /v2/models/<model>/stats` answers `model_stats[]`, one entry per version, each with
-    `batch_stats[]`: `batch_size` and `compute_infer.count` (executions at that size; the figures of
-    a real Triton 2.51 are in `tests/controllers/triton_model_stats.json`). None when the answer has
-    no entry for the model.
+    `batch_stats[]`: `batch_size` and `compute_infer` (`count`: executions at that size, `ns`: the
+    compute time they took; the figures of a real Triton 2.51 are in
+    `tests/controllers/triton_model_stats.json`). None when the answer has no entry for the model.
     """
     entries = body.get("model_stats") if isinstance(body, dict) else None
     if not isinstance(entries, list):
         return None
-    counts: dict[int, int] = {}
+    counts: dict[int, SizeCounts] = {}
     seen = False
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("name") != model:
@@ -146,13 +139,16 @@ def parse_batch_stats(body: Any, *, model: str) -> dict[int, int] | None:
             if not isinstance(batch, dict):
                 continue
             infer = batch.get("compute_infer")
-            size, count = batch.get("batch_size"), infer.get("count") if isinstance(infer, dict) else None
+            if not isinstance(infer, dict):
+                continue
             try:
-                size, count = int(size), int(count)  # type: ignore[arg-type]  # JSON numbers, or strings
+                size, count = int(batch.get("batch_size")), int(infer.get("count"))  # type: ignore[arg-type]
+                ns = float(infer.get("ns") or 0)  # JSON numbers, or strings
             except (TypeError, ValueError):
                 continue
-            if size >= 1 and count >= 0:
-                counts[size] = counts.get(size, 0) + count
+            if size >= 1 and count >= 0 and math.isfinite(ns) and ns >= 0:
+                was = counts.get(size, SizeCounts(0))
+                counts[size] = SizeCounts(was.executions + count, was.compute_us + ns / 1000.0)
     return counts if seen else None
 
 
@@ -247,11 +243,9 @@ class PodSignals:
         """
         asked = {pod: pod_ips[pod] for pod in sample_pods(list(pod_ips))}
         self._budget((namespace, name), len(asked))
-        # Due once `BATCH_STATS_PERIOD_S` has passed, within half a read period (reads fall on the
-        # period's steps: a 10 s gap must not wait for the read after it).
         started = self.clock.time()
-        due = started - self._stats_at.get((namespace, name), -math.inf) >= (
-            BATCH_STATS_PERIOD_S - self._period_s / 2
+        due = batch_stats_due(
+            now_s=started, last_s=self._stats_at.get((namespace, name)), read_period_s=self._period_s
         )
         if due:
             self._stats_at[(namespace, name)] = started

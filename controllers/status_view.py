@@ -88,7 +88,11 @@ def _batch_sizes(observed: dict[str, Any]) -> list[str]:
         size = f"{entry.get('size')}-{entry['maxSize']}" if entry.get("maxSize") else f"{entry.get('size')}"
         share_of = entry.get("requestShare")
         share = _num(100 * share_of if isinstance(share_of, int | float) else None, "%", 0)
-        shown.append(f"{size} x {entry.get('executions', '?')} ({share}{' of requests' if i == 0 else ''})")
+        compute = entry.get("computeMs")
+        took = f", {_ms(compute)} each" if isinstance(compute, int | float) else ""
+        shown.append(
+            f"{size} x {entry.get('executions', '?')} ({share}{' of requests' if i == 0 else ''}{took})"
+        )
     return [f"Batch sizes {', '.join(shown)}"]
 
 
@@ -142,6 +146,9 @@ def _profile(status: dict[str, Any]) -> list[str]:
     scale = learned.get("serviceTimeScale")
     if isinstance(scale, int | float) and abs(scale - 1) > 0.1:
         line += f"; the serving pods compute x{scale:.2f} of it"
+    slope = learned.get("serviceTimeSlopeScale")
+    if isinstance(slope, int | float) and abs(slope - 1) > 0.1:
+        line += f"; each item costs x{slope:.2f} of the profile's slope"
     return [line]
 
 

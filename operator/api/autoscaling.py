@@ -43,6 +43,9 @@ class ExecutedBatchSize(_Frozen):
     #: The share of the window's requests (inferences: a request of several items counts each) that
     #: ran in batches of this size: size x executions over the sum of size x executions.
     request_share: float = Field(ge=0, le=1)
+    #: Mean compute time (Triton's compute infer) of one execution at this size over the window,
+    #: ms; None when the pods' statistics carried no time for it.
+    compute_ms: float | None = Field(default=None, ge=0)
 
 
 class Observation(_Frozen):

@@ -1315,6 +1315,14 @@ class BatchSizeStatus(_Model):
             "over the sum of size x executions (a request of several items counts each)."
         ),
     )
+    compute_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Mean compute time of one execution at this size over the window (Triton's compute infer), "
+            "ms: the engine's time per batch size as the serving pods run it."
+        ),
+    )
 
 
 class ObservedStatus(_Model):
@@ -1509,6 +1517,15 @@ class LearnedStatus(_Model):
             "Observed compute time per batch over the engine profile's: above 1 the serving hardware runs "
             "the engine slower than when it was profiled (e.g. replicas sharing CPU cores). Multiplies the "
             "profile's service time once it is more than 10% away from 1."
+        ),
+    )
+    service_time_slope_scale: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Observed per-item slope of the compute time over the engine profile's, at the speed of "
+            "serviceTimeScale: above 1 each item of a batch costs more than profiled. Learned where the "
+            "executed batch sizes spread; moves the profile's slope once more than 10% away from 1."
         ),
     )
 

@@ -7,6 +7,10 @@ loop's reader (`tailpilot.controllers.pod_signals`) reads those every `BATCH_STA
 keeps each pod's counts, summed over versions, on its `PodRead`; this module turns them into
 executions per size over the window.
 
+Each size also carries the compute time of its executions (`compute_infer.ns` of the same entry),
+so the window gives the mean time of one batch of each size executed: the points the policy's
+hardware-speed learning fits (`tailpilot.policy.speed`).
+
 Per pod, the counts grow between two reads: the base is the pod's newest read carrying counts at or
 before the window's start, else its oldest after it (the rates' rule, `signals._pod_reads`), the end
 its newest read carrying counts. A pod restarted in between (a size's count went down) contributes
@@ -23,19 +27,35 @@ shares stay whole.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tailpilot.api.autoscaling import ExecutedBatchSize
 from tailpilot.api.v1alpha1 import MAX_OBSERVED_BATCH_SIZES
 
-#: Batch size -> cumulative executions at that size (one pod, every version of the model).
-BatchCounts = Mapping[int, int]
+
+@dataclass(frozen=True, slots=True)
+class SizeCounts:
+    """One batch size's cumulative figures on a pod: executions, and the compute time they took (us)."""
+
+    executions: int
+    compute_us: float = 0.0
 
 
-def grown(newest: BatchCounts, base: BatchCounts) -> dict[int, int]:
-    """Executions per size between two reads of a pod's counts (a count that went down: a restart)."""
-    if any(newest.get(size, 0) < count for size, count in base.items()):
-        return {size: count for size, count in newest.items() if count > 0}
-    return {size: count - base.get(size, 0) for size, count in newest.items() if count > base.get(size, 0)}
+#: Batch size -> cumulative figures at that size (one pod, every version of the model).
+BatchCounts = Mapping[int, SizeCounts]
+_NONE = SizeCounts(0)
+
+
+def grown(newest: BatchCounts, base: BatchCounts) -> dict[int, SizeCounts]:
+    """What each size added between two reads of a pod's counts (a count that went down: a restart)."""
+    if any(newest.get(size, _NONE).executions < was.executions for size, was in base.items()):
+        return {size: now for size, now in newest.items() if now.executions > 0}
+    out = {}
+    for size, now in newest.items():
+        was = base.get(size, _NONE)
+        if now.executions > was.executions:
+            out[size] = SizeCounts(now.executions - was.executions, max(0.0, now.compute_us - was.compute_us))
+    return out
 
 
 def _span(
@@ -64,6 +84,7 @@ def executed_batch_sizes(
     tuple when the pods executed nothing over the window.
     """
     executions: dict[int, int] = {}
+    compute_us: dict[int, float] = {}
     per_s: dict[int, float] = {}
     measured = False
     for reads in pods.values():
@@ -72,9 +93,10 @@ def executed_batch_sizes(
             continue
         measured = True
         base_s, base, newest_s, newest = span
-        for size, count in grown(newest, base).items():
-            executions[size] = executions.get(size, 0) + count
-            per_s[size] = per_s.get(size, 0.0) + count / (newest_s - base_s)
+        for size, added in grown(newest, base).items():
+            executions[size] = executions.get(size, 0) + added.executions
+            compute_us[size] = compute_us.get(size, 0.0) + added.compute_us
+            per_s[size] = per_s.get(size, 0.0) + added.executions / (newest_s - base_s)
     if not measured:
         return None
     items = sum(size * count for size, count in executions.items())
@@ -84,6 +106,7 @@ def executed_batch_sizes(
             executions=executions[size],
             executions_per_s=per_s[size],
             request_share=min(1.0, size * executions[size] / items),
+            compute_ms=compute_us[size] / executions[size] / 1000.0 if compute_us[size] > 0 else None,
         )
         for size in sorted(executions)
     )
@@ -106,5 +129,13 @@ def bounded(
         executions=sum(s.executions for s in merged),
         executions_per_s=sum(s.executions_per_s for s in merged),
         request_share=min(1.0, sum(s.request_share for s in merged)),
+        compute_ms=_mean_compute_ms(merged),
     )
     return (*kept, last)
+
+
+def _mean_compute_ms(sizes: Sequence[ExecutedBatchSize]) -> float | None:
+    """The mean compute time of one execution over these sizes' executions (those that carry one)."""
+    timed = [(s.executions, s.compute_ms) for s in sizes if s.compute_ms is not None and s.executions > 0]
+    executions = sum(n for n, _ in timed)
+    return sum(n * ms for n, ms in timed) / executions if executions else None

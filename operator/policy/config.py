@@ -185,6 +185,8 @@ class Learned:
     correction_light: float = 1.0
     correction_heavy: float = 1.0
     service_scale: float = 1.0
+    #: The per-item slope over the profile's, at the learned speed (`tailpilot.policy.speed`).
+    slope_scale: float = 1.0
     replica_startup_s: float | None = None
 
 

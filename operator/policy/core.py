@@ -7,15 +7,18 @@ form):
    without a P99 while requests flow (MetricsMissing), holds everything; the policy never scales
    down on no data. Replicas below the minimum are still raised to it (the safe direction).
 2. Learning (`_learn`): first the replicas' start-up time from the last scale-up, then the
-   hardware's speed: the observed compute time per request over the profile's for the batch the
-   average request ran in, smoothed into `service_scale`, which multiplies the profile's service
-   time (replicas sharing CPU cores, a slower GPU than the one profiled); learned from steady
-   windows where batch sizes barely spread. Then the model's P99 for what is in force is compared
-   with the observed P99; the log of the bounded ratio is smoothed into the correction, which
-   multiplies every prediction. The correction is skipped while a change settles; the scale only
-   while a backlog's window lasts or pods start (a replica or batching change leaves compute time
-   per request as it was). Learning comes before demand because demand is sized with what it
-   learned (the start-up time, the speed).
+   hardware's speed (replicas sharing CPU cores, a slower GPU than the one profiled): where the
+   pods' statistics give the compute time of each executed batch size, a line through those points
+   against the profile's (`tailpilot.policy.speed`: `service_scale`, the time of a single request's
+   batch over the profile's, and `slope_scale`, the per-item slope's), from every window; else the
+   observed compute time per request over the profile's for the batch the average request ran in,
+   from steady windows where batch sizes barely spread. Both are smoothed and move the profile's
+   service time. Then the model's P99 for what is in force is compared with the observed P99; the
+   log of the bounded ratio is smoothed into the correction, which multiplies every prediction. The
+   correction is skipped while a change settles; the per-request speed while a backlog's window
+   lasts or pods start (a replica or batching change leaves compute time per request as it was).
+   Learning comes before demand because demand is sized with what it learned (the start-up time,
+   the speed).
 3. Demand (`_size_demand`): the observed completion rate (or the recent one on a real rise) plus
    the growth of the queue since the last call (completions are capped at capacity under
    overload; the queue's growth is the unserved part of the demand), a backlog's drain, and the
@@ -87,6 +90,7 @@ from tailpilot.policy.model import (
     reload_delay_ms,
     utilization,
 )
+from tailpilot.policy.speed import SLOPE_SCALE_MAX, SLOPE_SCALE_MIN, learned_line, speed_sample
 
 _Candidate = tuple[BatchingConfig, BatchShape]
 
@@ -313,11 +317,32 @@ def _learn(call: _Call) -> _Call:
     profile, obs = call.profile, call.obs
     profiled_compute = profile.compute_time or profile.service_time
     state = _learn_service_scale(call.config, _learn_startup(call.state, obs), obs, profiled_compute)
-    service = _service_time(profile.service_time, state.learned.service_scale)
-    correction = _update_correction(
-        config=call.config, state=state, obs=obs, service=service, now_s=call.now_s
-    )
+    service = _service_time(profile.service_time, state.learned)
+    if _speed_moved(call.state.learned, state.learned):
+        # The window's P99 against a model whose speed is still moving would teach the correction
+        # the speed's error too, and keep it after the speed has learned it: the heavy-load
+        # correction, learned only under heavy load, could keep it for the rest of the run.
+        correction = state.corrections
+    else:
+        correction = _update_correction(
+            config=call.config, state=state, obs=obs, service=service, now_s=call.now_s
+        )
     return replace(call, state=state, service=service, correction=correction)
+
+
+#: The learned speed or slope moving more than this in one call means it is still learning.
+_SPEED_MOVING = 0.05
+
+
+def _speed_moved(before: Learned, after: Learned) -> bool:
+    """Whether this call's learning moved the speed or the slope by more than `_SPEED_MOVING`."""
+    return any(
+        abs(math.log(new / old)) > _SPEED_MOVING
+        for old, new in (
+            (before.service_scale, after.service_scale),
+            (before.slope_scale, after.slope_scale),
+        )
+    )
 
 
 # --- 3. Demand -------------------------------------------------------------------------------
@@ -643,7 +668,10 @@ def _message(call: _Call, demand: _Demand, choice: _Choice) -> str:
         f"model correction x{correction.light:.2f} (light load) / x{correction.heavy:.2f} (heavy)"
     )
     if call.service is not call.profile.service_time:
-        message += f"; compute x{call.state.learned.service_scale:.2f} of the profile"
+        learned = call.state.learned
+        message += f"; compute x{learned.service_scale:.2f} of the profile"
+        if abs(learned.slope_scale - 1.0) >= SERVICE_SCALE_DEADBAND:
+            message += f", per-item slope x{learned.slope_scale:.2f}"
     if call.alert_active:
         message += "; an SLO alert fires: decided with its wider margin, no scale-down while it fires"
     if choice.reload_delay_ms > 0:
@@ -1053,15 +1081,24 @@ _FASTER_THAN_PROFILED_MIN_BUSY = 0.7
 def _learn_service_scale(
     config: PolicyConfig, state: PolicyState, obs: Observation, profiled: ServiceTimeModel
 ) -> PolicyState:
-    """Smooth observed / profiled compute time per request (the average request's batch) into the state.
+    """Smooth the observed speed against the profile's into the state.
 
-    Only from steady windows: a backlog in the window (or pods starting) mixes the requests whose
-    compute time is counted with batches counted in other windows, which read as a slower machine
-    (up to 2x in the simulator's spikes, on a machine exactly as fast as its profile). A faster
-    machine than profiled is only learned from busy replicas (`_FASTER_THAN_PROFILED_MIN_BUSY`).
+    From the compute time of each executed batch size where the pods' statistics gave it
+    (`_learn_speed_by_size`); else from the compute time per request of the metrics page, below.
+
+    The compute time per request (the average request's batch) is learned only from steady
+    windows: a backlog in the window (or pods starting) mixes the requests whose compute time is
+    counted with batches counted in other windows, which read as a slower machine (up to 2x in the
+    simulator's spikes, on a machine exactly as fast as its profile). A faster machine than
+    profiled is only learned from busy replicas (`_FASTER_THAN_PROFILED_MIN_BUSY`).
     """
     compute, batch, rate = obs.compute_time_ms, obs.mean_batch_size, obs.request_rate
-    if compute is None or batch is None or rate is None or rate < MIN_RATE_FOR_CORRECTION_PER_S:
+    if rate is None or rate < MIN_RATE_FOR_CORRECTION_PER_S:
+        return state
+    by_size = _learn_speed_by_size(state, obs, profiled)
+    if by_size is not None:
+        return by_size
+    if compute is None or batch is None:
         return state
     m, full = max(1.0, batch), float(state.batching.max_batch_size)
     if _NARROW_SPREAD_MEAN_BATCH < m < _NARROW_SPREAD_FILL * full:
@@ -1074,7 +1111,8 @@ def _learn_service_scale(
         backlog_at is not None and obs.at_s - backlog_at < CORRECTION_SETTLE_S
     ):
         return state
-    expected = profiled.mean_ms(1) + profiled.per_item_ms * (_request_weighted_batch(batch, state) - 1.0)
+    line = learned_line(profiled, scale=1.0, slope_scale=state.learned.slope_scale)
+    expected = line.mean_ms(_request_weighted_batch(batch, state))
     if compute <= 0 or expected <= 0:
         return state
     ratio = min(SERVICE_SCALE_MAX, max(SERVICE_SCALE_MIN, compute / expected))
@@ -1082,9 +1120,42 @@ def _learn_service_scale(
         per_replica = rate / (max(1, _ready_replicas(obs, state)) * state.batching.instances_per_replica)
         if per_replica * compute / m / 1000.0 < _FASTER_THAN_PROFILED_MIN_BUSY:
             return state
-    a = SERVICE_SCALE_ALPHA
-    learned = math.exp((1 - a) * math.log(state.learned.service_scale) + a * math.log(ratio))
+    learned = _smoothed(state.learned.service_scale, ratio)
     return replace(state, learned=replace(state.learned, service_scale=learned))
+
+
+def _learn_speed_by_size(
+    state: PolicyState, obs: Observation, profiled: ServiceTimeModel
+) -> PolicyState | None:
+    """The speed and slope from the window's compute time per executed batch size (`policy.speed`).
+
+    None when the window has no timed sizes, or too few executions (the caller then learns from the
+    compute time per request). Every window counts, backlogs and starting pods included: each
+    execution's time is counted with its own size. A faster machine (or a gentler slope) than
+    profiled is believed only from busy replicas, as below.
+    """
+    sizes = obs.executed_batch_sizes
+    if not sizes:
+        return None
+    learned = state.learned
+    sample = speed_sample(sizes, profiled, slope_scale=learned.slope_scale)
+    if sample is None:
+        return None
+    faster = sample.scale < 1.0 or (sample.slope_scale is not None and sample.slope_scale < 1.0)
+    instances = max(1, _ready_replicas(obs, state)) * state.batching.instances_per_replica
+    if faster and sample.busy_share / instances < _FASTER_THAN_PROFILED_MIN_BUSY:
+        return state
+    scale = _smoothed(learned.service_scale, min(SERVICE_SCALE_MAX, max(SERVICE_SCALE_MIN, sample.scale)))
+    slope = learned.slope_scale
+    if sample.slope_scale is not None:
+        slope = _smoothed(slope, min(SLOPE_SCALE_MAX, max(SLOPE_SCALE_MIN, sample.slope_scale)))
+    return replace(state, learned=replace(learned, service_scale=scale, slope_scale=slope))
+
+
+def _smoothed(old: float, new: float) -> float:
+    """One EWMA step in log space (`SERVICE_SCALE_ALPHA`): a ratio's halving and doubling weigh alike."""
+    a = SERVICE_SCALE_ALPHA
+    return math.exp((1 - a) * math.log(old) + a * math.log(new))
 
 
 def _request_weighted_batch(mean_batch: float, state: PolicyState) -> float:
@@ -1099,30 +1170,34 @@ def _request_weighted_batch(mean_batch: float, state: PolicyState) -> float:
     return min(float(state.batching.max_batch_size), m + 1.0 - 1.0 / m)
 
 
-def _service_time(profiled: ServiceTimeModel, scale: float) -> ServiceTimeModel:
-    """The service time on the hardware serving now: the learned scale, in steps, past a deadband."""
-    if abs(scale - 1.0) < SERVICE_SCALE_DEADBAND:
+def _service_time(profiled: ServiceTimeModel, learned: Learned) -> ServiceTimeModel:
+    """The service time on the hardware serving now: the learned speed and slope, stepped, past a deadband."""
+    scale, slope = _stepped(learned.service_scale), _stepped(learned.slope_scale)
+    if scale == 1.0 and slope == 1.0:
         return profiled
-    step = round(scale / _SERVICE_SCALE_STEP) * _SERVICE_SCALE_STEP
-    return _scaled_service(profiled, round(step, 2))
+    return _learned_service(profiled, scale, slope)
+
+
+def _stepped(factor: float) -> float:
+    """1 within the deadband, else the factor rounded up to a step.
+
+    The step keeps the model constant while the learned value wanders within it (decisions stay
+    still); rounding up never reads the hardware faster, or a batch's items cheaper, than measured
+    (to the nearest, a learned x0.714 served as x0.70: 2% optimistic at the SLO's edge).
+    """
+    if abs(factor - 1.0) < SERVICE_SCALE_DEADBAND:
+        return 1.0
+    return round(math.ceil(factor / _SERVICE_SCALE_STEP - 1e-9) * _SERVICE_SCALE_STEP, 2)
 
 
 def replica_capacity_per_s(profile: EngineProfile, state: PolicyState) -> float:
     """One replica's throughput at the batching in force, on the hardware serving now (req/s)."""
-    return capacity_per_s(
-        _shape(state.batching), _service_time(profile.service_time, state.learned.service_scale)
-    )
+    return capacity_per_s(_shape(state.batching), _service_time(profile.service_time, state.learned))
 
 
 @lru_cache(maxsize=64)
-def _scaled_service(profiled: ServiceTimeModel, factor: float) -> ServiceTimeModel:
-    return profiled.model_copy(
-        update={
-            "intercept_ms": profiled.intercept_ms * factor,
-            "per_item_ms": profiled.per_item_ms * factor,
-            "per_request_ms": profiled.per_request_ms * factor,
-        }
-    )
+def _learned_service(profiled: ServiceTimeModel, scale: float, slope: float) -> ServiceTimeModel:
+    return learned_line(profiled, scale=scale, slope_scale=slope)
 
 
 def _learn_startup(state: PolicyState, obs: Observation) -> PolicyState:

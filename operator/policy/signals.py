@@ -126,12 +126,43 @@ class PodRead:
 
     @classmethod
     def sampled(
-        cls, at_s: float, counters: Mapping[str, TritonCounters], *, limit: int = MAX_PODS_PER_READ
+        cls,
+        at_s: float,
+        counters: Mapping[str, TritonCounters],
+        *,
+        limit: int = MAX_PODS_PER_READ,
+        batches: Mapping[str, BatchCounts] | None = None,
     ) -> PodRead:
-        """A read of `sample_pods` of these pods' counters (where all were at hand, as in a simulator)."""
+        """A read of `sample_pods` of these pods' counters (where all were at hand, as in a simulator).
+
+        `batches`: every pod's figures per batch size, on a read that asked for them; the sample's are kept.
+        """
         names = sample_pods(list(counters), limit=limit)
         serving = len(counters) if len(names) < len(counters) else None
-        return cls(at_s=at_s, pods={name: counters[name] for name in names}, serving=serving)
+        return cls(
+            at_s=at_s,
+            pods={name: counters[name] for name in names},
+            serving=serving,
+            batches=None if batches is None else {name: batches[name] for name in names if name in batches},
+        )
+
+
+#: Seconds between two reads of a service's pods' executions and compute time per batch size
+#: (Triton's statistics extension). Not every read: the answer is JSON with three counters per
+#: batch size ever executed (a few KB a version, against the page's ten filtered lines), parsed
+#: whole; and the distribution is a figure of the evaluation window (30 s by default) that gains
+#: nothing from 2 s freshness, while a GET per pod every 2 s more would double the fast loop's
+#: requests (`make bench-fast-loop`). Every 10 s leaves three reads or more in a window of 30 s.
+BATCH_STATS_PERIOD_S: Final = 10.0
+
+
+def batch_stats_due(*, now_s: float, last_s: float | None, read_period_s: float) -> bool:
+    """Whether a read starting now asks the statistics too: `BATCH_STATS_PERIOD_S` since the last ask.
+
+    Within half a read period: reads fall on the period's steps, and a 10 s gap must not wait for the
+    read after it.
+    """
+    return last_s is None or now_s - last_s >= BATCH_STATS_PERIOD_S - read_period_s / 2
 
 
 def _sample_key(pod: str) -> int:

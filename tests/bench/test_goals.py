@@ -22,6 +22,7 @@ def row(
     recovery: float | None = None,
     settle: float | None = None,
     scale: float | None = None,
+    slope: float | None = None,
 ) -> Row:
     metrics = RunMetrics(
         pct_requests_in_slo=req,
@@ -34,6 +35,7 @@ def row(
         mean_batch=1.0,
         settle_s=settle,
         final_scale=scale,
+        final_slope=slope,
     )
     return Row(trace=trace, ts_s=ts, policy=policy, metrics=metrics, oracle_ratio=ratio)
 
@@ -90,7 +92,7 @@ def test_the_robustness_table_puts_each_wrong_profile_beside_the_true_one():
         row("T1-poisson", 5.0, TAILPILOT, req=99.9, rs=1000.0, settle=0.0, scale=1.0),
         row("T1-poisson", 5.0, TAILPILOT_OPTIMISTIC, req=99.0, rs=800.0, settle=math.inf, scale=1.2),
         row("T1-poisson", 5.0, TAILPILOT_PESSIMISTIC, req=99.9, rs=1400.0, settle=120.0, scale=0.75),
-        row("T1-poisson", 5.0, TAILPILOT_SLOPE, req=99.8, rs=1000.0, settle=45.0, scale=1.1),
+        row("T1-poisson", 5.0, TAILPILOT_SLOPE, req=99.8, rs=1000.0, settle=45.0, scale=1.1, slope=1.96),
         row("T8-azure-code", 30.0, TAILPILOT, req=90.0, settle=0.0, scale=1.0),
         row("T8-azure-code", 30.0, TAILPILOT_OPTIMISTIC, req=80.0, settle=0.0, scale=1.43),
         row("T8-azure-code", 30.0, TAILPILOT_PESSIMISTIC, req=95.0, settle=0.0, scale=0.71),
@@ -104,7 +106,9 @@ def test_the_robustness_table_puts_each_wrong_profile_beside_the_true_one():
     assert t1[2] == "kept; settled 0 s; scale 1.00 (true 1.00)"
     assert t1[3] == "**missed** (99.000% / 100.00%); 0.80x; never settled; scale 1.20 (true 1.43)"
     assert t1[4] == "kept; 1.40x; settled 120 s; scale 0.75 (true 0.71)"
-    assert t1[5].startswith("kept; 1.00x; settled 45 s; scale 1.10 |")  # no true value for a slope
+    # The slope's truth is 1 / SLOPE_FACTOR (t(1) kept, so the scale's is 1); a run that did not
+    # record the slope shows the scale alone.
+    assert t1[5].startswith("kept; 1.00x; settled 45 s; scale 1.10 (true 1.00), slope 1.96 (true 2.00) |")
     assert "no SLO goal" in body[1]  # T8 has an SLO goal at Ts = 5 s only
     summary = next(line for line in lines if line.startswith("SLO checks kept"))
     assert "tailpilot: 1 of 1" in summary and f"{TAILPILOT_OPTIMISTIC}: 0 of 1" in summary

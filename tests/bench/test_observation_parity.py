@@ -1,11 +1,11 @@
 """One loop: the benchmark's TailPilot observes exactly what the operator's own code observes.
 
 A simulated service (T5's load step, scale-ups included) is run with the benchmark's TailPilot. Every
-read period its pods' counters and Prometheus' latency summaries are recorded; then they are replayed
-to the operator's I/O code over real HTTP: each pod's Triton metrics page and Prometheus' query
-answer served by a local server, read by `PodSignals` and `LatencyBoard` and turned into an
-Observation by `Autoscaler._observe` with the service's spec (API defaults). Every decision's
-observation must be identical on both paths, field by field.
+read period its pods' counters, figures per batch size and Prometheus' latency summaries are recorded;
+then they are replayed to the operator's I/O code over real HTTP: each pod's Triton metrics page and
+statistics answer and Prometheus' query answer served by a local server, read by `PodSignals` and
+`LatencyBoard` and turned into an Observation by `Autoscaler._observe` with the service's spec (API
+defaults). Every decision's observation must be identical on both paths, field by field.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.simulator import FleetView, Target, simulate
 from tailpilot.bench.suite import Setup, baseline_params, make_controller, oracle_needs, sim_config, trace_of
 from tailpilot.bench.tailpilot_policy import CONTROL_PERIOD_S, TailPilot
-from tailpilot.bench.triton_metrics import latency_answer, metrics_page
+from tailpilot.bench.triton_metrics import latency_answer, metrics_page, stats_answer
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.policy.batch_sizes import BatchCounts
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.signals import PodLatency, TritonCounters
 from tests.fakes import FakeClock, PageServer
@@ -40,17 +41,19 @@ class Recorder:
     def __init__(self, inner: TailPilot, *, scrape_s: float, window_s: float) -> None:
         self.inner, self.tick_s = inner, inner.tick_s
         self._scrape_s, self._window_s = scrape_s, window_s
-        self.ticks: list[tuple[float, dict[str, TritonCounters], dict[str, PodLatency], bool]] = []
+        self.ticks: list[
+            tuple[float, dict[str, TritonCounters], dict[str, BatchCounts], dict[str, PodLatency], bool]
+        ] = []
 
     def initial(self) -> Target:
         return self.inner.initial()
 
     def decide(self, view: FleetView) -> Target:
-        counters = view.pod_counters()
+        counters, batches = view.pod_counters(), view.pod_batches()
         latency = view.scraped_latency(window_s=self._window_s, scrape_s=self._scrape_s)
         decisions = len(self.inner.observations)
         target = self.inner.decide(view)
-        self.ticks.append((view.now_s, counters, latency, len(self.inner.observations) > decisions))
+        self.ticks.append((view.now_s, counters, batches, latency, len(self.inner.observations) > decisions))
         return target
 
 
@@ -92,7 +95,11 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
 
     async def replay(server: PageServer) -> list:
         async with httpx.AsyncClient() as http:
-            signals = PodSignals(clock=clock, url_of=lambda ip: f"{server.url}/pods/{ip}/metrics")
+            signals = PodSignals(
+                clock=clock,
+                url_of=lambda ip: f"{server.url}/pods/{ip}/metrics",
+                stats_url_of=lambda ip, model: f"{server.url}/pods/{ip}/models/{model}/stats",
+            )
             autoscaler = Autoscaler(
                 kube=None,  # type: ignore[arg-type]  # _observe talks to the pods and Prometheus only
                 http=http,
@@ -103,10 +110,14 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
                 signals=signals,
             )
             observed = []
-            for at_s, counters, latency, decided in recorder.ticks:
+            for at_s, counters, batches, latency, decided in recorder.ticks:
                 clock.now = at_s
                 for pod, values in counters.items():
                     server.pages[f"/pods/{pod_ip(pod)}/metrics"] = (TEXT, metrics_page(values, model=MODEL))
+                    server.pages[f"/pods/{pod_ip(pod)}/models/{MODEL}/stats"] = (
+                        "application/json",
+                        json.dumps(stats_answer(batches[pod], model=MODEL)),
+                    )
                 await signals.read(
                     NAMESPACE,
                     NAME,
@@ -128,7 +139,8 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
     for operator, bench in zip(observed, inner.observations, strict=True):
         assert operator.rates_from == "Pods"
         assert operator.model_copy(update={"rates_from": None}) == bench
-    # Every decision's observation had traffic, latency and a burst curve to compare.
+    # Every decision's observation had traffic, latency, a burst curve and timed batch sizes to compare.
     assert all(o.request_rate and o.p99_ms and o.arrival_counts for o in observed[2:])
+    assert all(o.executed_batch_sizes and o.executed_batch_sizes[0].compute_ms for o in observed[2:])
     # One latency query a decision (the board's answer is older than its age limit each period).
     assert queries == len(observed)

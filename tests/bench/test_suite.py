@@ -77,6 +77,7 @@ def test_results_csv_has_exactly_the_agreed_columns(tmp_path):
         "mean_batch",
         "scale_settle_s",
         "final_service_scale",
+        "final_slope_scale",
     ]
     assert tuple(header) == CSV_COLUMNS
     assert len(body) == len(result.rows)

@@ -14,13 +14,12 @@ import pytest
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.builders.triton_server import TritonServer
 from tailpilot.controllers.pod_signals import (
-    BATCH_STATS_PERIOD_S,
     PodSignals,
     parse_batch_stats,
     pod_stats_url,
 )
 from tailpilot.policy.batch_sizes import grown
-from tailpilot.policy.signals import ObservationWindows, PodRead, observation_from_reads
+from tailpilot.policy.signals import BATCH_STATS_PERIOD_S, ObservationWindows, PodRead, observation_from_reads
 from tests.controllers.triton_fixtures import INFER_BODY, MODEL, write_repository
 from tests.fakes import FakeClock, PageServer
 
@@ -32,12 +31,19 @@ REAL_STATS = Path(__file__).with_name("triton_model_stats.json")
 
 def test_a_real_tritons_statistics_give_the_executions_per_batch_size():
     body = json.loads(REAL_STATS.read_text())
-    counts = parse_batch_stats(body, model="echo")
+    parsed = parse_batch_stats(body, model="echo")
+    assert parsed is not None
+    counts = {size: figures.executions for size, figures in parsed.items()}
     assert counts == {1: 20, 2: 17, 3: 6, 4: 14, 5: 13, 6: 8, 8: 1}
     (version,) = body["model_stats"]
     # The same answer's totals: every execution and every inference is in one batch size.
     assert sum(counts.values()) == version["execution_count"]
     assert sum(size * n for size, n in counts.items()) == version["inference_count"]
+    # And the compute time: each request is charged its batch's, so the request-level total is the
+    # sum over sizes of size x the time of that size's executions.
+    assert parsed[1].compute_us == pytest.approx(82500009 / 1000)
+    charged_ns = sum(size * figures.compute_us * 1000 for size, figures in parsed.items())
+    assert charged_ns == pytest.approx(version["inference_stats"]["compute_infer"]["ns"])
     assert parse_batch_stats(body, model="other") is None
 
 
@@ -55,7 +61,9 @@ def test_versions_are_summed_and_malformed_entries_skipped():
             {"name": "other", "version": "1", "batch_stats": [batch(1, 1000)]},
         ]
     }
-    assert parse_batch_stats(body, model="m") == {1: 4, 2: 8, 4: 6}
+    parsed = parse_batch_stats(body, model="m") or {}
+    assert {size: figures.executions for size, figures in parsed.items()} == {1: 4, 2: 8, 4: 6}
+    assert parsed[2].compute_us == pytest.approx(2 / 1000)  # 1 ns per entry, both versions
     # A model loaded but never executed has no batch_stats: known, and empty.
     assert parse_batch_stats({"model_stats": [{"name": "m", "version": "1"}]}, model="m") == {}
     for answer in ({"error": "requested model 'm' is not available"}, [], None, {"model_stats": "x"}):
@@ -144,6 +152,11 @@ def test_the_reader_reads_a_real_tritons_executions_per_batch_size(tmp_path: Pat
     page_growth = after.pods["pod"].exec_count - before.pods["pod"].exec_count
     success_growth = after.pods["pod"].success - before.pods["pod"].success
     # The statistics and the metrics page count the same executions and the same requests.
-    assert sum(executions.values()) == page_growth > 0
-    assert sum(size * n for size, n in executions.items()) == success_growth == 120
+    assert sum(n.executions for n in executions.values()) == page_growth > 0
+    assert sum(size * n.executions for size, n in executions.items()) == success_growth == 120
+    compute_growth_us = after.pods["pod"].compute_duration_us - before.pods["pod"].compute_duration_us
+    # The page's compute time charges each request its batch's: the statistics' times, by size.
+    assert sum(size * n.compute_us for size, n in executions.items()) == pytest.approx(
+        compute_growth_us, rel=0.01
+    )
     assert max(executions) > 1  # 6 clients at once, a 2 ms delay: Triton batched them

@@ -35,11 +35,12 @@ def learned_dict(learned: Learned) -> dict[str, Any]:
 
 
 def test_status_learned_shows_the_corrections_and_a_timed_start_up_only_once_timed():
-    learned = Learned(correction_light=0.7234, correction_heavy=1.31, service_scale=1.6666)
+    learned = Learned(correction_light=0.7234, correction_heavy=1.31, service_scale=1.6666, slope_scale=0.52)
     assert learned_dict(learned) == {
         "modelCorrectionLightLoad": 0.723,
         "modelCorrectionHeavyLoad": 1.31,
         "serviceTimeScale": 1.667,
+        "serviceTimeSlopeScale": 0.52,
     }
     timed = learned_dict(replace(learned, replica_startup_s=41.26))
     assert timed["replicaStartupSeconds"] == 41.3
@@ -51,7 +52,13 @@ def test_a_restarted_operator_starts_from_what_the_status_kept():
     fresh = PolicyState.initial(replicas=3, batching=BatchingConfig(max_batch_size=8))
     learned = replace(
         fresh,
-        learned=Learned(correction_light=0.8, correction_heavy=1.4, service_scale=1.9, replica_startup_s=0.0),
+        learned=Learned(
+            correction_light=0.8,
+            correction_heavy=1.4,
+            service_scale=1.9,
+            slope_scale=1.7,
+            replica_startup_s=0.0,
+        ),
     )
     restored = restore_learned(fresh, learned_status(learned.learned))
     assert restored == learned

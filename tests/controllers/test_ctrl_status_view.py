@@ -30,7 +30,7 @@ OBJ = {
         },
         "predictedP99Ms": 21.8,
         "profile": {"hardware": "NVIDIA-L4", "serviceTime": {"interceptMs": 1.2, "perItemMs": 0.11}},
-        "learned": {"serviceTimeScale": 1.3},
+        "learned": {"serviceTimeScale": 1.3, "serviceTimeSlopeScale": 1.05},
         "gpu": {
             "product": "NVIDIA-L4",
             "reason": "MovedForCost",
@@ -87,6 +87,9 @@ def test_status_shows_slo_now_breakdown_profile_choice_and_decisions():
         "1.2 ms + 0.1 ms x batch per batch, measured on NVIDIA-L4; the serving pods compute x1.30 of it"
         in text
     )
+    assert "slope" not in text  # x1.05: within the 10% the policy leaves the profile's slope alone
+    steeper = {**OBJ, "status": {**OBJ["status"], "learned": {"serviceTimeSlopeScale": 1.6}}}
+    assert "measured on NVIDIA-L4; each item costs x1.60 of the profile's slope" in render(steeper)
     assert "GPU         NVIDIA-L4 (MovedForCost)" in text
     assert "$0.80/GPU-h, 60.0 req/s per replica, needs 3, $2.40/h" in text
     assert "the last 2, oldest first" in text
@@ -155,12 +158,12 @@ def test_status_shows_the_executed_batch_sizes_on_one_line():
         **OBJ["status"]["observed"],
         "batchSizes": [
             {"size": 1, "executions": 20, "requestShare": 0.08},
-            {"size": 4, "executions": 14, "requestShare": 0.225},
+            {"size": 4, "executions": 14, "requestShare": 0.225, "computeMs": 12.25},
             {"size": 32, "maxSize": 64, "executions": 9, "requestShare": 0.695},
         ],
     }
     lines = render({**OBJ, "status": {**OBJ["status"], "observed": observed}}).splitlines()
-    assert "Batch sizes 1 x 20 (8% of requests), 4 x 14 (22%), 32-64 x 9 (70%)" in lines
+    assert "Batch sizes 1 x 20 (8% of requests), 4 x 14 (22%, 12.2 ms each), 32-64 x 9 (70%)" in lines
     assert not any(x.startswith("Batch sizes") for x in render(OBJ).splitlines())
 
 
