@@ -201,9 +201,10 @@ def robustness_table(rows: Sequence[Row], *, method_href: str = "method.md") -> 
         f'and the definitions: [method.md]({method_href}), "Robustness to a wrong profile"). Each cell: '
         "TailPilot's SLO goals at that trace and Ts (the goal table's: kept, or missed with the figure); "
         "for a wrong profile, its replica-seconds over TailPilot's with the true profile; when the learned "
-        "`service_scale` (observed over profiled compute time) settled, i.e. stayed from then on within 10% "
-        "of its median over the last half of the run; its final value, with the true one (1 / factor) "
-        "for the uniform factors.",
+        "`service_scale` and `slope_scale` (observed over profiled compute time of a single request, and "
+        "of each further item) settled, i.e. each stayed from then on within 10% of its median over the "
+        "last half of the run; their final values, each with the true one (1 / factor for the scale of "
+        "the uniform factors, 1 / slope factor for the slope).",
         "",
         f"SLO checks kept: {kept_line}.",
         "",
