@@ -164,7 +164,8 @@ def profile_job(
         "containers": [profiler],
         "volumes": [
             {"name": "models", "emptyDir": {}},
-            {"name": "tmp", "emptyDir": {}},
+            # Bounded like the build pod's (a runaway cache cannot fill the node's disk).
+            {"name": "tmp", "emptyDir": {"sizeLimit": settings.build_tmp_size}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
             {"name": "engines", "persistentVolumeClaim": {"claimName": settings.engine_store_claim}},
         ],

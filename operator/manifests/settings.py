@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailpilot.api import constants as c
+from tailpilot.api.quantity import quantity_value
 
 #: A NetworkPolicyPeer as the API server takes it (`namespaceSelector`, `podSelector`, `ipBlock`).
 Peer = Mapping[str, Any]
@@ -59,7 +60,7 @@ class ManifestSettings:
         build_memory_request: Memory a build pod requests (what the scheduler sets aside for it).
         build_memory_limit: Memory a build pod may use; past it the kernel kills it (OOMKilled) and
             the Job retries it within its backoffLimit.
-        build_tmp_size: sizeLimit of a build pod's /tmp emptyDir (its only writable path besides
+        build_tmp_size: sizeLimit of a build or profile pod's /tmp emptyDir (its only writable path besides
             the store; the root filesystem is read-only). Past it the kubelet evicts the pod.
         store_retention_hours: The store's GC removes an engine no service's status names once no
             build has used it for this long.
@@ -101,6 +102,12 @@ ENV_BUILDER_IMAGE = "TAILPILOT_BUILDER_IMAGE"
 ENV_TRITON_IMAGE = "TAILPILOT_TRITON_IMAGE"
 ENV_ENGINE_STORE_CLAIM = "TAILPILOT_ENGINE_STORE_CLAIM"
 ENV_MONITORING_LABELS = "TAILPILOT_MONITORING_LABELS"
+ENV_BUILD_MEMORY_REQUEST = "TAILPILOT_BUILD_MEMORY_REQUEST"
+ENV_BUILD_MEMORY_LIMIT = "TAILPILOT_BUILD_MEMORY_LIMIT"
+ENV_BUILD_TMP_SIZE = "TAILPILOT_BUILD_TMP_SIZE"
+ENV_STORE_RETENTION_HOURS = "TAILPILOT_STORE_RETENTION_HOURS"
+#: A quantity (`500Gi`); unset or empty: no budget.
+ENV_STORE_BUDGET = "TAILPILOT_STORE_BUDGET"
 #: JSON `{"clients": [peer...], "prometheus": [peer...], "operator": [peer...]}`: the services'
 #: NetworkPolicies are on when it is set (the chart sets it unless `networkPolicy.enabled` is false).
 #: Unset, the operator creates none: run outside the chart, it knows neither its own pods' labels nor
@@ -152,10 +159,49 @@ def settings_from_env(environ: Mapping[str, str], *, default_builder_image: str 
         raise ValueError(f"{ENV_MONITORING_LABELS} must be a JSON object of strings: {exc}") from exc
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise ValueError(f"{ENV_MONITORING_LABELS} must be a JSON object of strings, got {labels!r}")
+    defaults = ManifestSettings(builder_image=builder_image)
+    build_memory_request = _quantity(environ, ENV_BUILD_MEMORY_REQUEST, defaults.build_memory_request)
+    build_memory_limit = _quantity(environ, ENV_BUILD_MEMORY_LIMIT, defaults.build_memory_limit)
+    if quantity_value(build_memory_request) > quantity_value(build_memory_limit):
+        raise ValueError(
+            f"{ENV_BUILD_MEMORY_REQUEST} ({build_memory_request}) is above {ENV_BUILD_MEMORY_LIMIT} "
+            f"({build_memory_limit})"
+        )
+    retention = environ.get(ENV_STORE_RETENTION_HOURS) or ""
+    try:
+        retention_hours = float(retention) if retention else defaults.store_retention_hours
+    except ValueError as exc:
+        raise ValueError(f"{ENV_STORE_RETENTION_HOURS} must be a number of hours, got {retention!r}") from exc
+    if not retention_hours > 0:
+        raise ValueError(f"{ENV_STORE_RETENTION_HOURS} must be above 0, got {retention!r}")
+    budget = environ.get(ENV_STORE_BUDGET) or ""
     return ManifestSettings(
         builder_image=builder_image,
+        build_memory_request=build_memory_request,
+        build_memory_limit=build_memory_limit,
+        build_tmp_size=_quantity(environ, ENV_BUILD_TMP_SIZE, defaults.build_tmp_size),
+        store_retention_hours=retention_hours,
+        store_budget_bytes=int(quantity_value(_quantity(environ, ENV_STORE_BUDGET, budget)))
+        if budget
+        else None,
         triton_image=environ.get(ENV_TRITON_IMAGE) or c.DEFAULT_TRITON_IMAGE,
         engine_store_claim=environ.get(ENV_ENGINE_STORE_CLAIM) or c.DEFAULT_ENGINE_STORE_CLAIM,
         monitoring_labels={str(k): str(v) for k, v in labels.items()},
         network_policy=network_policy_from_json(environ.get(ENV_NETWORK_POLICY) or ""),
     )
+
+
+def _quantity(environ: Mapping[str, str], name: str, default: str) -> str:
+    """A Kubernetes quantity from the environment (the default when unset or empty), checked.
+
+    Raises:
+        ValueError: When it is not a quantity above zero.
+    """
+    text = environ.get(name) or default
+    try:
+        positive = quantity_value(text) > 0
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a Kubernetes quantity such as 4Gi, got {text!r}") from exc
+    if not positive:
+        raise ValueError(f"{name} must be above 0, got {text!r}")
+    return text

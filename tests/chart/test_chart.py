@@ -82,7 +82,6 @@ def test_default_render(helm: str) -> None:
         "ClusterRoleBinding",
         "Deployment",
         "NetworkPolicy",
-        "PodDisruptionBudget",
         "Role",
         "Role",
         "RoleBinding",
@@ -440,6 +439,32 @@ def test_gpu_prices_reach_the_operator(helm: str) -> None:
     assert dict(defaults.gpu_prices) == {}
 
 
+def test_build_pod_limits_and_the_stores_gc_reach_the_operator(helm: str) -> None:
+    _, settings, unread = _operator_parse(
+        helm,
+        "builder.memoryRequest=2Gi",
+        "builder.memoryLimit=16Gi",
+        "builder.tmpSize=20Gi",
+        "engineStore.retentionHours=48",
+        "engineStore.budget=500Gi",
+    )
+    assert unread == set()
+    m = settings.manifests
+    assert (m.build_memory_request, m.build_memory_limit, m.build_tmp_size) == ("2Gi", "16Gi", "20Gi")
+    assert (m.store_retention_hours, m.store_budget_bytes) == (48.0, 500 * 1024**3)
+    _, defaults, _ = _operator_parse(helm)
+    d = defaults.manifests
+    assert (d.build_memory_limit, d.build_tmp_size, d.store_retention_hours, d.store_budget_bytes) == (
+        "8Gi",
+        "4Gi",
+        720.0,
+        None,
+    )
+    # The schema refuses what is not a quantity before the operator would.
+    out = _run(helm, "template", "rel", str(CHART), "--set", "builder.tmpSize=lots")
+    assert out.returncode != 0 and "tmpSize" in out.stderr
+
+
 def test_an_unread_variable_is_noticed(helm: str) -> None:
     # The check above has teeth: a variable the operator does not read (here via extraEnv) shows up.
     _, _, unread = _operator_parse(helm, "extraEnv[0].name=TAILPILOT_NAMESPACE", "extraEnv[0].value=x")
@@ -510,15 +535,18 @@ def test_the_lease_role_grants_one_lease_in_the_release_namespace(helm: str) -> 
     ]
 
 
-def test_disruption_budget_keeps_one_ready_operator_and_lets_standbys_go(helm: str) -> None:
-    (pdb,) = _by_kind(template(helm), "PodDisruptionBudget")
+def test_disruption_budget_is_opt_in_keeps_one_ready_operator_and_lets_standbys_go(helm: str) -> None:
+    # Off by default: the standby is never Ready, so a budget would hold every drain of the leader's node.
+    assert not _by_kind(template(helm), "PodDisruptionBudget")
+    (pdb,) = _by_kind(template(helm, "podDisruptionBudget.enabled=true"), "PodDisruptionBudget")
     (dep,) = _by_kind(template(helm), "Deployment")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
-    assert not _by_kind(template(helm, "podDisruptionBudget.enabled=false"), "PodDisruptionBudget")
     # One replica: a budget of one would forbid every eviction.
-    assert not _by_kind(template(helm, "replicaCount=1"), "PodDisruptionBudget")
+    assert not _by_kind(
+        template(helm, "podDisruptionBudget.enabled=true", "replicaCount=1"), "PodDisruptionBudget"
+    )
 
 
 def test_without_leader_election_one_replica_recreated_and_no_lease(helm: str) -> None:

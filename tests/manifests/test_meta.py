@@ -71,3 +71,39 @@ def test_settings_from_env_rejects_bad_input() -> None:
         settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", "TAILPILOT_MONITORING_LABELS": "[1]"})
     settings = settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", "TAILPILOT_TRITON_IMAGE": ""})
     assert settings.triton_image == c.DEFAULT_TRITON_IMAGE and settings.monitoring_labels == {}
+
+
+def test_build_pod_limits_and_the_stores_gc_come_from_the_environment() -> None:
+    from tailpilot.manifests.settings import ManifestSettings, settings_from_env
+
+    defaults = settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", "TAILPILOT_STORE_BUDGET": ""})
+    assert defaults == ManifestSettings(builder_image="b")
+    assert defaults.store_budget_bytes is None
+    chosen = settings_from_env(
+        {
+            "TAILPILOT_BUILDER_IMAGE": "b",
+            "TAILPILOT_BUILD_MEMORY_REQUEST": "2Gi",
+            "TAILPILOT_BUILD_MEMORY_LIMIT": "16Gi",
+            "TAILPILOT_BUILD_TMP_SIZE": "20Gi",
+            "TAILPILOT_STORE_RETENTION_HOURS": "48",
+            "TAILPILOT_STORE_BUDGET": "500Gi",
+        }
+    )
+    assert (chosen.build_memory_request, chosen.build_memory_limit, chosen.build_tmp_size) == (
+        "2Gi",
+        "16Gi",
+        "20Gi",
+    )
+    assert chosen.store_retention_hours == 48.0
+    assert chosen.store_budget_bytes == 500 * 1024**3
+    bad = {
+        "TAILPILOT_BUILD_TMP_SIZE": "lots",
+        "TAILPILOT_BUILD_MEMORY_LIMIT": "0",
+        "TAILPILOT_STORE_RETENTION_HOURS": "-1",
+        "TAILPILOT_STORE_BUDGET": "1e",
+    }
+    for name, value in bad.items():
+        with pytest.raises(ValueError, match=name):
+            settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", name: value})
+    with pytest.raises(ValueError, match="above TAILPILOT_BUILD_MEMORY_LIMIT"):
+        settings_from_env({"TAILPILOT_BUILDER_IMAGE": "b", "TAILPILOT_BUILD_MEMORY_REQUEST": "9Gi"})

@@ -105,3 +105,11 @@ def test_a_cpu_profile_runs_under_the_serving_cpu_limit() -> None:
     pod = job["spec"]["template"]["spec"]
     assert pod["initContainers"][1]["resources"]["limits"]["cpu"] == "700m"
     assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_the_profile_pods_tmp_is_bounded_like_the_build_pods() -> None:
+    builder = make_isvc("resnet").gpu(count=1, exclusive=True).tensorrt()
+    isvc, request = builder.obj(), _request(builder)
+    job = profile_job(isvc=isvc, request=request, settings=SETTINGS, admin_key=admin_key("resnet"))
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {"sizeLimit": SETTINGS.build_tmp_size}}
