@@ -32,7 +32,7 @@ from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
-from tailpilot_e2e.kube import api_client, create_namespace
+from tailpilot_e2e.kube import api_client, temporary_namespace
 from tailpilot_e2e.operator_harness import OperatorProcess, create_engine_store, install_crds
 from tailpilot_e2e.wait import eventually
 
@@ -151,13 +151,8 @@ def failover_round(
 
 @contextmanager
 def _bench_namespace(api: client.ApiClient) -> Iterator[str]:
-    name = f"failover-bench-{int(time.time())}"
-    core = client.CoreV1Api(api)
-    create_namespace(core, name, labels={"tailpilot.io/test": "true"})
-    try:
+    with temporary_namespace(client.CoreV1Api(api), f"failover-bench-{int(time.time())}") as name:
         yield name
-    finally:
-        core.delete_namespace(name, propagation_policy="Background")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kubernetes import client, config
@@ -32,6 +34,16 @@ def create_namespace(
         timeout=timeout_s,
         description=f"ServiceAccount {name}/default created",
     )
+
+
+@contextmanager
+def temporary_namespace(core: client.CoreV1Api, name: str) -> Iterator[str]:
+    """A test namespace (labelled `tailpilot.io/test`), deleted afterwards without waiting for it to go."""
+    create_namespace(core, name, labels={"tailpilot.io/test": "true"})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
 
 
 def token_client(*, server: str, ca_file: Path, token: str) -> client.ApiClient:

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster
-from tailpilot_e2e.kube import api_client, create_namespace
+from tailpilot_e2e.kube import api_client, temporary_namespace
 
 
 @contextmanager
@@ -49,12 +49,8 @@ def fresh_namespace(request: pytest.FixtureRequest, api: client.ApiClient) -> It
         raise pytest.UsageError(f"{request.node.nodeid} uses the cluster: mark it @pytest.mark.cluster")
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    create_namespace(core, name, labels={"tailpilot.io/test": "true"})
-    try:
+    with temporary_namespace(client.CoreV1Api(api), name):
         yield name
-    finally:
-        core.delete_namespace(name, propagation_policy="Background")
 
 
 @pytest.fixture(scope="session")
