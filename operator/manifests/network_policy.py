@@ -58,9 +58,7 @@ def triton_network_policy(*, isvc: InferenceService, settings: NetworkPolicySett
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": object_meta(
-            isvc=isvc, name=network_policy_name(isvc.name), component=c.COMPONENT_SERVER
-        ),
+        "metadata": object_meta(isvc=isvc, name=network_policy_name(isvc.name), component=c.COMPONENT_SERVER),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(isvc.name)},
             # Egress listed with no egress rules: none allowed. (An `egress: []` would read back
