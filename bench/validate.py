@@ -370,6 +370,27 @@ def compare(
     )
 
 
+def server_cores(cpus: Sequence[int], *, servers: int, millis: int) -> list[frozenset[int]]:
+    """The core of each server, never the client's (`CLIENT_CORE`).
+
+    Server i on the i-th core from the end when there are cores enough beside the client's, so
+    replicas never share one; else every server on the last core, each within its own quota (their
+    quotas must fit in it), so they take turns on that core within each CFS period instead of running
+    side by side. On two cores this is what keeps a two-replica run's servers off the client's core
+    (the run of 15:00 UTC put server 1 there: send lag 5.1-5.2 ms, every run invalid). Server 0 (the
+    only one of a one-replica run, and the one profiled) is on the last core either way.
+
+    Raises:
+        SystemExit: When the servers' quotas do not fit in the cores the client leaves.
+    """
+    beside_client = [c for c in cpus if c != CLIENT_CORE]
+    if len(beside_client) >= servers:
+        return [frozenset({cpus[-1 - i]}) for i in range(servers)]
+    if servers * millis > 1000:
+        raise SystemExit(f"{servers} servers of {millis}m fit neither on their own cores nor on one core")
+    return [frozenset({cpus[-1]})] * servers
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -P -m tailpilot.bench.validate")
     ap.add_argument("--levels", default="0.3,0.6,0.85")
@@ -396,18 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit("validation needs two cores: one for the servers, one for the client")
-    if max(fleet) > len(cpus):
-        raise SystemExit(f"{max(fleet)} servers need as many cores; this machine has {len(cpus)}")
     client_slot = CpuSlot(f"{os.getpid()}-client", frozenset({CLIENT_CORE})).create()
     all_cpus = frozenset(os.sched_getaffinity(0))
     client_slot.join()  # this process (the profiler's client) is client too, beside the load generator
-    # Server i on the i-th core from the end: server 0 (the only one of a one-replica run, and the
-    # one profiled) never shares a core with the client; replicas never share one with each other.
     slots = [
-        CpuSlot(
-            f"{os.getpid()}-server-{i}", frozenset({cpus[-1 - i]}), args.server_millis, args.period_us
-        ).create()
-        for i in range(max(fleet))
+        CpuSlot(f"{os.getpid()}-server-{i}", cores, args.server_millis, args.period_us).create()
+        for i, cores in enumerate(server_cores(cpus, servers=max(fleet), millis=args.server_millis))
     ]
     load_before = os.getloadavg()
     rows: list[RunRecord] = []
@@ -485,7 +500,9 @@ _ABOUT = """## What runs
   (ONNX Runtime, fp32, Python-backend variant, max batch 16) and served by Triton 2.51
   (nvidia-pytriton's build).
 - Each Triton is a replica with a CPU limit of {millis}m: a cgroup of its own with a CFS quota
-  over a {period_ms:g} ms period, pinned to a core of its own (server 0 on the last core). The
+  over a {period_ms:g} ms period, pinned to a core the client never uses: a core of its own
+  where the machine has one per server beside the client's, else every server on the last core
+  (two 500m replicas fill one core: busy at once, they take turns within each period). The
   quota makes a replica's speed its own, as a GPU would; the short period keeps it a slower
   processor rather than one that runs at full speed and then stops (the kubelet's 100 ms period
   does the latter: a 1 ms request then waits up to 50 ms, a latency tail of the CPU limit, not of

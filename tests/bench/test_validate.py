@@ -8,7 +8,15 @@ import pytest
 
 from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.bench.engine_profiles import MEASURED_EXAMPLE, load_profile
-from tailpilot.bench.validate import MAX_FOREIGN_SHARE, MAX_SEND_LAG_MS, RunRecord, render, run_speed
+from tailpilot.bench.validate import (
+    CLIENT_CORE,
+    MAX_FOREIGN_SHARE,
+    MAX_SEND_LAG_MS,
+    RunRecord,
+    render,
+    run_speed,
+    server_cores,
+)
 
 CLEAN = RunRecord(
     variant="preferred-16-no-delay",
@@ -91,3 +99,14 @@ def test_the_committed_measured_profile_is_the_jobs_measurement_of_the_example_e
     # A weight-bound engine: a batch of 16 costs well under twice a single request.
     assert profile.service_time.mean_ms(16) < 2 * profile.service_time.mean_ms(1)
     assert 0 < profile.service_time.per_request_ms < profile.service_time.per_item_ms
+
+
+def test_servers_never_share_the_clients_core_and_share_one_only_when_cores_run_out() -> None:
+    assert CLIENT_CORE == 0
+    # Cores enough beside the client's: one each, from the last.
+    assert server_cores([0, 1, 2], servers=2, millis=500) == [frozenset({2}), frozenset({1})]
+    # Two cores: both servers on the last, their 500m quotas filling it.
+    assert server_cores([0, 1], servers=2, millis=500) == [frozenset({1}), frozenset({1})]
+    assert server_cores([0, 1], servers=1, millis=1000) == [frozenset({1})]
+    with pytest.raises(SystemExit, match="fit neither"):
+        server_cores([0, 1], servers=2, millis=600)
