@@ -601,8 +601,9 @@ def render(
         f" (of which {service.per_request_ms:.3f} ms per request), jitter CV {service.jitter_cv:.2f}:"
         f" the profiler's code with {VALIDATION_PROFILE_S:g} s per point.",
         "",
-        f"The same code at the build Job's defaults (3 s per point; the profile committed as"
-        f" `bench/profiles/example-cpu.json`): t(b) = {job_service.intercept_ms:.3f} +"
+        f"The same code at the build Job's defaults (3 s per point; written where `--profile-out` says,"
+        f" `bench/profiles/example-cpu.json` for `make bench-validate`):"
+        f" t(b) = {job_service.intercept_ms:.3f} +"
         f" {job_service.per_item_ms:.3f} x b ms ({job_service.per_request_ms:.3f} per request), jitter CV"
         f" {job_service.jitter_cv:.2f}; at batch 16 it is"
         f" {_err(job_service.mean_ms(16), service.mean_ms(16)):+.1f}%"
