@@ -50,13 +50,15 @@ COMPONENT_MONITORING: Final = "monitoring"
 #: The headless Service the ServiceMonitor scrapes when pods may leave the main Service.
 COMPONENT_METRICS: Final = "metrics"
 
+#: The admin-key Secret's suffix (`tailpilot.manifests.triton_access`).
+ADMIN_KEY_SECRET_SUFFIX: Final = "-triton-admin"
 #: What the operator appends to a service's name to name a child (`<name><suffix>`). An
 #: InferenceService whose own name ends with one is refused at creation: service `a-metrics` would
 #: otherwise want the Service `a-metrics` that service `a` owns, and so on for every child of
 #: either. The Jobs need no entry: their suffixes (`-build-` and 10 hex, `-profile-` and 8 hex) are of
 #: fixed length and differ, so a Job's name determines its service. `tests/manifests/test_child_names.py`
 #: checks every child the manifests build against this list.
-RESERVED_NAME_SUFFIXES: Final = ("-metrics", "-canary", "-model-config", "-slo")
+RESERVED_NAME_SUFFIXES: Final = ("-metrics", "-canary", "-model-config", "-slo", ADMIN_KEY_SECRET_SUFFIX)
 
 #: Value = name of the owning InferenceService; the key selects every child of one service
 #: and, by "key exists", every pod of any InferenceService (exclusive GPU placement).

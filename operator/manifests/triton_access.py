@@ -73,12 +73,14 @@ class AdminKeyRef:
 
 
 def admin_key_secret_name(isvc_name: str) -> str:
-    """Name of the service's admin-key Secret: the service's own, as its Deployment and Service.
+    """Name of the service's admin-key Secret: the service's name and a suffix the CRD reserves.
 
-    No other child is a Secret, so no suffix is needed to keep two services' Secrets apart (and a
-    suffix would have to be one the CRD refuses in service names).
+    Not the bare name: teams often name their own Secrets after the application (credentials of
+    `resnet`), and a Secret of the service's name that the service does not control stops it
+    (`ChildNameTaken`). The suffix is in `RESERVED_NAME_SUFFIXES`, so no service can be named like
+    another's Secret.
     """
-    return isvc_name
+    return f"{isvc_name}{c.ADMIN_KEY_SECRET_SUFFIX}"
 
 
 def admin_key_ref(isvc_name: str, *, secret_uid: str = "") -> AdminKeyRef:

@@ -53,9 +53,9 @@ def test_the_secret_is_created_once_with_a_random_key_and_read_back_after() -> N
     kube = SecretsKube()
     first = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
     assert isinstance(first, AdminKey)
-    assert first.ref.secret_name == "a" and first.ref.secret_uid == "uid-1"
+    assert first.ref.secret_name == "a-triton-admin" and first.ref.secret_uid == "uid-1"
     assert len(first.value) >= 40  # 32 random bytes, base64url
-    secret = kube.live["a"]
+    secret = kube.live["a-triton-admin"]
     assert secret["immutable"] is True
     assert secret["metadata"]["ownerReferences"][0]["uid"] == isvc.metadata["uid"]
     assert base64.b64decode(secret["data"][SECRET_KEY]).decode() == first.value
@@ -72,7 +72,7 @@ def test_a_deleted_secret_is_recreated_with_a_new_key_and_uid() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube()
     first = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
-    del kube.live["a"]
+    del kube.live["a-triton-admin"]
     assert read_admin_key(kube, isvc) is None  # type: ignore[arg-type]
     second = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
     assert isinstance(first, AdminKey) and isinstance(second, AdminKey)
@@ -83,26 +83,32 @@ def test_a_deleted_secret_is_recreated_with_a_new_key_and_uid() -> None:
 def test_a_foreign_secret_is_never_used_or_overwritten() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube()
-    kube.live["a"] = _foreign("a")
+    kube.live["a-triton-admin"] = _foreign("a-triton-admin")
     outcome = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
     assert isinstance(outcome, AdminKeyUnavailable)
-    assert "Secret a exists and is not controlled by this InferenceService" in outcome.message
-    assert kube.created == 0 and kube.live["a"] == _foreign("a")
+    assert "Secret a-triton-admin exists and is not controlled by this InferenceService" in outcome.message
+    assert kube.created == 0 and kube.live["a-triton-admin"] == _foreign("a-triton-admin")
     assert read_admin_key(kube, isvc) is None  # type: ignore[arg-type]  # its key is never sent either
 
 
 def test_a_foreign_secret_created_between_the_read_and_the_create_is_not_taken() -> None:
     isvc = make_isvc("a").obj()
-    kube = SecretsKube(racer=_foreign("a"))
+    kube = SecretsKube(racer=_foreign("a-triton-admin"))
     outcome = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
     assert isinstance(outcome, AdminKeyUnavailable)
-    assert kube.live["a"] == _foreign("a")
+    assert kube.live["a-triton-admin"] == _foreign("a-triton-admin")
 
 
 def test_an_owned_secret_without_a_key_is_reported_not_used() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube()
-    owned = {"metadata": {"name": "a", "uid": "u", "ownerReferences": [{"controller": True, "uid": "uid-a"}]}}
-    kube.live["a"] = owned
+    owned = {
+        "metadata": {
+            "name": "a-triton-admin",
+            "uid": "u",
+            "ownerReferences": [{"controller": True, "uid": "uid-a"}],
+        }
+    }
+    kube.live["a-triton-admin"] = owned
     outcome = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
     assert isinstance(outcome, AdminKeyUnavailable) and "holds no admin key" in outcome.message

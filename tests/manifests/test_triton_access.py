@@ -61,14 +61,17 @@ def test_triton_restricts_the_admin_apis_to_the_key_from_the_secret() -> None:
     # What clients, probes and the fast loop use stays open.
     assert not {"inference", "metadata", "health", "statistics"} & set(RESTRICTED_APIS)
     (var,) = [e for e in container["env"] if e["name"] == ADMIN_KEY_ENV]
-    assert var == {"name": ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "a", "key": "admin-key"}}}
+    assert var == {
+        "name": ADMIN_KEY_ENV,
+        "valueFrom": {"secretKeyRef": {"name": "a-triton-admin", "key": "admin-key"}},
+    }
 
 
 def test_the_key_is_never_in_a_pod_spec() -> None:
     isvc = make_isvc("a").obj()
     secret = admin_key_secret(isvc=isvc, key=SECRET_VALUE)
     assert secret_key_value(secret) == SECRET_VALUE
-    assert secret["immutable"] is True and secret["metadata"]["name"] == "a"
+    assert secret["immutable"] is True and secret["metadata"]["name"] == "a-triton-admin"
     assert secret["metadata"]["ownerReferences"][0]["controller"] is True
     request = make_profile_request(
         isvc=isvc, engine_key="e" * 40, triton_backend="onnxruntime", settings=SETTINGS
@@ -100,7 +103,7 @@ def test_the_profile_jobs_triton_and_profiler_read_the_same_key() -> None:
     assert any(a.startswith("--http-restricted-api=") for a in sidecar["args"])
     for container in (sidecar, profiler):
         (var,) = [e for e in container["env"] if e["name"] == ADMIN_KEY_ENV]
-        assert var["valueFrom"]["secretKeyRef"]["name"] == "a"
+        assert var["valueFrom"]["secretKeyRef"]["name"] == "a-triton-admin"
 
 
 def test_the_network_policy_opens_inference_to_all_metrics_to_prometheus_and_nothing_else() -> None:

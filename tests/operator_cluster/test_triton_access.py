@@ -19,7 +19,12 @@ from kubernetes.client.exceptions import ApiException
 
 from tailpilot.api import constants as c
 from tailpilot.manifests.settings import ENV_NETWORK_POLICY
-from tailpilot.manifests.triton_access import ADMIN_KEY_ENV, ANNOTATION_SECRET_UID, SECRET_KEY
+from tailpilot.manifests.triton_access import (
+    ADMIN_KEY_ENV,
+    ANNOTATION_SECRET_UID,
+    SECRET_KEY,
+    admin_key_secret_name,
+)
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
@@ -107,7 +112,9 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
 
     # The Secret comes first: before the build, so before any pod that reads it.
     secret = eventually(
-        lambda: _secret(core, namespace, "guarded"), timeout=30, description="admin-key Secret"
+        lambda: _secret(core, namespace, admin_key_secret_name("guarded")),
+        timeout=30,
+        description="admin-key Secret",
     )
     assert secret.immutable is True
     (owner,) = secret.metadata.owner_references
@@ -171,7 +178,7 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
     _nudge(k8s, namespace, "guarded", "1")
     renewed = eventually(
         lambda: (
-            (s := _secret(core, namespace, "guarded")) is not None
+            (s := _secret(core, namespace, admin_key_secret_name("guarded"))) is not None
             and s.metadata.uid != secret.metadata.uid
             and s
         ),
@@ -192,11 +199,19 @@ def test_a_foreign_secret_or_network_policy_with_the_childs_name_is_not_taken(
 ):
     core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
     networking = client.NetworkingV1Api(k8s)
+    secret_name = admin_key_secret_name("taken")
     foreign_secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name="taken", namespace=namespace),
+        metadata=client.V1ObjectMeta(name=secret_name, namespace=namespace),
         string_data={SECRET_KEY: "a-key-someone-else-chose"},
     )
     core.create_namespaced_secret(namespace, foreign_secret)
+    # The team's own Secret named after the application is not the service's child's name.
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="taken", namespace=namespace), string_data={"k": "v"}
+        ),
+    )
     foreign_policy = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -213,26 +228,30 @@ def test_a_foreign_secret_or_network_policy_with_the_childs_name_is_not_taken(
 
     obj = eventually(stopped, timeout=30, description="Ready=False ChildNameTaken (the Secret)")
     assert (
-        "Secret taken exists and is not controlled by this InferenceService"
+        f"Secret {secret_name} exists and is not controlled by this InferenceService"
         in condition(obj, "Ready")["message"]
     )
     # No pod is started on a key someone else chose: not even the build Job exists yet.
     assert batch.list_namespaced_job(namespace).items == [], dump(obj.get("status"))
-    secret = core.read_namespaced_secret("taken", namespace)
+    secret = core.read_namespaced_secret(secret_name, namespace)
     assert not secret.metadata.owner_references
     assert base64.b64decode(secret.data[SECRET_KEY]).decode() == "a-key-someone-else-chose"
     reasons = [e.reason for e in core.list_namespaced_event(namespace).items]
     assert reasons.count(c.REASON_CHILD_NAME_TAKEN) == 1
 
     # Removed by its owner, the name is the service's: it makes its own Secret and goes on.
-    core.delete_namespaced_secret("taken", namespace)
+    core.delete_namespaced_secret(secret_name, namespace)
     _nudge(k8s, namespace, "taken", "1")
     owned = eventually(
-        lambda: (s := _secret(core, namespace, "taken")) is not None and s.metadata.owner_references and s,
+        lambda: (
+            (s := _secret(core, namespace, secret_name)) is not None and s.metadata.owner_references and s
+        ),
         timeout=30,
         description="the service's own Secret",
     )
     assert base64.b64decode(owned.data[SECRET_KEY]).decode() != "a-key-someone-else-chose"
+    team_secret = core.read_namespaced_secret("taken", namespace)
+    assert not team_secret.metadata.owner_references and set(team_secret.data) == {"k"}
     _serve(k8s, namespace)
 
     def policy_taken() -> dict[str, Any] | None:
