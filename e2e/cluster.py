@@ -15,6 +15,7 @@ kubeconfigs, etcd data, PIDs, logs) lives in `.cluster/` at the repository root.
 from __future__ import annotations
 
 import argparse
+import copy
 import fcntl
 import json
 import os
@@ -484,6 +485,20 @@ class LocalCluster:
     def start_node_agent(self) -> int:
         """Start the node agent (again); it adopts the processes of its pods."""
         return start(self._node_agent(), state=self.paths.root)
+
+    def restart_apiserver(self) -> int:
+        """Stop kube-apiserver by its PID and start it again with the same flags; return its new PID.
+
+        For fault tests: every client's connections and watches break while it is down, and etcd
+        keeps the state, as on a control plane upgrade or a crashed API server.
+        """
+        with self._lock():
+            stop("kube-apiserver", state=self.paths.root, binary=str(self.binaries.kube_apiserver))
+            # The control plane's components alone: describing the node agent's resets its ready file.
+            control_plane = copy.copy(self)
+            control_plane.real_node = False
+            (apiserver,) = [x for x in control_plane._components() if x.name == "kube-apiserver"]
+            return start(apiserver, state=self.paths.root)
 
     def _stop_all(self) -> list[str]:
         binaries = {
