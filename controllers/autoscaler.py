@@ -35,7 +35,7 @@ from tailpilot.api.v1alpha1 import (
     ObservedStatus,
 )
 from tailpilot.controllers.admin_key import read_admin_key
-from tailpilot.controllers.batching import apply_batching
+from tailpilot.controllers.batching import apply_batching, check_config
 from tailpilot.controllers.breakdown import breakdown_condition
 from tailpilot.controllers.canary_rollout import canary_plan
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
@@ -226,6 +226,17 @@ def _gpu_choice(status: InferenceServiceStatus) -> tuple[str | None, str] | None
     return (status.gpu.product, status.gpu.reason) if status.gpu else None
 
 
+#: The Event of a pod whose Triton came up with another batching than the one in force, reloaded.
+REASON_BATCHING_RESTORED = "BatchingRestored"
+
+
+def incarnation(pod: dict[str, Any]) -> str:
+    """One run of a pod's containers: its uid and restart count (a restarted Triton is a new one)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+    return f"{(pod.get('metadata') or {}).get('uid', '')}/{restarts}"
+
+
 def _on_canary_track(pod: dict[str, Any]) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get(c.LABEL_TRACK) == c.TRACK_CANARY
@@ -297,6 +308,9 @@ class Autoscaler:
     _gpu_memory: dict[tuple[str, str], MoveMemory] = field(default_factory=dict)
     #: Each service's last client-latency answer: (the query, when, the answer).
     _client_answers: dict[tuple[str, str], tuple[str, float, ClientLatency]] = field(default_factory=dict)
+    #: Each service's pod incarnations (`incarnation`) read or made to run the batching in force,
+    #: and that batching: a pod not among them is checked once (see `_keep_pods_at`).
+    _at_batching: dict[tuple[str, str], tuple[BatchingConfig, frozenset[str]]] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
@@ -304,6 +318,7 @@ class Autoscaler:
         self._service_samples.pop((namespace, name), None)
         self._gpu_memory.pop((namespace, name), None)
         self._client_answers.pop((namespace, name), None)
+        self._at_batching.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
 
     async def step(
@@ -325,6 +340,7 @@ class Autoscaler:
             PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
         state = state.with_actual(replicas=replicas, batching=batching)
+        pod_events = [] if isvc.spec.autoscaling.dry_run else await self._keep_pods_at(isvc, status, batching)
         started = time.perf_counter()
         observed = await self._observe(isvc, inputs.prometheus_url, now, status_ready=status.ready_replicas)
         self.metrics.record_observation(
@@ -378,7 +394,7 @@ class Autoscaler:
         self.metrics.record_batch_sizes(
             namespace=namespace, service=name, sizes=observation.executed_batch_sizes
         )
-        events: list[EventRecord] = list(profile_events)
+        events: list[EventRecord] = [*pod_events, *profile_events]
         scale = False
         target = status
         if inputs.chooses_product and not decision.dry_run:
@@ -677,6 +693,90 @@ class Autoscaler:
             profile=profile,
             chooses_product=choosing,
         )
+
+    async def _keep_pods_at(
+        self, isvc: InferenceService, status: InferenceServiceStatus, batching: BatchingConfig
+    ) -> list[EventRecord]:
+        """Reload the batching in force on the ready pods that came up running another.
+
+        A Triton restarted in its pod (a crash, an OOM kill) loads the config its init container
+        copied when the pod started, and a pod created before the ConfigMap caught up with a live
+        change starts with the old one: both would serve another batching than the status says until
+        the next change. So every pod incarnation (pod and restart count) not yet known to run the
+        batching in force has its config read once (one call each: changes are minutes apart, pods
+        restart rarely), and only those running another are reloaded. Canary pods are left to the
+        canary (another engine, its own config). Returns the Events to post.
+        """
+        result = served_result(status)
+        key = (isvc.namespace, isvc.name)
+        if result is None:
+            return []
+        pods = await (self.objects or DirectReads(self.kube)).pods(isvc.namespace, isvc.name)
+        urls = {
+            incarnation(p): pod_url(ip, c.TRITON_HTTP_PORT)
+            for p in pods
+            if not _on_canary_track(p) and (ip := ready_pod_ip(p))
+        }
+        known_batching, known = self._at_batching.get(key, (batching, frozenset()))
+        known = (known if known_batching == batching else frozenset()) & set(urls)
+        fresh = {pod: url for pod, url in urls.items() if pod not in known}
+        self._at_batching[key] = (batching, known)
+        if not fresh:
+            return []
+        admin_key = await asyncio.to_thread(read_admin_key, self.kube, isvc)
+        config_json = triton_model_config.to_load_override_json(
+            triton_model_config.model_config_for(
+                name=isvc.spec.model_name(isvc.name),
+                triton_backend=result.triton_backend,
+                inputs=result.inputs,
+                outputs=result.outputs,
+                batching=batching,
+                placement=placement.ServingTarget.from_service(isvc),
+            )
+        )
+        check = await check_config(
+            pod_urls=list(fresh.values()),
+            model_name=isvc.spec.model_name(isvc.name),
+            config_json=config_json,
+            admin_key=admin_key,
+        )
+        at_batching: set[str] = set(check.matching)
+        events: list[EventRecord] = []
+        if check.differing:
+            outcome = await apply_batching(
+                pod_urls=[d.pod_url for d in check.differing],
+                model_name=isvc.spec.model_name(isvc.name),
+                config_json=config_json,
+                admin_key=admin_key,
+            )
+            self.metrics.record_batching_change(outcome.reason)
+            at_batching.update(outcome.applied)
+            names = ", ".join(d.pod_url for d in check.differing)
+            if outcome.ok:
+                events.append(
+                    EventRecord(
+                        "Normal",
+                        REASON_BATCHING_RESTORED,
+                        f"the batching in force (max batch {batching.max_batch_size}) reloaded on "
+                        f"{names}, found running another (restarted, or left by a failed change)",
+                    )
+                )
+            else:
+                log.warning("%s/%s: restoring the batching refused: %s", *key, outcome.message)
+                events.append(
+                    EventRecord(
+                        "Warning",
+                        "BatchingRefused",
+                        f"the batching in force could not be reloaded on {names}: {outcome.message}",
+                    )
+                )
+        # A pod that could not be read is a Ready pod that does not answer its config API (one
+        # holding an older key is being replaced): not read again each period, where the KWOK
+        # cluster's and a partitioned node's pods would cost a Secret read and a call every time.
+        # A pod whose reload failed is tried again next period.
+        retry = {d.pod_url for d in check.differing} - at_batching
+        self._at_batching[key] = (batching, known | {p for p, url in fresh.items() if url not in retry})
+        return events
 
     async def _rebatch(
         self,

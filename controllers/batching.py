@@ -365,3 +365,45 @@ async def _apply(
         rolled_back=tuple(rolled_back),
         failed=tuple(failures + rollback_failures),
     )
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """Which pods run a config and which do not (read back from each), and which could not be read."""
+
+    matching: tuple[str, ...] = ()
+    differing: tuple[PodOutcome, ...] = ()
+    unreadable: tuple[PodOutcome, ...] = ()
+
+
+async def check_config(
+    *,
+    pod_urls: Sequence[str],
+    model_name: str,
+    config_json: str,
+    admin_key: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ConfigCheck:
+    """Read every pod's config and compare it with `config_json` as a change is verified; change nothing.
+
+    A Triton restarted in its pod loads the config its pod started with, not a batching changed live
+    since: this finds those pods (one config read each) so that only they are reloaded.
+    """
+    want = json.loads(config_json)
+    async with contextlib.AsyncExitStack() as clients_open:
+        clients: dict[str, InferenceServerClient] = {}
+        for url in dict.fromkeys(pod_urls):
+            clients[url] = _connect(url, timeout_s)
+            clients_open.push_async_callback(clients[url].close)
+        headers = {ADMIN_KEY_HEADER: admin_key} if admin_key is not None else None
+        have, unreadable = await _read_all(clients, list(clients), model_name, headers)
+    differing = [
+        PodOutcome(url, BatchingReason.VERIFY_FAILED, difference)
+        for url, config in have.items()
+        if (difference := verify_config(want, config))
+    ]
+    return ConfigCheck(
+        matching=tuple(url for url in have if url not in {d.pod_url for d in differing}),
+        differing=tuple(differing),
+        unreadable=tuple(unreadable),
+    )
