@@ -302,7 +302,9 @@ def test_a_build_that_cannot_start_says_why(k8s, namespace, operator, example):
 
     cond = eventually(pending, timeout=60, description="EngineReady=False EngineBuildPending")
     assert cond["status"] == "False" and 'persistentvolumeclaim "models" not found' in cond["message"], cond
-    # The build runs, and profiles the engine, under the serving pods' CPU limit (the example's "2").
+    # The build runs, and profiles the engine, under the serving pods' CPU limit (the example's "2"),
+    # and within the build pod's memory limit (the operator's default).
     (job,) = client.BatchV1Api(k8s).list_namespaced_job(namespace).items
     limits = job.spec.template.spec.containers[0].resources.limits
-    assert set(limits) == {"cpu"} and milli_cpu(limits["cpu"]) == 2000, limits
+    assert set(limits) == {"cpu", "memory"} and milli_cpu(limits["cpu"]) == 2000, limits
+    assert limits["memory"] == "8Gi", limits

@@ -127,7 +127,7 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
     sidecar, profiler = profile_pod.spec.init_containers[-1], profile_pod.spec.containers[0]
     for container in (sidecar, profiler):
         ref = _key_env(container).value_from.secret_key_ref
-        assert (ref.name, ref.key, ref.optional) == ("guarded", SECRET_KEY, None)
+        assert (ref.name, ref.key, ref.optional) == (admin_key_secret_name("guarded"), SECRET_KEY, None)
     play_profile(core, namespace, GPU_PROFILE)
 
     deployment = eventually(
@@ -135,7 +135,7 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
     )
     template = deployment.spec.template
     (triton,) = template.spec.containers
-    assert _key_env(triton).value_from.secret_key_ref.name == "guarded"
+    assert _key_env(triton).value_from.secret_key_ref.name == admin_key_secret_name("guarded")
     assert "--http-restricted-api=model-repository,model-config,trace,logging,shared-memory:" in " ".join(
         triton.args
     )
@@ -174,7 +174,7 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
     )
 
     # Someone deletes the Secret: the next pass makes a new key, and the pods roll onto it.
-    core.delete_namespaced_secret("guarded", namespace)
+    core.delete_namespaced_secret(admin_key_secret_name("guarded"), namespace)
     _nudge(k8s, namespace, "guarded", "1")
     renewed = eventually(
         lambda: (

@@ -387,7 +387,7 @@ def test_the_serving_containers_admin_key_reaches_tritons_argv_as_the_kubelet_ex
         admin_key=admin_key_ref("a"),
     )
     pod = {"metadata": {"name": "a-1", "namespace": "ml"}, "spec": {"nodeName": "local-0"}}
-    secrets = {("secret", "a"): {"admin-key": base64.b64encode(b"k3y-from-the-secret").decode()}}
+    secrets = {("secret", "a-triton-admin"): {"admin-key": base64.b64encode(b"k3y-from-the-secret").decode()}}
     env = container_env(
         pod, spec, pod_ip="127.65.0.2", host_ip="127.0.0.1", lookup=lambda k, n: secrets.get((k, n))
     )
@@ -399,5 +399,5 @@ def test_the_serving_containers_admin_key_reaches_tritons_argv_as_the_kubelet_ex
     assert f"--http-restricted-api={apis}:{ADMIN_KEY_HEADER}=k3y-from-the-secret" in argv
     assert f"--grpc-restricted-protocol={apis}:{ADMIN_KEY_HEADER}=k3y-from-the-secret" in argv
     # No Secret (yet): the container is not started, as the kubelet refuses it.
-    with pytest.raises(PodConfigError, match="secret 'a' key 'admin-key' not found"):
+    with pytest.raises(PodConfigError, match="secret 'a-triton-admin' key 'admin-key' not found"):
         container_env(pod, spec, pod_ip="127.65.0.2", host_ip="127.0.0.1", lookup=lambda k, n: None)

@@ -39,7 +39,7 @@ from tailpilot_e2e.real_pods import (
 from tailpilot_e2e.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1200)]
-NAME = "mlp-canary"
+NAME = "mlp-rollout"
 BASE_WIDTH, HEAVY_WIDTH, LIGHT_WIDTH = 2, 6, 1
 #: Requests per second the whole time: the canary's half is 900 requests in its analysis.
 RATE_PER_S = 20.0
