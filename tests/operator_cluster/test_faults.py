@@ -6,7 +6,7 @@
 - The API server restarted (stopped by PID, started with the same flags) while services are being
   reconciled: the operator neither exits nor loses its watches (a service created afterwards is
   picked up before any resync), and every service converges with no duplicate or orphaned child.
-- Prometheus stopped for exactly 120 s while a scale-down is due: the autoscaler holds the replicas
+- Prometheus stopped for exactly 120 s while a scale-down comes due: the autoscaler holds the replicas
   for the whole outage (MetricsMissing or MetricsStale: the last decision's reason, and the start
   of ScalingActive's message) and scales down once the data is back.
 
@@ -171,28 +171,40 @@ def test_an_api_server_restart_during_reconciles_converges_without_duplicates(
     print(f"kube-apiserver down and back in {down_s:.1f} s")
 
 
-def prometheus_target(triton: TritonServer, namespace: str) -> list[tuple[str, dict[str, str]]]:
+def prometheus_targets(
+    triton: TritonServer, namespace: str, pods: list[str]
+) -> list[tuple[str, dict[str, str]]]:
+    """The one Triton process scraped as each of the service's pods (no pod on a KWOK node runs one).
+
+    One target per pod: a scrape that sees fewer pods than are Ready is partial, and the policy does
+    not scale down on it (PodsUnobserved).
+    """
     address = triton.metrics_url.split("//")[1].split("/")[0]
-    labels = {"namespace": namespace, "inferenceservice": triton_fixtures.MODEL, "pod": "echo-local-0"}
-    return [(address, labels)]
+    return [
+        (address, {"namespace": namespace, "inferenceservice": triton_fixtures.MODEL, "pod": p}) for p in pods
+    ]
+
+
+#: Decisions that hold for want of data: none may be the reason before the outage.
+NO_DATA = {"MetricsMissing", "MetricsStale", "PodsUnobserved"}
 
 
 def test_prometheus_down_for_two_minutes_holds_the_replicas_then_the_autoscaler_resumes(
     k8s, crds, namespace, engine_store, tmp_path: Path
 ):
-    """Three replicas with no traffic: a scale-down is due after 30 s, but not on missing data."""
+    """Three replicas with no traffic: a scale-down is due after 45 s, but not on missing data."""
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
     name = triton_fixtures.MODEL
     repo = triton_fixtures.write_repository(tmp_path / "repo", batching=BatchingConfig(max_batch_size=1))
     service = triton_fixtures.echo_service(
         namespace,
         slo={"p99LatencyMs": 100, "evaluationWindowSeconds": 10},
-        autoscaling={"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 30},
+        autoscaling={"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationSeconds": 45},
     )
     service["spec"]["replicas"] = 3
     prometheus = LocalPrometheus(tmp_path / "prometheus")
     with TritonServer(repo, work_dir=tmp_path / "triton") as triton:
-        prometheus.start().set_targets(prometheus_target(triton, namespace))
+        prometheus.start()
         try:
             args = ["--prometheus-url", prometheus.url, "--control-period-seconds", "3",
                     "--metrics-port", str(free_port()), "--bind-address", "127.0.0.1"]  # fmt: skip
@@ -200,15 +212,30 @@ def test_prometheus_down_for_two_minutes_holds_the_replicas_then_the_autoscaler_
                 create(k8s, service)
                 play_build(core, running_build_pod(core, namespace), result=echo_result())
                 play_profile(core, namespace, ECHO_PROFILE)
-                eventually(
+                selector = (
+                    f"tailpilot.io/inferenceservice={name},app.kubernetes.io/component=inference-server"
+                )
+                pods = eventually(
                     lambda: (
-                        (cond := condition(custom_object(k8s, namespace, name), "ScalingActive"))
-                        and cond["status"] == "True"
+                        (found := core.list_namespaced_pod(namespace, label_selector=selector).items)
+                        and len(found) == 3
+                        and all(p.status.phase == "Running" for p in found)
+                        and sorted(p.metadata.name for p in found)
                     ),
                     timeout=90,
-                    description="ScalingActive=True at 3 replicas",
+                    description="three serving pods",
                 )
-                assert apps.read_namespaced_deployment(name, namespace).spec.replicas == 3
+                prometheus.set_targets(prometheus_targets(triton, namespace, pods))
+
+                def deciding_on_data() -> dict | None:
+                    obj = custom_object(k8s, namespace, name)
+                    decision = (obj.get("status") or {}).get("lastDecision") or {}
+                    cond = condition(obj, "ScalingActive") or {}
+                    on_data = decision.get("reason") not in NO_DATA | {None}
+                    return decision if cond.get("status") == "True" and on_data else None
+
+                before = eventually(deciding_on_data, timeout=60, description="a decision on the pods' data")
+                assert apps.read_namespaced_deployment(name, namespace).spec.replicas == 3, before
 
                 # Prometheus away for exactly OUTAGE_S, the replicas watched the whole time.
                 prometheus.stop()
@@ -228,7 +255,7 @@ def test_prometheus_down_for_two_minutes_holds_the_replicas_then_the_autoscaler_
                 eventually(outage_over, timeout=OUTAGE_S + 30, interval=1, description="the outage")
                 assert held & {"MetricsMissing", "MetricsStale"}, held
                 assert operator.process is not None and operator.process.poll() is None
-                prometheus.start().set_targets(prometheus_target(triton, namespace))
+                prometheus.start().set_targets(prometheus_targets(triton, namespace, pods))
                 outage_s = time.monotonic() - stopped
 
                 # Data again: no traffic for the stabilization window, then the scale-down.
@@ -243,4 +270,4 @@ def test_prometheus_down_for_two_minutes_holds_the_replicas_then_the_autoscaler_
                 assert decision["action"].startswith("ScaleDown"), json.dumps(decision)
         finally:
             prometheus.stop()
-    print(f"Prometheus down for {outage_s:.0f} s; held with {sorted(held)}")
+    print(f"before: {before['reason']}; Prometheus down for {outage_s:.0f} s, held with {sorted(held)}")
