@@ -237,6 +237,12 @@ def incarnation(pod: dict[str, Any]) -> str:
     return f"{(pod.get('metadata') or {}).get('uid', '')}/{restarts}"
 
 
+def _serves(pod: dict[str, Any], engine_key: str) -> bool:
+    """Whether a pod is a stable replica of this engine (the label holds the key's first 63 characters)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return not _on_canary_track(pod) and labels.get(c.LABEL_ENGINE_KEY) == engine_key[:63]
+
+
 def _on_canary_track(pod: dict[str, Any]) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get(c.LABEL_TRACK) == c.TRACK_CANARY
@@ -704,8 +710,9 @@ class Autoscaler:
         change starts with the old one: both would serve another batching than the status says until
         the next change. So every pod incarnation (pod and restart count) not yet known to run the
         batching in force has its config read once (one call each: changes are minutes apart, pods
-        restart rarely), and only those running another are reloaded. Canary pods are left to the
-        canary (another engine, its own config). Returns the Events to post.
+        restart rarely), and only those running another are reloaded. Only the pods of the engine
+        in force: a canary's run another engine (its own config), and so do the old engine's pods
+        while a new one rolls out. Returns the Events to post.
         """
         result = served_result(status)
         key = (isvc.namespace, isvc.name)
@@ -715,7 +722,7 @@ class Autoscaler:
         urls = {
             incarnation(p): pod_url(ip, c.TRITON_HTTP_PORT)
             for p in pods
-            if not _on_canary_track(p) and (ip := ready_pod_ip(p))
+            if _serves(p, result.engine_key) and (ip := ready_pod_ip(p))
         }
         known_batching, known = self._at_batching.get(key, (batching, frozenset()))
         known = (known if known_batching == batching else frozenset()) & set(urls)
