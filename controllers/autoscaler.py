@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig, Observation, ScalingAction
-from tailpilot.api.engine import EngineProfile
+from tailpilot.api.engine import BuildResult, EngineProfile
 from tailpilot.api.v1alpha1 import (
     DecisionRecordStatus,
     InferenceService,
@@ -731,16 +731,7 @@ class Autoscaler:
         if not fresh:
             return []
         admin_key = await asyncio.to_thread(read_admin_key, self.kube, isvc)
-        config_json = triton_model_config.to_load_override_json(
-            triton_model_config.model_config_for(
-                name=isvc.spec.model_name(isvc.name),
-                triton_backend=result.triton_backend,
-                inputs=result.inputs,
-                outputs=result.outputs,
-                batching=batching,
-                placement=placement.ServingTarget.from_service(isvc),
-            )
-        )
+        config_json = _override_json(isvc, result, batching)
         check = await check_config(
             pod_urls=list(fresh.values()),
             model_name=isvc.spec.model_name(isvc.name),
@@ -810,18 +801,10 @@ class Autoscaler:
             urls = [pod_url(ip, c.TRITON_HTTP_PORT) for p in members if (ip := ready_pod_ip(p))]
             if served is not result and not urls:
                 continue  # canary replicas not started yet: they start with the ConfigMap's batching
-            config = triton_model_config.model_config_for(
-                name=isvc.spec.model_name(isvc.name),
-                triton_backend=served.triton_backend,
-                inputs=served.inputs,
-                outputs=served.outputs,
-                batching=target,
-                placement=placement.ServingTarget.from_service(isvc),
-            )
             outcome = await apply_batching(
                 pod_urls=urls,
                 model_name=isvc.spec.model_name(isvc.name),
-                config_json=triton_model_config.to_load_override_json(config),
+                config_json=_override_json(isvc, served, target),
                 admin_key=admin_key,
             )
             self.metrics.record_batching_change(outcome.reason)
@@ -862,3 +845,17 @@ class Autoscaler:
             return False
         await asyncio.to_thread(self.kube.patch_status, body, status_patch(body.get("status"), new))
         return True
+
+
+def _override_json(isvc: InferenceService, served: BuildResult, batching: BatchingConfig) -> str:
+    """The load override that serves `served` with `batching` (a live reload, or the check against one)."""
+    return triton_model_config.to_load_override_json(
+        triton_model_config.model_config_for(
+            name=isvc.spec.model_name(isvc.name),
+            triton_backend=served.triton_backend,
+            inputs=served.inputs,
+            outputs=served.outputs,
+            batching=batching,
+            placement=placement.ServingTarget.from_service(isvc),
+        )
+    )
