@@ -132,6 +132,10 @@ bench-quick: venv ## a one-minute subset of the policy benchmark
 bench-validate: venv system-deps ## the simulator against real Triton: 3 loads x 1-2 replicas x 2 batchings, and the measured example profile (~17 min, machine otherwise idle)
 	$(PY) -P -m tailpilot.bench.validate --out docs/benchmarks/validation.md --profile-out bench/profiles/example-cpu.json
 
+.PHONY: bench-batcher-probe
+bench-batcher-probe: venv system-deps ## whether a request arriving while Triton's instance is busy joins the waiting batch (the race the simulator draws; ~3 min)
+	$(PY) -P -m tailpilot.bench.batcher_probe --out docs/benchmarks/batcher-probe.md
+
 .PHONY: bench-engine
 bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by real Triton
 	$(PY) -P -m tailpilot.builders.benchmark

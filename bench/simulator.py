@@ -43,8 +43,9 @@ import numpy.typing as npt
 
 from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import ServiceTimeModel
-from tailpilot.bench.batcher import batch_cap, batch_to_send
+from tailpilot.bench.batcher import batch_cap
 from tailpilot.bench.observe import PodWindow, merge_pod_windows, pod_window
+from tailpilot.bench.triton_batcher import PayloadBatcher, is_plain
 from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import PodLatency, TritonCounters
 
@@ -114,6 +115,11 @@ class SimConfig:
     max_replicas: int = 64
     #: (GPU product, its service time) for controllers that choose a product (`Target.product`).
     products: tuple[tuple[str, ServiceTimeModel], ...] = ()
+    #: With a queue delay or preferred sizes below the max batch (`triton_batcher`): the chance
+    #: that, when a batch ends, Triton's batcher thread moves queued requests into the waiting
+    #: payload before the instance takes it. `make bench-batcher-probe` measured about one half on
+    #: this project's machines (docs/benchmarks/batcher-probe.md).
+    batcher_wins_race: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,7 @@ class _Replica:
         "product",
         "a_ms",
         "c_ms",
+        "batcher",
     )
 
     def __init__(
@@ -176,6 +183,13 @@ class _Replica:
         self.ended_at = math.inf
         self.timer_at = -1.0
         self.executing = 0  # requests in running batches
+        # Triton's payloads, for batchings that are not plain (`triton_batcher.is_plain`); its
+        # queue is `queue`.
+        self.batcher: PayloadBatcher | None = None
+
+    def pending(self) -> int:
+        """Requests waiting: in the queue, and in payloads no instance has taken yet."""
+        return len(self.queue) + (self.batcher.held if self.batcher is not None else 0)
 
 
 @dataclass
@@ -237,6 +251,11 @@ class Simulation:
         self._rng = np.random.default_rng(config.seed)
         self._jitter: list[float] = []
         self._jitter_i = 0
+        # Who wins Triton's race at the end of a batch (`triton_batcher`), drawn apart from the
+        # jitter so that plain batchings draw exactly what they drew before.
+        self._race_rng = np.random.default_rng([config.seed, 1])
+        self._race: list[bool] = []
+        self._race_i = 0
         init = controller.initial()
         self._product = init.product
         self._set_batching(init.batching)
@@ -275,6 +294,7 @@ class Simulation:
         rep = _Replica(len(self._replicas), t, self._batching.instances_per_replica, _STARTING, self._product)
         service = self._service_of(self._product)
         rep.a_ms, rep.c_ms = service.intercept_ms, service.per_item_ms
+        self._attach_batcher(rep)
         self._replicas.append(rep)
         if ready_now or self._cfg.startup_s <= 0:
             rep.state = _SERVING
@@ -298,7 +318,7 @@ class Simulation:
             rep.state, rep.ended_at = _GONE, t
             excess -= 1
         serving = [r for r in self._serving if r.product == product]
-        for rep in sorted(serving, key=lambda r: (len(r.queue) + r.executing, -r.idx))[:excess]:
+        for rep in sorted(serving, key=lambda r: (r.pending() + r.executing, -r.idx))[:excess]:
             self._drain(rep, t)
 
     def _drain(self, rep: _Replica, t: float) -> None:
@@ -335,7 +355,7 @@ class Simulation:
         self._retiring = []
 
     def _maybe_gone(self, rep: _Replica) -> None:
-        if rep.state == _DRAINING and not rep.queue and rep.executing == 0:
+        if rep.state == _DRAINING and rep.executing == 0 and not rep.pending():
             rep.state = _GONE
 
     def _pick(self) -> _Replica | None:
@@ -346,50 +366,90 @@ class Simulation:
             # A held replica still serves what it holds; new requests go to the others.
             serving = [r for r in serving if r.idx not in self._held_out] or serving
         if self._cfg.balancer == "least_pending":
-            return min(serving, key=lambda r: len(r.queue) + r.executing)
+            return min(serving, key=lambda r: r.pending() + r.executing)
         self._rr += 1
         return serving[self._rr % len(serving)]
 
     def _set_batching(self, cfg: BatchingConfig) -> None:
         self._batching = cfg
         self._cap = batch_cap(cfg)
-        self._delay_s = cfg.max_queue_delay_us / 1e6
+        self._plain = is_plain(cfg)
+
+    def _attach_batcher(self, rep: _Replica) -> None:
+        """Give `rep` Triton's payload batcher for the batching in force, or take it away (plain)."""
+        if self._plain:
+            if rep.batcher is not None:
+                # Back to the plain rule: requests of payloads no instance took queue again, first.
+                held = [r for payload in rep.batcher.waiting for r in payload.requests]
+                rep.queue.extendleft(reversed(held))
+                rep.batcher = None
+            return
+        if rep.batcher is None:
+            rep.batcher = PayloadBatcher(self._batching, self._arr)
+            rep.batcher.queue = rep.queue
+        else:
+            rep.batcher.reconfigure(self._batching)
 
     def _dispatch(self, rep: _Replica, t: float) -> None:
+        """Start what the batching in force starts now on `rep`'s free instances."""
+        if rep.batcher is not None:
+            self._start_all(rep, rep.batcher.settle(t, rep.free), t)
+            return
+        # The plain rule (`triton_batcher.is_plain`): a free instance takes up to the cap.
         q = rep.queue
-        arr = self._arr
+        cap = self._cap
         while rep.free > 0 and q:
-            queued = len(q)
-            if self._delay_s == 0.0:
-                # Delay 0: the delay is always exceeded, so whatever is pending goes (fast path).
-                k = queued if queued < self._cap else self._cap
-            else:
-                k = batch_to_send(queued=queued, oldest_wait_s=t - arr[q[0]], cfg=self._batching)
-            if k == 0:
-                due = arr[q[0]] + self._delay_s
-                if rep.timer_at != due:
-                    rep.timer_at = due
-                    self._push(due, _TIMER, rep)
-                return
-            if k == 1:
-                batch = [q.popleft()]
-                self._start[batch[0]] = t
-            else:
-                batch = [q.popleft() for _ in range(k)]
-                st = self._start
-                for r in batch:
-                    st[r] = t
-            if self._jitter_i >= len(self._jitter):
-                self._refill_jitter()
-            svc = (rep.a_ms + rep.c_ms * k) * self._jitter[self._jitter_i] / 1000.0
-            self._jitter_i += 1
-            rep.free -= 1
-            rep.executing += k
-            self._busy_s += svc
-            self._b_start.append(t)
-            self._b_size.append(k)
-            self._seq += 1
-            heapq.heappush(self._heap, (t + svc, _DONE, self._seq, rep, batch))
+            k = len(q) if len(q) < cap else cap
+            self._start_batch(rep, [q.popleft()] if k == 1 else [q.popleft() for _ in range(k)], t)
+
+    def _start_all(self, rep: _Replica, batches: list[list[int]], t: float) -> None:
+        """Start the batches the payload batcher handed to instances, and keep its timer."""
+        for batch in batches:
+            self._start_batch(rep, batch, t)
+        assert rep.batcher is not None
+        due = rep.batcher.wake_at
+        if due != math.inf and rep.timer_at != due:
+            rep.timer_at = due
+            self._push(due, _TIMER, rep)
+
+    def _start_batch(self, rep: _Replica, batch: list[int], t: float) -> None:
+        k = len(batch)
+        st = self._start
+        for r in batch:
+            st[r] = t
+        if self._jitter_i >= len(self._jitter):
+            self._refill_jitter()
+        svc = (rep.a_ms + rep.c_ms * k) * self._jitter[self._jitter_i] / 1000.0
+        self._jitter_i += 1
+        rep.free -= 1
+        rep.executing += k
+        self._busy_s += svc
+        self._b_start.append(t)
+        self._b_size.append(k)
+        self._seq += 1
+        heapq.heappush(self._heap, (t + svc, _DONE, self._seq, rep, batch))
+
+    def _arrive(self, rep: _Replica, request: int, t: float) -> None:
+        if rep.batcher is not None:
+            self._start_all(rep, rep.batcher.arrive(t, request, rep.free), t)
+            return
+        rep.queue.append(request)
+        if rep.free > 0:
+            self._dispatch(rep, t)
+
+    def _payload_batch_done(self, rep: _Replica, t: float) -> None:
+        """A batch ended on a replica with Triton's payload batcher: draw the race, start what follows."""
+        assert rep.batcher is not None
+        self._start_all(rep, rep.batcher.batch_done(t, rep.free, batcher_first=self._batcher_wins()), t)
+        if rep.state == _DRAINING:
+            self._maybe_gone(rep)
+
+    def _batcher_wins(self) -> bool:
+        if self._race_i >= len(self._race):
+            self._race = (self._race_rng.random(4096) < self._cfg.batcher_wins_race).tolist()
+            self._race_i = 0
+        self._race_i += 1
+        return bool(self._race[self._race_i - 1])
 
     # ------------------------------------------------------------- event loop
     def run(self) -> SimResult:
@@ -421,7 +481,9 @@ class Simulation:
                     exec_ns.append(round((t - start[obj[0]]) * 1e9))
                     rep.free += 1
                     rep.executing -= len(obj)
-                    if rep.queue:
+                    if rep.batcher is not None:
+                        self._payload_batch_done(rep, t)
+                    elif rep.queue:
                         self._dispatch(rep, t)
                     elif rep.state == _DRAINING:
                         self._maybe_gone(rep)
@@ -435,9 +497,7 @@ class Simulation:
                 target = self._pick()
                 if target is not None:
                     pod[i] = target.idx
-                    target.queue.append(i)
-                    if target.free > 0:
-                        self._dispatch(target, t)
+                    self._arrive(target, i, t)
                 i += 1
             else:
                 break
@@ -448,7 +508,8 @@ class Simulation:
             rep = obj
             assert isinstance(rep, _Replica)
             rep.timer_at = -1.0
-            self._dispatch(rep, t)
+            if rep.batcher is not None:
+                self._start_all(rep, rep.batcher.timer(t, rep.free), t)
         elif kind == _READY:
             rep = obj
             assert isinstance(rep, _Replica)
@@ -481,14 +542,15 @@ class Simulation:
             if rep.state != _GONE:
                 rep.free += delta
                 rep.timer_at = -1.0
+                self._attach_batcher(rep)
                 self._dispatch(rep, t)
 
     def _scrape(self, t: float) -> None:
         s = self._samples
         live = [r for r in self._replicas if r.state != _GONE]
         s.t.append(t)
-        s.queued.append(sum(len(r.queue) for r in live))
-        s.inflight.append(sum(len(r.queue) + r.executing for r in live))
+        s.queued.append(sum(r.pending() for r in live))
+        s.inflight.append(sum(r.pending() + r.executing for r in live))
         s.ready.append(len(self._serving))
         s.provisioned.append(sum(1 for r in live if r.state != _DRAINING))
         self._capacity_s += len(self._serving) * self._batching.instances_per_replica * self._cfg.scrape_s
@@ -674,7 +736,7 @@ class FleetView:
                     start_s=s_p,
                     done_s=d_p,
                     exec_count=execs.get(rep.idx, 0),
-                    pending=len(rep.queue),
+                    pending=rep.pending(),
                 )
             )
         return windows
@@ -687,7 +749,7 @@ class FleetView:
             success, execs, request_us, queue_us, compute_us = cum.get(rep.idx, (0.0,) * 5)
             out[_pod_name(rep.idx)] = TritonCounters(
                 success=success,
-                pending=float(len(rep.queue)),
+                pending=float(rep.pending()),
                 inference_count=success,  # one item per request
                 exec_count=execs,
                 request_duration_us=request_us,

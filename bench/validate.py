@@ -50,6 +50,7 @@ from tailpilot.bench.loadgen import binary_infer_body
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.bench.metrics import p99
 from tailpilot.bench.simulator import SimConfig, SimResult, simulate
+from tailpilot.bench.triton_batcher import is_plain
 from tailpilot.builders.build import BuildSettings, run_build
 from tailpilot.builders.example_model import DENSE_HIDDEN, example_inputs, write_example_model
 from tailpilot.builders.profiler import ProfileOptions, profile_served
@@ -64,6 +65,8 @@ MAX_BATCH = 16
 MAX_SEND_LAG_MS = 5.0
 MAX_CLIENT_BUSY = 0.7
 MAX_FOREIGN_SHARE = 0.03
+#: Other draws of the simulator's service times per run (the `sim P99 over draws` column).
+SIM_DRAWS = 10
 CLIENT_CORE = 0
 
 
@@ -103,6 +106,9 @@ class RunRecord:
     #: simulator's P99 at that speed.
     run_speed: float
     sim_p99_at_speed_ms: float
+    #: The simulator's P99 over `SIM_DRAWS` other draws of its service times (min, max): how much a
+    #: run's P99 moves with the service times' randomness alone, arrivals and profile unchanged.
+    sim_p99_draws_ms: tuple[float, float]
     #: Mean time a request waited in the batcher's queue: Triton's statistics, and the simulator's.
     meas_queue_ms: float
     sim_queue_ms: float
@@ -112,6 +118,9 @@ class RunRecord:
     client_overhead_ms: float
     throttled_periods: int
     errors: dict[str, int] = field(default_factory=dict)
+    #: The simulator's P99 when Triton's batcher thread never / always wins the race at the end of a
+    #: batch (`triton_batcher`); None for a plain batching, where the race decides nothing.
+    sim_p99_race_ms: tuple[float, float] | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -328,14 +337,19 @@ def compare(
     lag = (sent - scheduled)[np.isfinite(sent)]
     sim_arrivals = np.sort(sent[np.isfinite(sent)])
 
-    def run_sim(speed: float) -> SimResult:
+    def run_sim(speed: float, draw: int = 0, race: float | None = None) -> SimResult:
         scaled = service.model_copy(
             update={"intercept_ms": service.intercept_ms * speed, "per_item_ms": service.per_item_ms * speed}
         )
         return simulate(
             arrivals_s=sim_arrivals,
             config=SimConfig(
-                service=scaled, duration_s=duration_s + 1, startup_s=0.0, seed=seed, max_replicas=n
+                service=scaled,
+                duration_s=duration_s + 1,
+                startup_s=0.0,
+                seed=seed + 1000 * draw,
+                max_replicas=n,
+                batcher_wins_race=SimConfig.batcher_wins_race if race is None else race,
             ),
             controller=Static(replicas=n, batching=batching),
         )
@@ -345,6 +359,12 @@ def compare(
     meas_mean_batch = sum(d["inferences"] for d in served) / max(sum(d["executions"] for d in served), 1)
     speed = run_speed(lambda f: _mean_batch(run_sim(f)), meas_mean_batch)
     at_speed = run_sim(speed)
+    draws = [p99(run_sim(1.0, draw).latency_s) * 1000.0 for draw in range(1, SIM_DRAWS + 1)]
+    race_bounds = (
+        None
+        if is_plain(batching)
+        else (p99(run_sim(1.0, race=0.0).latency_s) * 1000.0, p99(run_sim(1.0, race=1.0).latency_s) * 1000.0)
+    )
     return RunRecord(
         variant=variant,
         replicas=n,
@@ -361,6 +381,8 @@ def compare(
         meas_queue_ms=sum(d["queue_ns"] for d in served) / max(requests_served, 1) / 1e6,
         sim_queue_ms=_mean_queue_ms(sim),
         sim_p99_at_speed_ms=p99(at_speed.latency_s) * 1000.0,
+        sim_p99_draws_ms=(min(draws), max(draws)),
+        sim_p99_race_ms=race_bounds,
         send_lag_p99_ms=float(np.quantile(lag, 0.99) * 1000.0) if lag.size else math.nan,
         client_busy=client_busy,
         foreign_share=foreign,
@@ -538,6 +560,17 @@ factor at which the simulated mean executed batch matches the one Triton's stati
 slower server forms larger batches from the same arrivals). It is what the operator's online
 correction learns while serving; "P99 sim at it" is the simulator's P99 with that factor. It is a
 diagnosis, not the comparison: the simulator's column gets the profile alone.
+
+"P99 sim over 10 draws" is the simulator's P99 over ten other draws of its service times (same
+arrivals, same profile): how far a 60 s run's P99 moves by chance alone. Near capacity it moves
+most, and a real run is one draw of it.
+
+With a queue delay the simulator runs Triton's payload batcher (`bench/triton_batcher.py`): the
+batcher hands a batch to the instance's queue when its rule says send, even while the instance is
+busy, and a request that arrives after that joins the waiting batch only when the batcher thread
+wins a race with the instance thread at the end of the running batch. The simulator draws the
+winner with the chance `make bench-batcher-probe` measured (docs/benchmarks/batcher-probe.md);
+"race never / always won" is its P99 at either extreme.
 """
 
 #: The accuracy the simulator is held to, on P99 and throughput.
@@ -560,9 +593,10 @@ def render(
     table = [
         "| batching | replicas | load | req/s | requests | P99 real (ms) | P99 sim (ms) | P99 error | "
         "throughput real | sim | error | mean batch real / sim | mean queue real / sim (ms) | run's speed | "
-        "P99 sim at it (ms) | "
+        "P99 sim at it (ms) | P99 sim over 10 draws (ms) | real within them | "
+        "P99 sim, race never / always won (ms) | "
         "send lag P99 | client core | other processes | client overhead (ms) | valid |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         table.append(
@@ -572,6 +606,9 @@ def render(
             f"{r.meas_mean_batch:.2f} / {r.sim_mean_batch:.2f} | "
             f"{r.meas_queue_ms:.1f} / {r.sim_queue_ms:.1f} | "
             f"x{r.run_speed:.3f} | {r.sim_p99_at_speed_ms:.1f} | "
+            f"{r.sim_p99_draws_ms[0]:.1f}-{r.sim_p99_draws_ms[1]:.1f} | "
+            f"{'yes' if r.sim_p99_draws_ms[0] <= r.meas_p99_ms <= r.sim_p99_draws_ms[1] else 'no'} | "
+            f"{_race_cell(r.sim_p99_race_ms)} | "
             f"{r.send_lag_p99_ms:.2f} ms | "
             f"{r.client_busy:.0%} | {r.foreign_share:.1%} | {r.client_overhead_ms:.2f} | "
             f"{'yes' if not r.problems else 'NO: ' + '; '.join(r.problems)} |"
@@ -615,6 +652,10 @@ def render(
         "",
     ]
     return "\n".join(page)
+
+
+def _race_cell(bounds: tuple[float, float] | None) -> str:
+    return "-" if bounds is None else f"{bounds[0]:.1f} / {bounds[1]:.1f}"
 
 
 def _commit() -> str:

@@ -32,6 +32,7 @@ CLEAN = RunRecord(
     sim_mean_batch=7.3,
     run_speed=1.01,
     sim_p99_at_speed_ms=97.0,
+    sim_p99_draws_ms=(92.0, 104.0),
     meas_queue_ms=20.0,
     sim_queue_ms=18.5,
     send_lag_p99_ms=0.8,
