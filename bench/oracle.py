@@ -28,9 +28,9 @@ import numpy.typing as npt
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import ServiceTimeModel
-from tailpilot.bench.batcher import batch_cap
 from tailpilot.bench.metrics import p99
 from tailpilot.bench.simulator import FleetView, SimConfig, Target, simulate
+from tailpilot.bench.triton_batcher import batch_cap
 
 
 @dataclass(frozen=True)

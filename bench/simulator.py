@@ -8,8 +8,9 @@ Model (each choice is deliberate; see docs/benchmarks/README.md):
   requests pending (`least_pending`).  With no ready replica the request fails.
 * Each replica has one FIFO queue and `instances_per_replica` model instances that run
   batches in parallel (a GPU runs concurrent instances with some overlap; full overlap is
-  the simplification).  When an instance is free the dynamic-batcher rule of
-  `tailpilot.bench.batcher` decides whether a batch leaves now or waits for the delay.
+  the simplification).  Batching follows Triton's dynamic batcher: with no queue delay and no
+  preferred size below the max, a free instance takes up to `max_batch_size` of the queue;
+  otherwise `tailpilot.bench.triton_batcher` hands payloads to the instances as Triton does.
 * A batch of b takes (a + c*b) * X ms, with a, c from the engine profile's
   `ServiceTimeModel` and X lognormal with mean 1 and CV `jitter_cv`.
 * A replica asked for at t serves from t + Ts (Ts = start-up time) and costs from t.  A
@@ -43,9 +44,8 @@ import numpy.typing as npt
 
 from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import ServiceTimeModel
-from tailpilot.bench.batcher import batch_cap
 from tailpilot.bench.observe import PodWindow, merge_pod_windows, pod_window
-from tailpilot.bench.triton_batcher import PayloadBatcher, is_plain
+from tailpilot.bench.triton_batcher import PayloadBatcher, batch_cap, is_plain
 from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import PodLatency, TritonCounters
 

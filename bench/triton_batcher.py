@@ -55,6 +55,15 @@ def preferred_sizes(cfg: BatchingConfig) -> tuple[int, ...]:
     return tuple(sorted(set(cfg.preferred_batch_sizes))) or (cfg.max_batch_size,)
 
 
+def batch_cap(cfg: BatchingConfig) -> int:
+    """The batch a full queue sends: the largest preferred size (Triton's list), within `max_batch_size`.
+
+    Payloads may end a little larger (a merge of waiting payloads, or one request past the
+    largest preferred size in Triton's scan); capacity estimates use this size.
+    """
+    return int(min(max(preferred_sizes(cfg)), cfg.max_batch_size))
+
+
 def is_plain(cfg: BatchingConfig) -> bool:
     """Whether the batcher reduces to "a free instance takes up to max_batch_size of the queue"."""
     return cfg.max_queue_delay_us == 0 and preferred_sizes(cfg) == (cfg.max_batch_size,)

@@ -8,7 +8,6 @@ import pytest
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.bench.baselines import Static
-from tailpilot.bench.batcher import batch_to_send
 from tailpilot.bench.simulator import FleetView, SimConfig, SimResult, Target, simulate
 from tailpilot.policy.signals import PodRead, arrival_counts
 
@@ -24,20 +23,6 @@ def run(
         config=SimConfig(service=FLAT, duration_s=duration_s, startup_s=0.0),
         controller=Static(replicas=replicas, batching=cfg),
     )
-
-
-def test_rule_sends_largest_preferred_size_reached_before_the_delay():
-    cfg = BatchingConfig(max_batch_size=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=100_000)
-    assert batch_to_send(queued=3, oldest_wait_s=0.01, cfg=cfg) == 0
-    assert batch_to_send(queued=5, oldest_wait_s=0.01, cfg=cfg) == 4
-    assert batch_to_send(queued=20, oldest_wait_s=0.01, cfg=cfg) == 8
-    assert batch_to_send(queued=5, oldest_wait_s=0.1, cfg=cfg) == 5  # delay exceeded: all pending
-
-
-def test_rule_without_delay_sends_what_is_queued_up_to_max_batch():
-    cfg = BatchingConfig(max_batch_size=4)
-    assert batch_to_send(queued=1, oldest_wait_s=0.0, cfg=cfg) == 1
-    assert batch_to_send(queued=9, oldest_wait_s=0.0, cfg=cfg) == 4
 
 
 def test_batch_forms_at_the_preferred_size():
