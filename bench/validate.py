@@ -650,8 +650,52 @@ def render(
         "",
         *table,
         "",
+        *_outside_section(valid),
     ]
     return "\n".join(page)
+
+
+def outside_diagnoses(r: RunRecord) -> list[str]:
+    """What this run's own figures say about a P99 outside the tolerance (pure; empty when within).
+
+    Each line is a measurement of the run, never a fitted correction: the P99 at the run's speed
+    (the servers ran faster or slower than the profile), whether the real P99 lies within other
+    draws of the simulator's service times (chance), and, with a queue delay, whether it lies
+    between the simulator's P99 with Triton's batcher race never and always won.
+    """
+    if abs(r.p99_err_pct) <= TOLERANCE_PCT:
+        return []
+    out = [
+        f"the servers ran at x{r.run_speed:.3f} of the profile's service time in this run (mean batch "
+        f"{r.meas_mean_batch:.2f} real, {r.sim_mean_batch:.2f} simulated); at that speed the simulator's "
+        f"P99 is {r.sim_p99_at_speed_ms:.1f} ms, {_err(r.sim_p99_at_speed_ms, r.meas_p99_ms):+.1f}%"
+    ]
+    lo, hi = r.sim_p99_draws_ms
+    inside = lo <= r.meas_p99_ms <= hi
+    out.append(
+        f"other draws of the service times give {lo:.1f}-{hi:.1f} ms: the real {r.meas_p99_ms:.1f} ms is "
+        + ("within them (chance)" if inside else "outside them (not chance alone)")
+    )
+    if r.sim_p99_race_ms is not None:
+        never, always = r.sim_p99_race_ms
+        between = min(never, always) <= r.meas_p99_ms <= max(never, always)
+        out.append(
+            f"with the batcher race never / always won the simulator gives {never:.1f} / {always:.1f} ms: "
+            f"the real P99 is {'between' if between else 'outside'} them"
+        )
+    return out
+
+
+def _outside_section(valid: Sequence[RunRecord]) -> list[str]:
+    outside = [r for r in valid if abs(r.p99_err_pct) > TOLERANCE_PCT]
+    if not outside:
+        return []
+    lines = [f"## Valid runs whose P99 is off by more than {TOLERANCE_PCT:g}%", ""]
+    for r in outside:
+        lines.append(f"- **{r.variant}, {r.replicas} replica(s), {r.level:.0%}** ({r.p99_err_pct:+.1f}%):")
+        lines += [f"  - {d};" for d in outside_diagnoses(r)]
+    lines.append("")
+    return lines
 
 
 def _race_cell(bounds: tuple[float, float] | None) -> str:

@@ -13,6 +13,7 @@ from tailpilot.bench.validate import (
     MAX_FOREIGN_SHARE,
     MAX_SEND_LAG_MS,
     RunRecord,
+    outside_diagnoses,
     render,
     run_speed,
     server_cores,
@@ -79,6 +80,31 @@ def test_the_page_counts_only_valid_runs_within_the_tolerance() -> None:
     assert "| preferred-16-no-delay | 1 | 85% | 180.0 | 10800 | 100.0 | 150.0 | +50.0% |" in page
     assert "| 7.40 / 7.30 | 20.0 / 18.5 | x1.010 | 97.0 |" in page
     assert "NO: 50% of the run's cores used by other processes" in page
+    # The run off by 50% gets its diagnoses; the one within the tolerance none.
+    assert "## Valid runs whose P99 is off by more than 10%" in page
+    assert "- **preferred-16-no-delay, 1 replica(s), 85%** (+50.0%):" in page
+    assert page.count("at that speed the simulator's P99") == 1
+
+
+def test_a_run_outside_the_tolerance_is_diagnosed_from_its_own_figures() -> None:
+    fast_server = dataclasses.replace(
+        CLEAN,
+        variant="preferred-4-8-delay-5ms",
+        meas_p99_ms=100.0,
+        sim_p99_ms=125.0,
+        run_speed=0.95,
+        sim_p99_at_speed_ms=104.0,
+        sim_p99_draws_ms=(120.0, 128.0),
+        sim_p99_race_ms=(130.0, 90.0),
+    )
+    speed, chance, race = outside_diagnoses(fast_server)
+    assert "x0.950" in speed and "104.0 ms, +4.0%" in speed
+    assert "outside them (not chance alone)" in chance
+    assert "130.0 / 90.0 ms: the real P99 is between them" in race
+    assert outside_diagnoses(CLEAN) == []
+    by_chance = dataclasses.replace(CLEAN, sim_p99_ms=115.0, sim_p99_draws_ms=(95.0, 118.0))
+    assert "within them (chance)" in outside_diagnoses(by_chance)[1]
+    assert len(outside_diagnoses(by_chance)) == 2  # no delay: no race line
 
 
 def test_the_runs_speed_is_the_factor_whose_simulated_mean_batch_matches_the_measured_one() -> None:
