@@ -41,6 +41,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildOutcome, BuildRequest, EngineProfile, ServiceTimeModel
@@ -118,6 +119,8 @@ class RunRecord:
     client_overhead_ms: float
     throttled_periods: int
     errors: dict[str, int] = field(default_factory=dict)
+    #: Share of the slowest 1% sent within the densest `TAIL_WINDOW_S`: real, simulated.
+    tail_burst: tuple[float, float] = (math.nan, math.nan)
     #: The simulator's P99 when Triton's batcher thread never / always wins the race at the end of a
     #: batch (`triton_batcher`); None for a plain batching, where the race decides nothing.
     sim_p99_race_ms: tuple[float, float] | None = None
@@ -255,6 +258,27 @@ def _mean_batch(sim: SimResult) -> float:
     return float(np.mean(sim.batch_size)) if sim.batch_size.size else math.nan
 
 
+#: The window `tail_burst_share` looks for the slowest requests in.
+TAIL_WINDOW_S = 2.0
+
+
+def tail_burst_share(
+    times_s: npt.NDArray[np.float64], latency_s: npt.NDArray[np.float64], *, window_s: float = TAIL_WINDOW_S
+) -> float:
+    """Share of the slowest 1% of requests (by `latency_s`) sent within the densest `window_s` (pure).
+
+    A tail spread over the run is the queue's own; a tail packed into a second or two is one
+    event (a stall of the server or the machine) that a 60 s run's P99 cannot average away.
+    """
+    keep = np.isfinite(times_s) & np.isfinite(latency_s)
+    times_s, latency_s = times_s[keep], latency_s[keep]
+    if times_s.size == 0:
+        return math.nan
+    slow = np.sort(times_s[latency_s >= np.quantile(latency_s, 0.99)])
+    ends = np.searchsorted(slow, slow + window_s, side="right")
+    return float((ends - np.arange(slow.size)).max() / slow.size)
+
+
 def run_speed(
     mean_batch_at: Callable[[float], float], measured: float, *, lo: float = 0.8, hi: float = 1.25
 ) -> float:
@@ -355,6 +379,8 @@ def compare(
         )
 
     sim = run_sim(1.0)
+    real_burst = tail_burst_share(np.where(ok, sent, np.nan), np.where(ok, lat, np.nan))
+    sim_burst = tail_burst_share(sim.arrival_s, sim.latency_s)
     done = sim.done_s[np.isfinite(sim.done_s)]
     meas_mean_batch = sum(d["inferences"] for d in served) / max(sum(d["executions"] for d in served), 1)
     speed = run_speed(lambda f: _mean_batch(run_sim(f)), meas_mean_batch)
@@ -372,6 +398,7 @@ def compare(
         rate=rate,
         requests=int(arrivals.size),
         meas_p99_ms=result.quantile_ms(0.99),
+        tail_burst=(real_burst, sim_burst),
         sim_p99_ms=p99(sim.latency_s) * 1000.0,
         meas_tp=result.throughput_per_s(),
         sim_tp=float(done.size / max(done.max() - sim_arrivals[0], 1e-9)) if done.size else 0.0,
@@ -676,6 +703,17 @@ def outside_diagnoses(r: RunRecord) -> list[str]:
         f"other draws of the service times give {lo:.1f}-{hi:.1f} ms: the real {r.meas_p99_ms:.1f} ms is "
         + ("within them (chance)" if inside else "outside them (not chance alone)")
     )
+    real_burst, sim_burst = r.tail_burst
+    if math.isfinite(real_burst):
+        out.append(
+            f"{real_burst:.0%} of the real slowest 1% were sent within {TAIL_WINDOW_S:g} s of each other "
+            f"({sim_burst:.0%} in the simulation)"
+            + (
+                ": one event (a stall) made the real tail"
+                if real_burst >= 2 * sim_burst and real_burst >= 0.3
+                else ""
+            )
+        )
     if r.sim_p99_race_ms is not None:
         never, always = r.sim_p99_race_ms
         between = min(never, always) <= r.meas_p99_ms <= max(never, always)

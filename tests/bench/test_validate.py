@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from tailpilot.api.engine import ServiceTimeModel
@@ -17,6 +18,7 @@ from tailpilot.bench.validate import (
     render,
     run_speed,
     server_cores,
+    tail_burst_share,
 )
 
 CLEAN = RunRecord(
@@ -137,3 +139,17 @@ def test_servers_never_share_the_clients_core_and_share_one_only_when_cores_run_
     assert server_cores([0, 1], servers=1, millis=1000) == [frozenset({1})]
     with pytest.raises(SystemExit, match="fit neither"):
         server_cores([0, 1], servers=2, millis=600)
+
+
+def test_a_tail_packed_into_one_moment_is_told_from_a_spread_one() -> None:
+    times = np.arange(0.0, 60.0, 0.01)  # 6000 requests over 60 s
+    spread = np.full(times.size, 0.05)
+    spread[::100] = 0.5  # the slowest 1%: one request every second
+    assert tail_burst_share(times, spread) == pytest.approx(3 / 60, abs=0.01)
+    stalled = np.full(times.size, 0.05)
+    stalled[(times >= 30.0) & (times < 30.6)] = 0.5  # 60 slow requests within 0.6 s
+    assert tail_burst_share(times, stalled) == 1.0
+    burst_run = dataclasses.replace(CLEAN, sim_p99_ms=150.0, tail_burst=(1.0, 0.1))
+    assert "one event (a stall) made the real tail" in outside_diagnoses(burst_run)[2]
+    spread_run = dataclasses.replace(CLEAN, sim_p99_ms=150.0, tail_burst=(0.05, 0.04))
+    assert "stall" not in outside_diagnoses(spread_run)[2]
