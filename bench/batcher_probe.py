@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -54,6 +55,7 @@ from tailpilot.bench.validate import (
     _build,
     _commit,
     apply_variant,
+    confinable_cores,
     server_cores,
 )
 from tailpilot.builders.example_model import DENSE_HIDDEN, INPUT_NAME, example_inputs
@@ -271,11 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period-us", type=int, default=10_000)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    if not CpuSlot.available():
-        raise SystemExit("the probe needs cgroup v1 cpu and cpuacct hierarchies this process may write to")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("the probe needs two cores: one for the server, one for the client")
+    # A SIGTERM must run the `finally` below too: it stops the server this probe started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    cpus = confinable_cores("the probe")
     client = CpuSlot(f"{os.getpid()}-probe-client", frozenset({CLIENT_CORE})).create()
     client.join()
     (cores,) = server_cores(cpus, servers=1, millis=args.server_millis)

@@ -440,6 +440,20 @@ def server_cores(cpus: Sequence[int], *, servers: int, millis: int) -> list[froz
     return [frozenset({cpus[-1]})] * servers
 
 
+def confinable_cores(tool: str) -> list[int]:
+    """This process's cores, once `tool` is known to be able to keep servers and client apart here.
+
+    Raises:
+        SystemExit: Without writable cgroup v1 cpu/cpuacct hierarchies, or with fewer than two cores.
+    """
+    if not CpuSlot.available():
+        raise SystemExit(f"{tool} needs cgroup v1 cpu and cpuacct hierarchies this process may write to")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"{tool} needs two cores: one for the servers, one for the client")
+    return cpus
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -P -m tailpilot.bench.validate")
     ap.add_argument("--levels", default="0.3,0.6,0.85")
@@ -461,11 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [float(v) for v in args.levels.split(",")]
     fleet = [int(v) for v in args.replicas.split(",")]
     variants = [v for v in VARIANTS if v.name in args.variants.split(",")]
-    if not CpuSlot.available():
-        raise SystemExit("validation needs cgroup v1 cpu and cpuacct hierarchies this process may write to")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("validation needs two cores: one for the servers, one for the client")
+    cpus = confinable_cores("validation")
     client_slot = CpuSlot(f"{os.getpid()}-client", frozenset({CLIENT_CORE})).create()
     all_cpus = frozenset(os.sched_getaffinity(0))
     client_slot.join()  # this process (the profiler's client) is client too, beside the load generator
