@@ -2,15 +2,17 @@
 
     python -P -m tailpilot.bench.batcher_probe [--trials 20] [--out docs/benchmarks/batcher-probe.md]
 
-The simulator's batcher (`bench/batcher.py`) forms a batch when an instance comes free, from every
-request queued by then. Triton's dynamic batcher (core `src/dynamic_batch_scheduler.cc`) forms it
-earlier: once the oldest queued request has waited `max_queue_delay`, its thread moves the queued
-requests into a *payload* and hands that to the instance's queue, even while the instance is busy.
+A batcher that forms each batch when an instance comes free, from every request queued by then (the
+simulator's, before it modelled this), would always put a late request into the next batch.
+Triton's dynamic batcher (core `src/dynamic_batch_scheduler.cc`) forms the batch earlier: once the
+oldest queued request has waited `max_queue_delay`, its thread moves the queued requests into a
+*payload* and hands that to the instance's queue, even while the instance is busy.
 A request that arrives after that sits in the scheduler's queue; it reaches the waiting payload only
 if the batcher thread looks at the queue again before the instance takes the payload. The arrival
 does not wake the batcher (a wake needs as many queued requests as the next preferred size); the
 end of the running batch does, and the same instant the instance thread dequeues the payload: a
-race between two threads.
+race between two threads. The simulator (`bench/triton_batcher.py`) draws its winner with the
+chance this probe measures.
 
 The probe measures that race on the example engine under the validation's conditions (one Triton
 in a 500m CPU slot, preferred batch sizes 4 and 8, a 5 ms queue delay), with three requests per
@@ -23,7 +25,7 @@ trial on an otherwise idle server:
   the instance is free.
 
 Triton's batch statistics for the trial tell the outcome: one execution of batch 2 (`late` joined
-the waiting payload, as the simulator assumes) or two of batch 1 (it did not, and waited for the
+the waiting payload) or two of batch 1 (it did not, and waited for the
 next batch: about one batch time more). A control series sends `late` before `early`'s delay
 expires, where both batchers put the two in one batch, so that the probe is seen to tell the cases
 apart.
@@ -60,6 +62,7 @@ from tailpilot.bench.validate import (
 )
 from tailpilot.builders.example_model import DENSE_HIDDEN, INPUT_NAME, example_inputs
 from tailpilot.builders.triton_server import TritonServer
+from tailpilot.controllers.pod_signals import parse_batch_stats
 
 #: The validation's batcher with a queue delay (`validate.VARIANTS`).
 DELAY_VARIANT = Variant("preferred-4-8-delay-5ms", (4, 8), 5000)
@@ -113,8 +116,11 @@ class Trial:
 
 
 def _batch_counts(http_url: str) -> dict[int, int]:
-    doc = httpx.get(f"{http_url}/v2/models/{MODEL}/stats", timeout=10).json()["model_stats"][0]
-    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in doc.get("batch_stats", [])}
+    """Executions per batch size so far, read as the operator reads them (`parse_batch_stats`)."""
+    stats = parse_batch_stats(
+        httpx.get(f"{http_url}/v2/models/{MODEL}/stats", timeout=10).json(), model=MODEL
+    )
+    return {size: figures.executions for size, figures in (stats or {}).items()}
 
 
 def _send_at(
@@ -256,11 +262,12 @@ def render(*, blocker_ms: float, series: Mapping[str, Sequence[Trial]], command:
     lines += [
         "",
         "In the *after expiry* series `late` arrives once the batcher has already formed a payload of",
-        "`early` and before the instance is free. The simulator's batcher puts it into that batch every",
-        "time; Triton does so only when its batcher thread, woken by the end of the blocker, looks at",
-        "the queue before the instance thread takes the payload. When it loses, `late` waits for a",
-        "batch of its own after `early`'s: about one more batch time. The *before expiry* series is the",
-        "control: both batchers put the two together.",
+        "`early` and before the instance is free. A batcher that formed batches when the instance comes",
+        "free would put it into that batch every time; Triton does so only when its batcher thread, woken",
+        "by the end of the blocker, looks at the queue before the instance thread takes the payload. When",
+        "it loses, `late` waits for a batch of its own after `early`'s: about one more batch time. The",
+        "simulator (`bench/triton_batcher.py`) draws that race with the chance measured here. The *before",
+        "expiry* series is the control: `late` joins `early` whoever wins.",
         "",
     ]
     return "\n".join(lines)
