@@ -13,6 +13,7 @@ from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, Sca
 from tailpilot.api.engine import ReloadCost
 from tailpilot.policy import Learned, PolicyConfig, PolicyState, Reason, decide
 from tailpilot.policy.config import BATCHING_COOLDOWN_S, CORRECTION_MAX, SERVICE_SCALE_MAX, STALE_AFTER_S
+from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.model import BatchShape, utilization
 
 TARGET = 50.0
@@ -810,3 +811,24 @@ def test_a_p99_still_holding_a_past_spike_does_not_hold_the_scale_down() -> None
         update={"p99_ms": TARGET * 1.2, "recent_request_rate": 0.5 * rate, "recent_window_s": 15.0}
     )
     assert plant.run(100.0, 5)[-1].replicas < 10
+
+
+@pytest.mark.parametrize(
+    ("over_capacity", "reason"), [(1.2, Reason.SLO_AT_RISK), (1.95, Reason.AT_MAX_REPLICAS)]
+)
+def test_a_scale_up_to_the_maximum_names_whether_the_maximum_is_predicted_to_hold(
+    over_capacity: float, reason: str
+):
+    """The same ScaleUp 1->max carries SLOAtRisk, or AtMaxReplicas when max is predicted short.
+
+    So a reader of the Events (a user, or a test) matches the action, not one reason: which of the
+    two a step gets depends on the step's size against the maximum fleet's capacity.
+    """
+    plant = Plant(
+        config=PolicyConfig(p99_target_ms=TARGET, min_replicas=1, max_replicas=2, max_batch_size_cap=1),
+        profile=make_profile(),
+        state=PolicyState.initial(replicas=1, batching=BatchingConfig(max_batch_size=1)),
+    )
+    capacity = replica_capacity_per_s(plant.profile, plant.state)
+    d = plant.step(over_capacity * capacity)
+    assert (d.action, d.replicas, d.reason) == (ScalingAction.SCALE_UP, 2, reason)
