@@ -3,14 +3,13 @@
 `python -P -m tailpilot.bench.gpu_products` (`make bench-products`) runs, on `make bench`'s traces at
 one start-up time, three TailPilot runs per trace:
 
-- `choice`: TailPilot with product choice, as the operator's autoscaler runs it. After every
-  decision (each control period's, and a surge's), `tailpilot.policy.gpu_choice.choose_product`
-  gets one option per product (its engine profile and price), the same Observation as `decide`, the
-  policy state's batching, the replicas in force, the same PolicyConfig, the start-up time (the
-  learned one once the policy has timed a scale-up, else `replica_startup_s`) and the MoveMemory it
-  returned last time.
+- `choice`: TailPilot with product choice, as the operator's autoscaler runs it: every control
+  period (and a surge's) is `tailpilot.policy.period.run_period` given one option per product (its
+  engine profile and price), which chooses the product after `decide` exactly as the operator's
+  period does (the same Observation, the decided batching, the replicas in force, the start-up
+  time, the choice's memory from the period before).
   The service is first placed by `choose_product` with nothing serving, at the rate of the trace's
-  first control period. A move (`choice.moved`) is that period's decision: max(choice.replicas,
+  first control period. A move (the plan's `move`) is that period's decision: max(choice.replicas,
   replicas now) replicas start on the new product at the batching in force; the old product's ready
   replicas serve until all of them are ready (the simulator's move, `tailpilot.bench.simulator`: a
   rolling update taken as one step); the policy's state restarts on the new product's profile.
@@ -68,8 +67,8 @@ from tailpilot.policy.gpu_choice import (
     choose_product,
     size_products,
 )
+from tailpilot.policy.period import PeriodPlan, ProductContext
 from tailpilot.policy.signals import READ_PERIOD_S
-from tailpilot.policy.surge import SurgeReading
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 L4 = "NVIDIA-L4"
@@ -233,7 +232,7 @@ class MoveRecord:
 
 
 class ChoosingTailPilot(TailPilot):
-    """The adapter, plus `choose_product` after every control period's decision (module docstring)."""
+    """The adapter with the service's GPU products given to its control period (module docstring)."""
 
     def __init__(
         self,
@@ -254,7 +253,8 @@ class ChoosingTailPilot(TailPilot):
         )
         self._options = tuple(p.option() for p in products)
         self._product = initial.product
-        self._memory = memory
+        #: The choice's memory before the first period (the placement's); later ones are the plan's.
+        self._placement_memory = memory
         self._move: _Move | None = None
         self.moves: list[MoveRecord] = []
         #: Each choice's reason, in order.
@@ -280,53 +280,36 @@ class ChoosingTailPilot(TailPilot):
             return self._last
         return target
 
-    def _decide(self, view: FleetView, *, surge: SurgeReading | None) -> Target:
-        made = len(self.reasons)
-        target = super()._decide(view, surge=surge)
-        if len(self.reasons) > made:  # a decision (not a kept target after an error)
-            started = self._choose(view)
-            if started is not None:
-                # The move is the decision: its replicas and batching no longer apply.
-                target = Target(started, view.batching)
+    def products(self) -> ProductContext:
+        """Every product, the one serving, and the choice's memory (kept by `run_period`'s plan)."""
+        return ProductContext(
+            options=self._options,
+            current=self._product,
+            serving=self._product,
+            memory=self._placement_memory,
+        )
+
+    def execute(self, view: FleetView, plan: PeriodPlan) -> Target:
+        """The plan, and the product it chose: a move starts the new product's replicas."""
+        target = super().execute(view, plan)
+        choice, move = plan.choice, plan.move
+        if choice is not None:
+            self.choice_reasons.append(choice.reason)
+            here = next((f for f in choice.figures if f.product == self._product), None)
+            if here is not None and here.replicas is not None:
+                self.sized_and_held.append((here.replicas, view.target_replicas))
+        if move is not None:
+            assert choice is not None  # a move is a choice's
+            self.moves.append(
+                MoveRecord(view.now_s, self._product, move.product, choice.reason, move.replicas)
+            )
+            self._product = move.product
+            self._profile = self._products[move.product].profile
+            self._move = _Move(started=move.replicas, sized=move.sized)
+            # The move is the decision: its replicas and batching no longer apply.
+            target = Target(move.replicas, view.batching)
         self._last = replace(target, product=self._product)
         return self._last
-
-    def _choose(self, view: FleetView) -> int | None:
-        """One call of `choose_product` as the operator makes it; the replicas a move starts, or None."""
-        obs = self.observations[-1]
-        if obs.request_rate is None:
-            return None
-        state = self.state
-        learned = state.learned.replica_startup_s
-        try:
-            choice = choose_product(
-                self._options,
-                current=self._product,
-                config=self.config,
-                observation=obs,
-                batching=state.batching,
-                replicas_now=view.target_replicas,
-                startup_s=learned if learned is not None else self.config.replica_startup_s,
-                now_s=view.now_s,
-                memory=self._memory,
-            )
-        except (ArithmeticError, ValueError, TypeError) as exc:
-            self.errors.append(f"t={view.now_s:.0f}s choose_product {type(exc).__name__}: {exc}")
-            return None
-        self._memory = choice.memory
-        self.choice_reasons.append(choice.reason)
-        here = next((f for f in choice.figures if f.product == self._product), None)
-        if here is not None and here.replicas is not None:
-            self.sized_and_held.append((here.replicas, view.target_replicas))
-        if not choice.moved or choice.product is None or choice.product == self._product:
-            return None
-        sized = choice.replicas or 1
-        started = max(sized, view.target_replicas)
-        self.moves.append(MoveRecord(view.now_s, self._product, choice.product, choice.reason, started))
-        self._product = choice.product
-        self.restart(profile=self._products[choice.product].profile, replicas=started, batching=view.batching)
-        self._move = _Move(started=started, sized=sized)
-        return started
 
 
 @dataclass(frozen=True)

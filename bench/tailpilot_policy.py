@@ -8,7 +8,9 @@ The adapter does what a deployed operator does for one service, through the same
 - every control period (the operator's default, `DEFAULT_CONTROL_PERIOD_S`) it builds
   the Observation with `tailpilot.policy.signals.observation_from_reads`, taking each pod's latency
   summary as Prometheus holds it (`FleetView.scraped_latency`: Triton's quantiles as of the last
-  scrape, at the spec's default scrape interval), and calls `decide`;
+  scrape, at the spec's default scrape interval), and runs the operator's whole control period,
+  `tailpilot.policy.period.run_period` (the online service-time fit, `decide`, the product choice
+  where products are given, the plan), then executes the plan on the simulated fleet;
 - the policy's knobs and windows come from `tailpilot.policy.from_spec` applied to a spec with the
   API's defaults, only the SLO target and the replica bounds set (as a user's manifest would).
 
@@ -25,14 +27,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailpilot.api.autoscaling import BatchingConfig, Observation
+from tailpilot.api.autoscaling import Observation
 from tailpilot.api.engine import EngineProfile
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
 from tailpilot.bench.simulator import FleetView, Target
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
-from tailpilot.policy import PolicyConfig, PolicyState, decide
+from tailpilot.policy import PolicyConfig, PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.from_spec import observation_windows, policy_config
+from tailpilot.policy.period import (
+    PeriodInput,
+    PeriodMemory,
+    PeriodPlan,
+    ProductContext,
+    ServedEngine,
+    run_period,
+)
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
 from tailpilot.policy.signals import (
     ARRIVAL_SPAN_S,
@@ -44,7 +54,7 @@ from tailpilot.policy.signals import (
     completion_rate_per_s,
     observation_from_reads,
 )
-from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step, with_surge
+from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step
 
 #: The operator's control period when nobody sets --control-period-seconds.
 CONTROL_PERIOD_S = DEFAULT_CONTROL_PERIOD_S
@@ -62,7 +72,7 @@ def default_spec(*, p99_target_ms: float, max_replicas: int, **autoscaling: Any)
 
 
 class TailPilot:
-    """The operator's observation and `tailpilot.policy.decide` for one simulated service."""
+    """The operator's observation and control period (`run_period`) for one simulated service."""
 
     def __init__(
         self,
@@ -78,7 +88,9 @@ class TailPilot:
         self._history = ReadHistory(keep_s=self._windows.keep_s)
         self._scrape_s = float(spec.monitoring.scrape_interval_seconds)
         self._initial = initial
-        self._state = PolicyState.initial(replicas=initial.replicas, batching=initial.batching)
+        #: What the periods hand on; before the first, the policy's state starts from the initial size.
+        self._memory = PeriodMemory()
+        self._initial_state = PolicyState.initial(replicas=initial.replicas, batching=initial.batching)
         self._surge = SurgeConfig() if spec.autoscaling.surge_checks() else None
         self.tick_s = READ_PERIOD_S
         self._stats_at: float | None = None
@@ -91,9 +103,9 @@ class TailPilot:
         self.errors: list[str] = []
         #: (time, the learned `service_scale` after the decision made then), from (0, its start value):
         #: how the online correction of the profile's speed moves (`tailpilot.bench.metrics.settle_time`).
-        self.service_scales: list[tuple[float, float]] = [(0.0, self._state.learned.service_scale)]
+        self.service_scales: list[tuple[float, float]] = [(0.0, self.state.learned.service_scale)]
         #: The same for the learned per-item `slope_scale`.
-        self.slope_scales: list[tuple[float, float]] = [(0.0, self._state.learned.slope_scale)]
+        self.slope_scales: list[tuple[float, float]] = [(0.0, self.state.learned.slope_scale)]
         self._last = initial
 
     def initial(self) -> Target:
@@ -112,16 +124,11 @@ class TailPilot:
     @property
     def state(self) -> PolicyState:
         """What the policy remembers now (what the operator keeps on the object's status)."""
-        return self._state
+        return self._memory.state or self._initial_state
 
-    def restart(self, *, profile: EngineProfile, replicas: int, batching: BatchingConfig) -> None:
-        """Serve another engine from now on (a move to another GPU product): the policy's state restarts.
-
-        What was learned (the P99 correction, the speed, the start-up time) belongs to the engine
-        left behind.
-        """
-        self._profile = profile
-        self._state = PolicyState.initial(replicas=replicas, batching=batching)
+    def products(self) -> ProductContext | None:
+        """The GPU products the service may move between; None: one product."""
+        return None
 
     def decide(self, view: FleetView) -> Target:
         # Every read has the metrics pages; every `BATCH_STATS_PERIOD_S` one also has the statistics
@@ -144,7 +151,7 @@ class TailPilot:
             over_in_a_row=self._over_in_a_row,
             arrival_rate_per_s=arrival_rate_per_s(reads, span_s=self._surge.span_s),
             completion_rate_per_s=completion_rate_per_s(reads, span_s=self._surge.span_s),
-            capacity_per_s=replica_capacity_per_s(self._profile, self._state),
+            capacity_per_s=replica_capacity_per_s(self._profile, self.state),
             replicas=view.target_replicas,
         )
         self._over_in_a_row = check.over_in_a_row
@@ -156,7 +163,7 @@ class TailPilot:
         return self._decide(view, surge=check.reading)
 
     def _decide(self, view: FleetView, *, surge: SurgeReading | None) -> Target:
-        """One decision, as the operator's autoscaler makes it (a surge: at once, with its reading)."""
+        """One control period, as the operator's autoscaler runs it (a surge: at once, with its reading)."""
         now = view.now_s
         latency = view.scraped_latency(window_s=self._windows.window_s, scrape_s=self._scrape_s)
         try:
@@ -164,21 +171,46 @@ class TailPilot:
                 self._history.reads, windows=self._windows, now_s=now, latency=latency
             )
             self.observations.append(obs)
-            decision, self._state = decide(
-                config=self._config,
-                profile=self._profile,
-                observation=with_surge(obs, surge),
-                state=self._state.with_actual(replicas=view.target_replicas, batching=view.batching),
-                now_s=now,
-                surge=surge is not None,
-            )
+            plan = run_period(self.period_input(view, obs, surge=surge))
         except (ArithmeticError, ValueError) as exc:
             self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; reads={len(self._history)}")
             return self._last
+        return self.execute(view, plan)
+
+    def period_input(
+        self, view: FleetView, observation: Observation, *, surge: SurgeReading | None
+    ) -> PeriodInput:
+        """What the operator's autoscaler gives `run_period` for this service, from the simulated fleet."""
+        return PeriodInput(
+            config=self._config,
+            profile=self._profile,
+            engine=ServedEngine(
+                key=self._profile.engine_key,
+                backend=self._profile.backend,
+                max_batch_size=self._spec.batching.max_batch_size,
+            ),
+            observation=observation,
+            surge=surge,
+            state=self.state.with_actual(replicas=view.target_replicas, batching=view.batching),
+            memory=self._memory,
+            products=self.products(),
+            replicas=view.target_replicas,
+            batching=view.batching,
+            now_s=view.now_s,
+        )
+
+    def execute(self, view: FleetView, plan: PeriodPlan) -> Target:
+        """The plan on the simulated fleet: its batching and replicas are the next target."""
+        decision, decided = plan.decision, plan.decided
+        assert decision is not None and decided is not None  # the simulated engine has a profile
+        self._memory = plan.memory
         self.reasons.append(decision.reason)
-        self.service_scales.append((now, self._state.learned.service_scale))
-        self.slope_scales.append((now, self._state.learned.slope_scale))
-        self._last = Target(decision.replicas, decision.batching)
+        self.service_scales.append((view.now_s, decided.learned.service_scale))
+        self.slope_scales.append((view.now_s, decided.learned.slope_scale))
+        self._last = Target(
+            plan.replicas if plan.replicas is not None else view.target_replicas,
+            plan.batching if plan.batching is not None else view.batching,
+        )
         return self._last
 
 
@@ -204,6 +236,6 @@ class RotatingTailPilot(TailPilot):
             pending_by_replica=pending,
             held_out=self._held,
             rate_per_s=arrival_rate_per_s(self._history.reads, span_s=ARRIVAL_SPAN_S),
-            capacity_per_s=replica_capacity_per_s(self._profile, self._state),
+            capacity_per_s=replica_capacity_per_s(self._profile, self.state),
         ).held_out
         return self._held

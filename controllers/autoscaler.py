@@ -30,6 +30,7 @@ from tailpilot.api.autoscaling import BatchingConfig, Observation, ScalingAction
 from tailpilot.api.engine import BuildResult, EngineProfile
 from tailpilot.api.v1alpha1 import (
     DecisionRecordStatus,
+    GpuCandidateStatus,
     InferenceService,
     InferenceServiceStatus,
     ObservedStatus,
@@ -43,10 +44,10 @@ from tailpilot.controllers.conditions import ConditionUpdate, condition_of, is_t
 from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.gpu_products import (
+    candidates_serving,
     choice_status,
     chooses_product,
     memory_of,
-    move_replicas,
     options_of,
     serving_spec,
 )
@@ -68,7 +69,6 @@ from tailpilot.controllers.status import (
     decision_status,
     decode_status,
     engine_profile,
-    learned_profile,
     learned_status,
     observed_status,
     restore_learned,
@@ -81,26 +81,26 @@ from tailpilot.controllers.status import (
 from tailpilot.controllers.watched import DirectReads, ObjectSource
 from tailpilot.manifests import placement, triton_model_config
 from tailpilot.manifests.meta import selector_string
-from tailpilot.policy import PolicyState, decide
+from tailpilot.policy import PolicyState
 from tailpilot.policy.from_spec import (
     arrival_lookback_s,
     observation_windows,
     policy_config,
     prometheus_recent_window_s,
 )
-from tailpilot.policy.gpu_choice import REASON_MOVE_DEFERRED, MoveMemory, choose_product
-from tailpilot.policy.service_fit import (
-    FitQuality,
-    ServiceFit,
-    ServiceSample,
-    add_sample,
-    disagreement,
-    fit_service_time,
-    sample_of,
+from tailpilot.policy.gpu_choice import REASON_MOVE_DEFERRED, ProductChoice
+from tailpilot.policy.period import (
+    PeriodInput,
+    PeriodMemory,
+    PeriodPlan,
+    ProductContext,
+    ServedEngine,
+    run_period,
 )
+from tailpilot.policy.service_fit import FitQuality, ServiceFit, disagreement
 from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
 from tailpilot.policy.speed import learned_line
-from tailpilot.policy.surge import SurgeReading, with_surge
+from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.autoscaler")
 
@@ -277,6 +277,14 @@ class _Inputs:
     chooses_product: bool = False
 
 
+@dataclass(frozen=True)
+class _Products:
+    """The GPU products of a service that lists several: the choice's input, and their status rows."""
+
+    context: ProductContext
+    candidates: list[GpuCandidateStatus]
+
+
 def with_unobserved(observation: Observation, status_ready: int | None) -> Observation:
     """Prometheus' observation, with the pods Ready by the last reconcile it has no current sample of.
 
@@ -302,16 +310,11 @@ class Autoscaler:
     latency: LatencyBoard = field(default_factory=LatencyBoard)
     #: The service as the watches delivered it; None: a GET per decision.
     objects: ObjectSource | None = None
-    _states: dict[tuple[str, str], PolicyState] = field(default_factory=dict)
-    #: Each service's evaluation windows for the online service-time fit, and the engine they
-    #: measured (a new engine starts a new fit).
-    _service_samples: dict[tuple[str, str], tuple[str, tuple[ServiceSample, ...]]] = field(
-        default_factory=dict
-    )
+    #: What each service's last control period handed the next (`tailpilot.policy.period`).
+    _memory: dict[tuple[str, str], PeriodMemory] = field(default_factory=dict)
     #: GPU nodes and their pods, for services listing several products; None: the replicas each
     #: product can hold are those the last reconcile recorded.
     inventory: GpuInventory | None = None
-    _gpu_memory: dict[tuple[str, str], MoveMemory] = field(default_factory=dict)
     #: Each service's last client-latency answer: (the query, when, the answer).
     _client_answers: dict[tuple[str, str], tuple[str, float, ClientLatency]] = field(default_factory=dict)
     #: Each service's pod incarnations (`incarnation`) read or made to run the batching in force,
@@ -320,9 +323,7 @@ class Autoscaler:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted service's state and gauges."""
-        self._states.pop((namespace, name), None)
-        self._service_samples.pop((namespace, name), None)
-        self._gpu_memory.pop((namespace, name), None)
+        self._memory.pop((namespace, name), None)
         self._client_answers.pop((namespace, name), None)
         self._at_batching.pop((namespace, name), None)
         self.metrics.forget_service(namespace=namespace, service=name)
@@ -341,11 +342,13 @@ class Autoscaler:
             return self.control_period_s, False
         isvc, status = inputs.isvc, inputs.status
         now = self.clock.time()
+        key = (namespace, name)
         replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
-        state = self._states.get((namespace, name)) or restore_learned(
+        # A restarted operator starts from what the status kept: the learned factors and the fit.
+        memory = self._memory.get(key) or PeriodMemory(fitted=restored_fit(status.learned))
+        state = memory.state or restore_learned(
             PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
-        state = state.with_actual(replicas=replicas, batching=batching)
         pod_events = [] if isvc.spec.autoscaling.dry_run else await self._keep_pods_at(isvc, status, batching)
         started = time.perf_counter()
         observed = await self._observe(isvc, inputs.prometheus_url, now, status_ready=status.ready_replicas)
@@ -353,11 +356,32 @@ class Autoscaler:
             rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
         )
         observed, client_error = await self._client_latency(isvc, inputs.prometheus_url, observed, now)
-        observation = with_surge(observed, surge)
-        fit = self._learn_service_time((namespace, name), status, observation, state)
-        profile = inputs.profile or learned_profile(fit, isvc=isvc, status=status)
+        engine = status.engine
+        products = await self._products(inputs, observed, now)
+        plan = run_period(
+            PeriodInput(
+                config=policy_config(isvc.spec, control_period_s=self.control_period_s),
+                profile=inputs.profile,
+                engine=ServedEngine(
+                    key=engine.key if engine else "",
+                    backend=engine.triton_backend if engine else "",
+                    max_batch_size=isvc.spec.batching.max_batch_size,
+                ),
+                observation=observed,
+                surge=surge,
+                state=state.with_actual(replicas=replicas, batching=batching),
+                memory=memory,
+                products=products.context if products is not None else None,
+                replicas=replicas,
+                batching=batching,
+                now_s=now,
+                alert_active=alert_active,
+            )
+        )
+        self._memory[key] = plan.memory
+        observation, fit, profile, decision = plan.observation, plan.fit, plan.profile, plan.decision
         profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
-        if profile is None:
+        if profile is None or decision is None or plan.decided is None:
             # No profile and nothing served yet to learn from: nothing to size replicas with.
             await self._write(
                 inputs.body,
@@ -374,15 +398,7 @@ class Autoscaler:
                 ],
             )
             return self.control_period_s, False
-        decision, state = decide(
-            config=policy_config(isvc.spec, control_period_s=self.control_period_s),
-            profile=profile,
-            observation=observation,
-            state=state,
-            now_s=now,
-            alert_active=alert_active,
-            surge=surge is not None,
-        )
+        state = plan.decided
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
@@ -403,27 +419,24 @@ class Autoscaler:
         events: list[EventRecord] = [*pod_events, *profile_events]
         scale = False
         target = status
-        if inputs.chooses_product and not decision.dry_run:
-            target, moved = await self._choose_product(
-                inputs, observation, state, profile, replicas, now, events
-            )
-            if moved:
+        if plan.choice is not None and products is not None:
+            target = self._record_choice(inputs, plan.choice, products, replicas, events)
+            if plan.move is not None:
                 # The move is the decision: the replicas and batching the old product needed no longer apply.
-                self._states.pop((namespace, name), None)
-                self._service_samples.pop((namespace, name), None)
+                target = self._moved(target, plan, state, replicas)
                 await self._write(inputs.body, target, [profile_condition], force=True)
                 await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
                 return self.control_period_s, True
-        if not decision.dry_run and decision.batching != batching:
-            applied = await self._rebatch(isvc, status, decision.batching, events)
+        if plan.batching is not None:
+            applied = await self._rebatch(isvc, status, plan.batching, events)
             if applied:
-                target = target.model_copy(update={"batching": batching_status(decision.batching)})
+                target = target.model_copy(update={"batching": batching_status(plan.batching)})
             else:
+                self._memory[key] = plan.after_refused_batching(batching)
                 state = state.with_actual(replicas=state.replicas, batching=batching)
-        if not decision.dry_run and decision.replicas != replicas:
-            target = target.model_copy(update={"replicas": decision.replicas})
+        if plan.replicas is not None:
+            target = target.model_copy(update={"replicas": plan.replicas})
             scale = True
-        self._states[(namespace, name)] = state
         if decision.action not in _QUIET_ACTIONS:
             verb = "would " if decision.dry_run else ""
             events.append(
@@ -477,21 +490,21 @@ class Autoscaler:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
 
-    async def _choose_product(
-        self,
-        inputs: _Inputs,
-        observation: Observation,
-        state: PolicyState,
-        profile: EngineProfile,
-        replicas: int,
-        now: float,
-        events: list[EventRecord],
-    ) -> tuple[InferenceServiceStatus, bool]:
-        """The GPU product for the load now (`tailpilot.policy.gpu_choice`); (status with it, moved)."""
+    async def _products(self, inputs: _Inputs, observation: Observation, now: float) -> _Products | None:
+        """The GPU products a service listing several may move between, with the replicas each holds now.
+
+        None where no choice is made this period: one product, a dry run, no product chosen yet, or
+        no request rate to size the products at.
+        """
         isvc, status = inputs.isvc, inputs.status
+        if (
+            not inputs.chooses_product
+            or isvc.spec.autoscaling.dry_run
+            or status.gpu is None
+            or observation.request_rate is None
+        ):
+            return None
         key = (isvc.namespace, isvc.name)
-        if status.gpu is None or observation.request_rate is None:
-            return status, False
         candidates = list(status.gpu.candidates)
         gpu = isvc.spec.runtime.gpu
         if self.inventory is not None and gpu is not None:
@@ -511,64 +524,77 @@ class Autoscaler:
                 )
                 for x in candidates
             ]
-        memory = self._gpu_memory.get(key) or memory_of(status.gpu, now=utc_now(self.clock), now_s=now)
-        config = policy_config(isvc.spec, control_period_s=self.control_period_s)
-        choice = choose_product(
-            options_of(isvc, candidates, serving_profile=profile),
+        context = ProductContext(
+            options=options_of(isvc, candidates),
             current=status.gpu.product,
-            config=config,
-            observation=observation,
-            batching=state.batching,
-            replicas_now=replicas,
-            startup_s=(
-                state.learned.replica_startup_s
-                if state.learned.replica_startup_s is not None
-                else config.replica_startup_s
-            ),
-            now_s=now,
-            memory=memory,
+            serving=candidates_serving(candidates),
+            memory=memory_of(status.gpu, now=utc_now(self.clock), now_s=now),
         )
-        self._gpu_memory[key] = choice.memory
+        return _Products(context=context, candidates=candidates)
+
+    def _record_choice(
+        self,
+        inputs: _Inputs,
+        choice: ProductChoice,
+        products: _Products,
+        replicas: int,
+        events: list[EventRecord],
+    ) -> InferenceServiceStatus:
+        """The status with the period's product choice, its metrics and its Events."""
+        isvc, status = inputs.isvc, inputs.status
+        assert status.gpu is not None  # a choice is made only where one was placed
         self.metrics.record_gpu_choice(
-            namespace=key[0],
-            service=key[1],
+            namespace=isvc.namespace,
+            service=isvc.name,
             costs={f.product: f.cost_per_hour for f in choice.figures},
             serving=choice.product,
             moved=choice.reason if choice.moved else None,
         )
-        chosen = choice_status(status.gpu, choice, candidates, now=utc_now(self.clock), replicas_now=replicas)
+        chosen = choice_status(
+            status.gpu, choice, products.candidates, now=utc_now(self.clock), replicas_now=replicas
+        )
         if not choice.moved:
             if choice.reason != status.gpu.reason and choice.reason == REASON_MOVE_DEFERRED:
                 events.append(EventRecord("Normal", choice.reason, choice.message))
-            return status.model_copy(update={"gpu": chosen}), False
-        events.append(
-            EventRecord(
-                "Normal",
-                choice.reason,
-                f"moving from {status.gpu.product} to {choice.product}: {choice.message}",
+        else:
+            events.append(
+                EventRecord(
+                    "Normal",
+                    choice.reason,
+                    f"moving from {status.gpu.product} to {choice.product}: {choice.message}",
+                )
             )
-        )
+        return status.model_copy(update={"gpu": chosen})
+
+    def _moved(
+        self,
+        chosen: InferenceServiceStatus,
+        plan: PeriodPlan,
+        state: PolicyState,
+        replicas: int,
+    ) -> InferenceServiceStatus:
+        """The status of a move to another product: its replicas, a fresh policy state, the record."""
+        assert plan.move is not None and plan.choice is not None
+        observation = plan.observation
         record = DecisionRecordStatus(
             time=utc_now(self.clock),
             action="MoveGpuProduct",
-            reason=choice.reason,
+            reason=plan.choice.reason,
             replicas_before=replicas,
-            replicas_after=move_replicas(choice, replicas),
+            replicas_after=plan.move.replicas,
             max_batch_size_before=state.batching.max_batch_size,
             max_batch_size_after=state.batching.max_batch_size,
             request_rate=_rounded(observation.request_rate),
             observed_p99_ms=_rounded(observation.p99_ms),
-            gpu_product=choice.product,
+            gpu_product=plan.move.product,
         )
-        moved = status.model_copy(
+        return chosen.model_copy(
             update={
-                "gpu": chosen,
-                "replicas": move_replicas(choice, replicas),
+                "replicas": plan.move.replicas,
                 "learned": None,
-                "decisions": with_decision(status.decisions, record),
+                "decisions": with_decision(chosen.decisions, record),
             }
         )
-        return moved, True
 
     async def _observe(
         self, isvc: InferenceService, prometheus_url: str, now: float, *, status_ready: int | None = None
@@ -638,33 +664,6 @@ class Autoscaler:
                 log.warning("%s/%s: spec.monitoring.clientLatencyP99Query: %s", *key, answer.error)
             self._client_answers[key] = (query, now, answer)
         return observation.model_copy(update={"client_p99_ms": answer.p99_ms}), answer.error
-
-    def _learn_service_time(
-        self,
-        key: tuple[str, str],
-        status: InferenceServiceStatus,
-        observation: Observation,
-        state: PolicyState,
-    ) -> ServiceFit | None:
-        """Add the window to the service's fit and fit it; else what the status kept."""
-        batching = state.batching
-        sample = sample_of(
-            observation,
-            max_batch_size=batching.max_batch_size,
-            instances=batching.instances_per_replica,
-            replicas=state.replicas,
-        )
-        engine = status.engine.key if status.engine else ""
-        measured_engine, earlier = self._service_samples.get(key, (engine, ()))
-        same_engine = measured_engine == engine
-        samples = add_sample(earlier if same_engine else (), sample)
-        self._service_samples[key] = (engine, samples)
-        fitted = fit_service_time(samples, max_batch_size=batching.max_batch_size)
-        # What the status kept is this engine's unless the engine changed while this process ran.
-        kept = restored_fit(status.learned) if same_engine else None
-        if fitted is None or (fitted.quality is FitQuality.PROVISIONAL and kept is not None):
-            return kept or fitted
-        return fitted
 
     async def _inputs(self, body: dict[str, Any] | None) -> _Inputs | None:
         """What a decision needs, or None (with ScalingActive=False when the user must act)."""

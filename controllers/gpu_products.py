@@ -191,11 +191,6 @@ def choice_status(
     return base.model_copy(update=update)
 
 
-def move_replicas(choice: ProductChoice, replicas_now: int) -> int:
-    """Replicas the Deployment runs during a move: never fewer than now, so the SLO holds while pods move."""
-    return max(choice.replicas or replicas_now, replicas_now)
-
-
 def memory_of(status: GpuChoiceStatus | None, *, now: datetime, now_s: float) -> MoveMemory:
     """The choice's memory after a restart: the last move's time from the status, on the caller's clock."""
     if status is None or status.moved_at is None:

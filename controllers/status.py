@@ -538,28 +538,6 @@ def restored_fit(learned: LearnedStatus | None) -> ServiceFit | None:
     )
 
 
-def learned_profile(
-    fit: ServiceFit | None, *, isvc: InferenceService, status: InferenceServiceStatus
-) -> EngineProfile | None:
-    """The policy's view of an engine without a profile: the service time fitted online (None: no fit)."""
-    if fit is None:
-        return None
-    engine = status.engine
-    return EngineProfile(
-        engine_key=engine.key if engine else "",
-        backend=engine.triton_backend if engine else "",
-        precision="",
-        hardware="serving pods",
-        max_batch_size=isvc.spec.batching.max_batch_size,
-        points=[],
-        service_time=fit.model,
-        # Compared with the pods' compute times by the policy's hardware-speed learning: the fit of
-        # those same times keeps that learning at 1, where the fit already is the serving speed.
-        compute_time=fit.compute_model,
-        method=f"learned online from the serving pods' counters ({fit.quality.value}, {fit.samples} windows)",
-    )
-
-
 def restore_learned(state: PolicyState, learned: LearnedStatus | None) -> PolicyState:
     """The state with what `learned_status` wrote: a restarted operator keeps what it learned."""
     if learned is None:

@@ -14,7 +14,6 @@ from tailpilot.api.v1alpha1 import (
 from tailpilot.controllers.gpu_products import (
     choice_status,
     memory_of,
-    move_replicas,
     options_of,
     price_of,
     serving_spec,
@@ -36,9 +35,7 @@ def moved(product: str, replicas: int) -> ProductChoice:
     return ProductChoice(product, replicas, True, "MovedForCost", "m", (figure,), MoveMemory())
 
 
-def test_a_move_never_lowers_the_replicas_and_remembers_what_to_shrink_to():
-    assert move_replicas(moved(L4, 6), 3) == 6
-    assert move_replicas(moved(H100, 2), 5) == 5
+def test_a_move_remembers_what_to_shrink_to():
     previous = GpuChoiceStatus(product=L4)
     shrink = choice_status(previous, moved(H100, 2), [], now=NOW, replicas_now=5)
     assert (shrink.product, shrink.replicas_after_move, shrink.moved_at) == (H100, 2, NOW)

@@ -1,0 +1,293 @@
+"""One control period of one service, whole (pure): learn, decide, choose the product, plan the acts.
+
+Why one function: the operator's autoscaler (`tailpilot.controllers.autoscaler`) and the benchmark's
+TailPilot (`tailpilot.bench.tailpilot_policy`) must run the same period, or the benchmark measures a
+policy that does not ship. Each caller only gathers the inputs (the operator from its pods,
+Prometheus and the object's status; the simulator from its fleet) and executes the plan; the order
+of the steps lives here alone:
+
+1. the window's point is added to the online service-time fit (`tailpilot.policy.service_fit`), for
+   the engine in force (a new engine starts a new fit);
+2. the engine's measured profile, else the profile that fit stands for, sizes the decision (none:
+   nothing to size with, no decision);
+3. `decide` (with the surge's reading in the observation when a fast check called the period);
+4. where the service lists several GPU products, `choose_product` at the demand the decision saw and
+   the batching it chose; a move replaces the decision (the replicas and batching the old product
+   needed no longer apply) and the policy's state restarts on the new product;
+5. otherwise the plan: the batching first (a live reload), then the replicas.
+
+What is carried to the next period is `PeriodMemory`: the policy's state, the fit's windows, the
+product choice's memory. The caller keeps it per service and passes it back, as it did the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
+from tailpilot.api.engine import EngineProfile
+from tailpilot.policy.config import PolicyConfig, PolicyState
+from tailpilot.policy.core import decide
+from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption, choose_product
+from tailpilot.policy.service_fit import (
+    FitQuality,
+    ServiceFit,
+    ServiceSample,
+    add_sample,
+    fit_service_time,
+    sample_of,
+)
+from tailpilot.policy.surge import SurgeReading, with_surge
+
+
+@dataclass(frozen=True)
+class FitMemory:
+    """The online service-time fit's windows, and the engine they measured (None: no window kept yet)."""
+
+    engine_key: str | None = None
+    samples: tuple[ServiceSample, ...] = ()
+
+
+@dataclass(frozen=True)
+class PeriodMemory:
+    """What one period hands the next (the caller keeps it per service).
+
+    Attributes:
+        state: The policy's state; None when no decision was made yet (the caller then starts one
+            from what the object's status kept, `tailpilot.controllers.status.restore_learned`).
+        fit: The service-time fit's windows.
+        fitted: The last Fitted fit of the engine, which a fit that is provisional again (its windows
+            no longer span enough batch sizes) falls back to. An operator that restarts seeds it from
+            what the object's status kept (`tailpilot.controllers.status.restored_fit`).
+        moves: The product choice's memory.
+    """
+
+    state: PolicyState | None = None
+    fit: FitMemory = field(default_factory=FitMemory)
+    fitted: ServiceFit | None = None
+    moves: MoveMemory | None = None
+
+
+@dataclass(frozen=True)
+class ServedEngine:
+    """The engine in force, as far as a profile learned online needs it."""
+
+    key: str
+    backend: str
+    max_batch_size: int
+
+
+@dataclass(frozen=True)
+class ProductContext:
+    """The GPU products a service may move between (only for services that list several).
+
+    `options` carry each product's own profile; the option of the product the pods serve on is given
+    the profile the period decides with (its measured one, or the one learned online).
+    """
+
+    options: tuple[ProductOption, ...]
+    #: The product the service is placed on (None: not placed yet).
+    current: str | None
+    #: The product the pods serve on now (the one whose option takes the period's profile).
+    serving: str | None
+    #: The choice's memory when this process has none yet (after a restart: the last move's time).
+    memory: MoveMemory = field(default_factory=MoveMemory)
+
+
+@dataclass(frozen=True)
+class PeriodInput:
+    """Everything one period reads.
+
+    Attributes:
+        config: The policy's knobs (`tailpilot.policy.from_spec.policy_config`).
+        profile: The engine's measured profile; None: sized by the service time learned online.
+        engine: The engine in force (the fit's key, and a learned profile's identity).
+        observation: The window's signals, as observed (the surge's reading is applied here).
+        surge: A fast check's reading when it called this period early.
+        state: The policy's state with the replicas and batching in force.
+        memory: What the previous period handed on.
+        products: The GPU products to choose between; None: one product (or choice off).
+        replicas: Replicas in force (what a move never goes below).
+        batching: Batching in force.
+        now_s: The caller's clock.
+        alert_active: An SLO alert fires.
+    """
+
+    config: PolicyConfig
+    profile: EngineProfile | None
+    engine: ServedEngine
+    observation: Observation
+    state: PolicyState
+    memory: PeriodMemory
+    replicas: int
+    batching: BatchingConfig
+    now_s: float
+    surge: SurgeReading | None = None
+    products: ProductContext | None = None
+    alert_active: bool = False
+
+
+@dataclass(frozen=True)
+class ProductMove:
+    """A move to another GPU product: the replicas started there, and those the choice sized."""
+
+    product: str
+    replicas: int
+    sized: int
+
+
+@dataclass(frozen=True)
+class PeriodPlan:
+    """What the caller executes, and what it keeps.
+
+    Attributes:
+        observation: The observation decided on (with the surge's reading).
+        fit: The service-time fit after this window (None: no window yet).
+        decided: The policy's state right after `decide` (what the status reports), before a move
+            restarts it (None without a decision).
+        profile: The profile the decision was sized with (None: nothing to size with).
+        decision: The decision (None without a profile).
+        choice: The product choice (None: one product, a dry run, or no rate).
+        move: A move to another product; the decision's replicas and batching then do not apply.
+        batching: The batching to reload first, when it changes (None: keep).
+        replicas: The replicas to scale to next, when they change (None: keep).
+        memory: What the next period reads. When the batching reload fails, the caller replaces it
+            with `after_refused_batching`.
+    """
+
+    observation: Observation
+    fit: ServiceFit | None
+    profile: EngineProfile | None
+    decision: Decision | None
+    memory: PeriodMemory
+    decided: PolicyState | None = None
+    choice: ProductChoice | None = None
+    move: ProductMove | None = None
+    batching: BatchingConfig | None = None
+    replicas: int | None = None
+
+    def after_refused_batching(self, batching: BatchingConfig) -> PeriodMemory:
+        """The memory when the pods refused the new batching: the state keeps the one in force."""
+        state = self.memory.state
+        if state is None:
+            return self.memory
+        return replace(self.memory, state=state.with_actual(replicas=state.replicas, batching=batching))
+
+
+def learned_profile(fit: ServiceFit | None, *, engine: ServedEngine) -> EngineProfile | None:
+    """The policy's view of an engine without a profile: the service time fitted online (None: no fit)."""
+    if fit is None:
+        return None
+    return EngineProfile(
+        engine_key=engine.key,
+        backend=engine.backend,
+        precision="",
+        hardware="serving pods",
+        max_batch_size=engine.max_batch_size,
+        points=[],
+        service_time=fit.model,
+        # Compared with the pods' compute times by the policy's hardware-speed learning: the fit of
+        # those same times keeps that learning at 1, where the fit already is the serving speed.
+        compute_time=fit.compute_model,
+        method=f"learned online from the serving pods' counters ({fit.quality.value}, {fit.samples} windows)",
+    )
+
+
+def run_period(period: PeriodInput) -> PeriodPlan:
+    """One control period (module docstring): the plan to execute and the memory to keep."""
+    observation = with_surge(period.observation, period.surge)
+    fit, learned = _learn(period, observation)
+    profile = period.profile or learned_profile(fit, engine=period.engine)
+    if profile is None:
+        # Nothing served yet to learn from: nothing to size replicas with. The state is not moved.
+        return PeriodPlan(observation=observation, fit=fit, profile=None, decision=None, memory=learned)
+    decision, state = decide(
+        config=period.config,
+        profile=profile,
+        observation=observation,
+        state=period.state,
+        now_s=period.now_s,
+        alert_active=period.alert_active,
+        surge=period.surge is not None,
+    )
+    choice = None
+    if period.products is not None and not decision.dry_run and observation.request_rate is not None:
+        choice = _choose(period, observation, state, profile)
+        if choice.moved and choice.product is not None and choice.product != period.products.current:
+            move = ProductMove(
+                product=choice.product,
+                replicas=max(choice.replicas or period.replicas, period.replicas),
+                sized=choice.replicas or 1,
+            )
+            # What was learned (the P99 correction, the speed, the fit) belongs to the engine left.
+            restarted = PolicyState.initial(replicas=move.replicas, batching=period.batching)
+            return PeriodPlan(
+                observation=observation,
+                fit=fit,
+                profile=profile,
+                decision=decision,
+                decided=state,
+                choice=choice,
+                move=move,
+                memory=PeriodMemory(state=restarted, moves=choice.memory),
+            )
+    moves = choice.memory if choice is not None else period.memory.moves
+    acts = not decision.dry_run
+    return PeriodPlan(
+        observation=observation,
+        fit=fit,
+        profile=profile,
+        decision=decision,
+        decided=state,
+        choice=choice,
+        batching=decision.batching if acts and decision.batching != period.batching else None,
+        replicas=decision.replicas if acts and decision.replicas != period.replicas else None,
+        memory=replace(learned, state=state, moves=moves),
+    )
+
+
+def _learn(period: PeriodInput, observation: Observation) -> tuple[ServiceFit | None, PeriodMemory]:
+    """The window added to the engine's fit, and the fit (the last Fitted one while it is provisional)."""
+    batching = period.state.batching
+    sample = sample_of(
+        observation,
+        max_batch_size=batching.max_batch_size,
+        instances=batching.instances_per_replica,
+        replicas=period.state.replicas,
+    )
+    memory = period.memory
+    same_engine = memory.fit.engine_key in (None, period.engine.key)
+    windows = FitMemory(
+        engine_key=period.engine.key, samples=add_sample(memory.fit.samples if same_engine else (), sample)
+    )
+    fitted = fit_service_time(windows.samples, max_batch_size=batching.max_batch_size)
+    kept = memory.fitted if same_engine else None
+    if fitted is not None and fitted.quality is FitQuality.FITTED:
+        kept = fitted
+    learned = replace(memory, fit=windows, fitted=kept)
+    if fitted is None or (fitted.quality is FitQuality.PROVISIONAL and kept is not None):
+        return kept or fitted, learned
+    return fitted, learned
+
+
+def _choose(
+    period: PeriodInput, observation: Observation, state: PolicyState, profile: EngineProfile
+) -> ProductChoice:
+    """`choose_product` at the decision's demand and batching, with the serving product's profile."""
+    products = period.products
+    assert products is not None
+    options = tuple(
+        replace(o, profile=profile) if o.product == products.serving else o for o in products.options
+    )
+    learned_startup = state.learned.replica_startup_s
+    return choose_product(
+        options,
+        current=products.current,
+        config=period.config,
+        observation=observation,
+        batching=state.batching,
+        replicas_now=period.replicas,
+        startup_s=learned_startup if learned_startup is not None else period.config.replica_startup_s,
+        now_s=period.now_s,
+        memory=period.memory.moves or products.memory,
+    )

@@ -1,0 +1,103 @@
+"""One control period, whole (`tailpilot.policy.period.run_period`): what it plans and what it hands on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from policy_fakes import make_profile
+
+from tailpilot.api.autoscaling import BatchingConfig, Observation
+from tailpilot.api.engine import ServiceTimeModel
+from tailpilot.policy import PolicyConfig, PolicyState
+from tailpilot.policy.gpu_choice import ProductOption
+from tailpilot.policy.period import (
+    FitMemory,
+    PeriodInput,
+    PeriodMemory,
+    ProductContext,
+    ServedEngine,
+    run_period,
+)
+from tailpilot.policy.service_fit import FitQuality, ServiceFit
+
+BATCHING = BatchingConfig(max_batch_size=8)
+ENGINE = ServedEngine(key="0123456789abcdef", backend="onnxruntime", max_batch_size=8)
+CONFIG = PolicyConfig(p99_target_ms=50.0, min_replicas=1, max_replicas=20)
+
+
+def period(observation: Observation, **changes: object) -> PeriodInput:
+    base = PeriodInput(
+        config=CONFIG,
+        profile=make_profile(),
+        engine=ENGINE,
+        observation=observation,
+        state=PolicyState.initial(replicas=2, batching=BATCHING),
+        memory=PeriodMemory(),
+        replicas=2,
+        batching=BATCHING,
+        now_s=100.0,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def busy(rate: float) -> Observation:
+    return Observation(
+        at_s=100.0, request_rate=rate, p99_ms=30.0, service_time_ms=5.0, mean_batch_size=1.0, ready_replicas=2
+    )
+
+
+def test_without_a_profile_or_a_window_there_is_no_decision_and_the_state_is_not_moved():
+    idle = Observation(at_s=100.0, request_rate=0.0, p99_ms=None, ready_replicas=2)
+    plan = run_period(period(idle, profile=None))
+    assert (plan.decision, plan.profile, plan.replicas, plan.batching) == (None, None, None, None)
+    assert plan.memory.state is None  # the caller keeps restoring it from the status
+
+
+def test_a_service_without_a_profile_is_sized_by_the_fit_of_its_own_windows():
+    plan = run_period(period(busy(400.0), profile=None))
+    assert plan.fit is not None and plan.profile is not None and plan.decision is not None
+    assert plan.profile.service_time == plan.fit.model
+    assert plan.memory.fit.engine_key == ENGINE.key and len(plan.memory.fit.samples) == 1
+
+
+def test_batching_comes_before_replicas_and_a_refused_reload_leaves_the_batching_in_force():
+    plan = run_period(period(busy(3000.0)))
+    assert plan.decision is not None and plan.replicas is not None and plan.replicas > 2
+    assert plan.memory.state is not None and plan.memory.state.replicas == plan.replicas
+    assert plan.batching is not None and plan.batching != BATCHING
+    assert plan.memory.state.batching == plan.batching
+    refused = plan.after_refused_batching(BATCHING)
+    assert refused.state is not None and refused.state.batching == BATCHING
+    assert refused.state.replicas == plan.replicas
+
+
+def test_a_provisional_fit_falls_back_to_the_last_fitted_one_of_the_same_engine_only():
+    fitted = ServiceFit(
+        model=ServiceTimeModel(intercept_ms=3.0, per_item_ms=0.4, jitter_cv=0.1),
+        quality=FitQuality.FITTED,
+        samples=12,
+        batch_range=(1.0, 8.0),
+    )
+    kept = PeriodMemory(fit=FitMemory(engine_key=ENGINE.key), fitted=fitted)
+    assert run_period(period(busy(100.0), memory=kept)).fit == fitted
+    other = replace(kept, fit=FitMemory(engine_key="fedcba9876543210", samples=()))
+    plan = run_period(period(busy(100.0), memory=other))
+    assert plan.fit is not None and plan.fit.quality is FitQuality.PROVISIONAL
+    assert plan.memory.fitted is None
+
+
+def test_a_move_to_another_product_replaces_the_decision_and_restarts_the_state_there():
+    cheap, dear = make_profile(), make_profile(intercept_ms=2.0, per_item_ms=0.25)
+    products = ProductContext(
+        options=(ProductOption("L4", 0.8, 1, cheap), ProductOption("H100", 4.0, 1, dear)),
+        current="A100-no-longer-listed",
+        serving="A100-no-longer-listed",
+    )
+    plan = run_period(period(busy(100.0), products=products, replicas=3))
+    assert plan.choice is not None and plan.move is not None
+    assert plan.move.product == "L4"
+    # Never fewer replicas than now while pods move; what the choice sized is kept to shrink to.
+    assert plan.move.replicas == max(plan.move.sized, 3)
+    assert (plan.replicas, plan.batching) == (None, None)
+    assert plan.memory.state == PolicyState.initial(replicas=plan.move.replicas, batching=BATCHING)
+    assert plan.memory.fit == FitMemory() and plan.memory.moves == plan.choice.memory
