@@ -61,6 +61,7 @@ from tailpilot.controllers.observe import (
     observe_service,
 )
 from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.prometheus_client import prometheus_for
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
     MAX_MESSAGE,
@@ -679,14 +680,14 @@ class Autoscaler:
         serving = served_result(status) is not None and is_true(status.conditions, c.CONDITION_ROLLOUT_READY)
         if not isvc.spec.autoscaling.enabled or not serving:
             return None
-        prometheus_url = isvc.spec.monitoring.prometheus_url or self.default_prometheus_url
+        # A URL the spec names is used only if the platform allows it; one it does not is never contacted.
+        prometheus = prometheus_for(
+            self.http, isvc.spec.monitoring.prometheus_url, default_url=self.default_prometheus_url
+        )
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
-        if prometheus_url is None:
+        if prometheus.url is None:
             condition = ConditionUpdate(
-                c.CONDITION_SCALING_ACTIVE,
-                c.STATUS_FALSE,
-                c.REASON_METRICS_UNAVAILABLE,
-                "no Prometheus URL (spec.monitoring.prometheusUrl or the operator's --prometheus-url)",
+                c.CONDITION_SCALING_ACTIVE, c.STATUS_FALSE, prometheus.reason, prometheus.message
             )
             await self._write(body, status, [condition])
             return None
@@ -694,7 +695,7 @@ class Autoscaler:
             body=body,
             isvc=isvc,
             status=status,
-            prometheus_url=prometheus_url,
+            prometheus_url=prometheus.url,
             profile=profile,
             chooses_product=choosing,
         )

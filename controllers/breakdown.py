@@ -14,7 +14,8 @@ beyond Triton's P99 (`outsideServerP99Ms`: network, an ingress, serialization) i
 named `OutsideServerDominated` when it is the largest. It is a difference of P99s where the other
 parts are means per request, and it is compared with them as it is: a tail the clients add that
 is longer than any part of a request's mean time in Triton is what to shorten first, whatever
-Triton does. A query that failed is said at the end of the message, with Prometheus' words.
+Triton does. A query that failed, or that the platform does not run, is said at the end of the
+message, in the operator's fixed words (`prometheus_answer`): never the answer's own text.
 
 A reason that changes is a status write (`autoscaler.significant_change`), so the reason keeps the
 part it named while that part stays within `HOLD_MARGIN` of the largest: two parts of about the same
@@ -36,7 +37,7 @@ from tailpilot.controllers.conditions import ConditionUpdate
 HOLD_MARGIN: Final = 1.1
 #: The spec field a failed client query is named by.
 CLIENT_QUERY_FIELD: Final = "spec.monitoring.clientLatencyP99Query"
-#: Of Prometheus' error, this many characters at most (the message also carries every figure).
+#: Of why the query gave no figure, this many characters at most (the message also carries every figure).
 MAX_ERROR_CHARS: Final = 512
 
 

@@ -4,10 +4,14 @@ The build container writes a `BuildResult` (JSON) to its termination message,
 the profile container a `ProfileResult`; the kubelet (or a KWOK stage that
 plays a result) puts it into the pod's `containerStatuses[].state.terminated.message`.
 The operator never needs to reach the Job's pod itself.
+
+Only the pods the Job controls (by the uid the operator read with the Job, `job_ownership`) are
+read: a pod that merely carries the Job's `job-name` label, made by someone else, is not its pod.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -25,6 +29,7 @@ from tailpilot.api.engine import (
     TensorSpec,
 )
 from tailpilot.api.v1alpha1 import MAX_TENSORS, TensorOverride
+from tailpilot.controllers.job_ownership import job_uid, pods_of_job
 
 #: A reason the operator copies onto a condition (CamelCase, within the condition's 128 characters).
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]{0,127}$")
@@ -58,6 +63,9 @@ class JobState(Generic[R]):
     finished_at: str | None = None
     #: Why the newest pod is not running yet (unschedulable, image pull...), if it is waiting.
     waiting: str = ""
+    #: The uid of the Job this state was read from: a delete names it, so the operator deletes
+    #: that Job and never another that took its name in between.
+    job_uid: str = ""
 
 
 BuildState = JobState[BuildResult]
@@ -161,7 +169,10 @@ def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def assess_build(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> BuildState:
-    """Combine the build Job's conditions and its pods' termination messages into one state."""
+    """Combine the build Job's conditions and its pods' termination messages into one state.
+
+    `pods`: those listed by the Job's `job-name` label; only those the Job controls are read.
+    """
     return _assess(job, pods, _BUILD)
 
 
@@ -173,6 +184,12 @@ def assess_profile(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Pr
 def _assess(job: dict[str, Any] | None, pods: list[dict[str, Any]], kind: _JobKind[R]) -> JobState[R]:
     if job is None:
         return JobState(BuildPhase.ABSENT)
+    # A label anyone can set is no proof of origin: the Job's own pods only.
+    state = _assess_pods(job, pods_of_job(job, pods), kind)
+    return dataclasses.replace(state, job_uid=job_uid(job))
+
+
+def _assess_pods(job: dict[str, Any], pods: list[dict[str, Any]], kind: _JobKind[R]) -> JobState[R]:
     finished = [p for p in pods if _terminated(p, kind.container) is not None]
     failed_pods = sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed")
     last = _newest(finished)

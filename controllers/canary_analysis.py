@@ -27,6 +27,7 @@ from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.kubeapi import ISVC, PODS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import ObservationError, Selector, pod_metrics
+from tailpilot.controllers.prometheus_client import prometheus_for
 from tailpilot.controllers.status import decode_status, service_without_status, status_patch
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
 from tailpilot.policy.canary import CanaryCriteria, TrackReading, Verdict, judge_canary
@@ -99,17 +100,20 @@ class CanaryAnalyst:
             isvc = service_without_status(body)
         except ValidationError:
             return False
-        prometheus_url = isvc.spec.monitoring.prometheus_url or self.default_prometheus_url
+        # The autoscaler's resolution: a URL the platform does not allow is never contacted.
+        prometheus = prometheus_for(
+            self.http, isvc.spec.monitoring.prometheus_url, default_url=self.default_prometheus_url
+        )
         now = self.clock.time()
         elapsed = max(0.0, now - canary.analysis_started_at.timestamp())
-        if prometheus_url is None:
-            message = "no Prometheus URL (spec.monitoring.prometheusUrl or the operator's --prometheus-url)"
+        if prometheus.url is None:
+            message = f"analysis paused: {prometheus.message}"[:1024]
             return await self._record(body, canary.model_copy(update={"message": message}), None)
         window = max(elapsed, 1.0)
         try:
             pods = await pod_metrics(
                 self.http,
-                prometheus_url=prometheus_url,
+                prometheus_url=prometheus.url,
                 selector=Selector(namespace=namespace, service=name),
                 window_s=window,
                 now_s=now,

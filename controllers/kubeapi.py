@@ -219,12 +219,19 @@ class Kube:
             )
         )
 
-    def delete(self, resource: Resource, namespace: str | None, name: str) -> bool:
-        """Delete in the background (dependents go too); False if it was already gone."""
+    def delete(self, resource: Resource, namespace: str | None, name: str, *, uid: str | None = None) -> bool:
+        """Delete in the background (dependents go too); False if it was already gone.
+
+        With `uid`, only the object of that uid: the API server refuses (409) when the name now holds
+        another object, one created since the caller read it, which is then left alone (False).
+        """
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._call("DELETE", resource.path(namespace, name), body={"propagationPolicy": "Background"})
+            self._call("DELETE", resource.path(namespace, name), body=body)
         except ApiException as error:
-            if error.status == 404:
+            if error.status == 404 or (uid and error.status == 409):
                 return False
             raise
         return True

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import kopf
 from aiohttp import web
 from kubernetes import client, config
@@ -41,6 +40,8 @@ from tailpilot.controllers.leader_election import (
 )
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.prometheus_access import PrometheusAccess, invalid_urls, parse_allowed_urls
+from tailpilot.controllers.prometheus_client import PrometheusClient
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
 from tailpilot.controllers.watched import WatchedObjects
@@ -116,6 +117,21 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         "object in TAILPILOT_GPU_PRICES), for services that list several products",
     )
     parser.add_argument("--prometheus-url", default=env("TAILPILOT_PROMETHEUS_URL"))
+    parser.add_argument(
+        "--allowed-prometheus-url",
+        action="append",
+        default=[],
+        help="another Prometheus base URL a service may name in spec.monitoring.prometheusUrl "
+        "(repeatable; added to the JSON list in TAILPILOT_ALLOWED_PROMETHEUS_URLS). Any other URL a "
+        "service names is never contacted; --prometheus-url is always allowed",
+    )
+    parser.add_argument(
+        "--client-latency-queries",
+        action=argparse.BooleanOptionalAction,
+        default=env("TAILPILOT_CLIENT_LATENCY_QUERIES", "false").lower() == "true",
+        help="evaluate the services' spec.monitoring.clientLatencyP99Query (off by default: a "
+        "tenant's PromQL on a shared Prometheus can read every tenant's series)",
+    )
     parser.add_argument("--resync-seconds", type=float, default=float(env("TAILPILOT_RESYNC_SECONDS", "300")))
     parser.add_argument(
         "--build-retry-base-seconds",
@@ -218,8 +234,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     args = parser.parse_args(list(argv))
     try:
         args.gpu_prices = parse_gpu_prices(env("TAILPILOT_GPU_PRICES", ""), args.gpu_price)
+        args.allowed_prometheus_urls = parse_allowed_urls(
+            env("TAILPILOT_ALLOWED_PROMETHEUS_URLS", ""), args.allowed_prometheus_url
+        )
     except ValueError as exc:
         parser.error(str(exc))
+    if args.prometheus_url and invalid_urls([args.prometheus_url]):
+        parser.error(f"--prometheus-url takes an http(s) base URL without query, got {args.prometheus_url!r}")
     if args.webhook_port and not (args.webhook_token_secret or args.webhook_token_file):
         # The webhook never serves without a token: say so instead of silently not serving it.
         parser.error("--webhook-port needs --webhook-token-secret or --webhook-token-file")
@@ -275,6 +296,15 @@ def build_settings(args: argparse.Namespace) -> OperatorSettings:
     )
 
 
+def prometheus_access(args: argparse.Namespace) -> PrometheusAccess:
+    """What services may use of Prometheus, from `parse_args`' result (the Prometheus client's bounds)."""
+    return PrometheusAccess(
+        default_url=args.prometheus_url,
+        allowed_urls=tuple(args.allowed_prometheus_urls),
+        client_queries=args.client_latency_queries,
+    )
+
+
 def run(
     args: argparse.Namespace,
     *,
@@ -290,7 +320,8 @@ def run(
     registry = kopf.OperatorRegistry()
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
     metrics = OperatorMetrics()
-    http = httpx.AsyncClient(timeout=10.0)
+    # Every Prometheus query goes through this client, which contacts only the allowed endpoints.
+    http = PrometheusClient(prometheus_access(args), timeout=10.0)
     # The watches' objects, so neither the fast loop nor a decision asks the API server for them.
     watched = WatchedObjects(kube=kube, clock=clock)
     # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import weakref
 from collections.abc import Mapping
@@ -48,9 +49,18 @@ import httpx
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import Observation
+from tailpilot.controllers.prometheus_answer import (
+    not_an_api_answer,
+    refusal,
+    result_kind,
+    value_words,
+)
+from tailpilot.controllers.prometheus_client import client_query_refused
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
 from tailpilot.policy.estimate import Summary
 from tailpilot.policy.signals import PodLatency
+
+log = logging.getLogger("tailpilot.observe")
 
 #: Label with the service's name on its series: what the generated ServiceMonitor relabels to.
 DEFAULT_SERVICE_LABEL = c.METRIC_LABEL_ISVC
@@ -84,7 +94,11 @@ SUMMARY_QUERIES: Mapping[str, str] = {
 
 
 class ObservationError(RuntimeError):
-    """Prometheus could not be queried or answered with an error; the caller treats it as missing data."""
+    """Prometheus could not be queried or answered with an error; the caller treats it as missing data.
+
+    Its text may reach the service's status: it is built from `prometheus_answer`'s fixed words,
+    never from the answer's own text.
+    """
 
 
 @dataclass(frozen=True)
@@ -157,12 +171,19 @@ def _result(body: Mapping[str, Any], result_type: str, what: str) -> list[Any]:
         ObservationError: When the answer is an error or of another type.
     """
     if body.get("status") != "success":
-        raise ObservationError(f"Prometheus error {body.get('errorType', '')}: {body.get('error', body)}")
+        raise ObservationError(_refused(body))
     data = body.get("data")
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("resultType") != result_type or not isinstance(result, list):
-        raise ObservationError(f"expected {what}, got {str(data)[:200]}")
+        raise ObservationError(f"expected {what}, got a {result_kind(data)} answer")
     return result
+
+
+def _refused(body: Mapping[str, Any]) -> str:
+    """An error answer's words for the status; Prometheus' own message goes to the operator's log."""
+    said = body.get("error")
+    log.warning("Prometheus refused a query (%s): %.500s", body.get("errorType"), said)
+    return refusal(dict(body))
 
 
 def parse_series(
@@ -431,15 +452,22 @@ async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) 
                     raise ObservationError(
                         f"Prometheus at {url} answered more than {MAX_RESPONSE_BYTES} bytes: refused"
                     )
-            status = response.status_code
+            status, content_type = response.status_code, response.headers.get("content-type")
     except httpx.HTTPError as exc:
-        raise ObservationError(f"Prometheus unreachable at {url}: {exc!r}") from exc
+        # The exception's type only: a protocol error's text can quote what the other end sent
+        # (h11 quotes a status line that is not HTTP's); the log keeps all of it.
+        log.warning("Prometheus at %s: %r", url, exc)
+        raise ObservationError(f"Prometheus unreachable at {url} ({type(exc).__name__})") from exc
     try:
         body = json.loads(raw)
-    except ValueError as exc:
-        raise ObservationError(f"Prometheus answered HTTP {status} without JSON") from exc
-    if status != 200 and not isinstance(body, dict):
-        raise ObservationError(f"Prometheus answered HTTP {status}")
+    except ValueError:
+        body = None
+    # Prometheus' API answers a JSON object with "status" success or error, whatever the HTTP status;
+    # anything else is another service's answer, and only described.
+    if not isinstance(body, dict) or body.get("status") not in ("success", "error"):
+        raise ObservationError(
+            not_an_api_answer(url=url, status=status, content_type=content_type, size=len(raw))
+        )
     return body
 
 
@@ -530,7 +558,7 @@ async def observe_service(
 
 @dataclass(frozen=True)
 class ClientLatency:
-    """The clients' P99 from the spec's query (ms), or why there is none (Prometheus' words)."""
+    """The clients' P99 from the spec's query (ms), or why there is none (fixed words, never the answer's)."""
 
     p99_ms: float | None
     error: str | None = None
@@ -543,9 +571,9 @@ def client_latency_of(body: Any) -> ClientLatency:
     NaN) or negative gives no figure and says which.
     """
     if not isinstance(body, dict):
-        return ClientLatency(None, f"Prometheus answered {str(body)[:200]}")
+        return ClientLatency(None, "not a Prometheus API answer")
     if body.get("status") != "success":
-        return ClientLatency(None, f"Prometheus error {body.get('errorType', '')}: {body.get('error', body)}")
+        return ClientLatency(None, _refused(body))
     data = body.get("data")
     kind = data.get("resultType") if isinstance(data, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
@@ -558,17 +586,24 @@ def client_latency_of(body: Any) -> ClientLatency:
         raw = value[1] if isinstance(value, list) and len(value) == 2 else None
     else:
         expected = "a vector of one series or a scalar expected"
-        return ClientLatency(None, f"a {kind or 'malformed'} answer, {expected}")
+        return ClientLatency(None, f"a {result_kind(data)} answer, {expected}")
     number = _number(raw)
     if number is None or number < 0:
-        return ClientLatency(None, f"the value is {raw!r}, not a finite number of ms at least 0")
+        return ClientLatency(None, f"the value is {value_words(raw)}, not a finite number of ms at least 0")
     return ClientLatency(number)
 
 
 async def client_latency(
     client: httpx.AsyncClient, *, prometheus_url: str, query: str, now_s: float
 ) -> ClientLatency:
-    """Evaluate the spec's clientLatencyP99Query at `now_s`; never raises (a failure is the error)."""
+    """Evaluate the spec's clientLatencyP99Query at `now_s`; never raises (a failure is the error).
+
+    Only where the platform turned tenants' queries on (the client's access): otherwise nothing is
+    sent, and the error says why. A tenant's PromQL on a shared Prometheus reads any tenant's series.
+    """
+    refused = client_query_refused(client)
+    if refused is not None:
+        return ClientLatency(None, refused)
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
         body = await _query(client, url, query, now_s)

@@ -90,6 +90,7 @@ from tailpilot.controllers.gpu_products import (
     price_of,
     serving_product,
 )
+from tailpilot.controllers.job_ownership import job_not_owned
 from tailpilot.controllers.kubeapi import DEPLOYMENTS, ISVC, JOBS, PODS, Kube, resource_of
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.controllers.status import (
@@ -139,6 +140,20 @@ class ReconcileResult:
     fast_checks: bool = False
     #: A canary is being analysed: its loop runs the canary analysis every few seconds.
     canary_analysis: bool = False
+
+
+@dataclass(frozen=True)
+class _EngineJob:
+    """An engine Job of the service as read: the Job and its labelled pods, or why it is not its own."""
+
+    job: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    #: Why a Job of the name is not this service's ("" when it is, or there is none): never read or deleted.
+    not_owned: str = ""
+
+    def taken(self, what: str) -> str:
+        """The words of a condition and an Event about a Job of the name that is not the service's."""
+        return f"{self.not_owned}: no {what} is read from it and it is never deleted; rename or remove it"
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -404,15 +419,15 @@ class Reconciler:
                 requeue,
                 status,
             )
-        ns = isvc.namespace
         job_name = job_manifests.build_job_name(isvc_name=isvc.name, request_key=request_key)
-        job = self.kube.get(JOBS, ns, job_name)
-        pods = self.kube.list(PODS, ns, label_selector=f"job-name={job_name}") if job else []
-        state = assess_build(job, pods)
+        engine_job = self._engine_job(isvc, job_name)
         build = status.build
         if build is None or build.request_key != request_key:
             build = BuildStatus(request_key=request_key, attempt=1)
         build = build.model_copy(update={"job_name": job_name})
+        if engine_job.not_owned:
+            return self._build_job_taken(status, build, engine_job.taken("build result"), events)
+        state = assess_build(engine_job.job, engine_job.pods)
 
         if state.phase is BuildPhase.ABSENT:
             self._create_build_job(isvc, request, build.attempt, events)
@@ -432,6 +447,43 @@ class Reconciler:
         if state.phase is BuildPhase.SUCCEEDED and state.result is not None:
             return self._engine_built(isvc, status, state, request_key, build, events, gate)
         return self._engine_failed(isvc, status, state, build, events)
+
+    def _engine_job(self, isvc: InferenceService, job_name: str) -> _EngineJob:
+        """The engine Job of that name and the pods its label lists, if the Job is the service's.
+
+        A Job of the name the service does not own is neither listed further nor assessed: its pods
+        could say anything. `build_state` then reads only the pods the Job itself controls.
+        """
+        job = self.kube.get(JOBS, isvc.namespace, job_name)
+        if job is None:
+            return _EngineJob(None, [])
+        not_owned = job_not_owned(job, isvc)
+        if not_owned:
+            return _EngineJob(None, [], not_owned)
+        return _EngineJob(job, self.kube.list(PODS, isvc.namespace, label_selector=f"job-name={job_name}"))
+
+    def _build_job_taken(
+        self,
+        status: InferenceServiceStatus,
+        build: BuildStatus,
+        message: str,
+        events: list[EventRecord],
+    ) -> tuple[ConditionUpdate, float, InferenceServiceStatus]:
+        """EngineReady False while a Job the service does not own holds its build Job's name.
+
+        Nothing is built meanwhile (the name is the build's, by its request key); the engine serving
+        keeps serving. Told once, then checked again each pass until the Job is renamed or removed.
+        """
+        if (build.reason, build.message) != (c.REASON_CHILD_NAME_TAKEN, message):
+            events.append(EventRecord("Warning", c.REASON_CHILD_NAME_TAKEN, message))
+        taken = build.model_copy(
+            update={"phase": "Failed", "reason": c.REASON_CHILD_NAME_TAKEN, "message": message}
+        )
+        return (
+            ConditionUpdate(c.CONDITION_ENGINE_READY, c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN, message),
+            30.0,
+            status.model_copy(update={"build": taken}),
+        )
 
     def _engine_running(
         self,
@@ -542,6 +594,18 @@ class Reconciler:
         profiling, summary, done = self._profile_step(isvc, status.profiling, request, events)
         status = status.model_copy(update={"profiling": profiling})
         if not done:
+            if profiling.reason == c.REASON_CHILD_NAME_TAKEN:
+                # Waiting on a Job of the profile's name that is not the service's: said as such.
+                return (
+                    ConditionUpdate(
+                        c.CONDITION_ENGINE_READY,
+                        c.STATUS_FALSE,
+                        c.REASON_CHILD_NAME_TAKEN,
+                        f"engine {built.key[:12]} built; {profiling.message}",
+                    ),
+                    30.0,
+                    status,
+                )
             detail = f"profile Job {profiling.job_name} measuring it on {request.hardware}"
             if profiling.message:
                 detail += f": {profiling.message}"
@@ -990,13 +1054,17 @@ class Reconciler:
         if base.phase in (PHASE_PROFILED, PHASE_FAILED):
             return base
         job_name = job_manifests.build_job_name(isvc_name=isvc.name, request_key=request_key)
-        job = self.kube.get(JOBS, isvc.namespace, job_name)
-        if job is None and available == 0:
+        engine_job = self._engine_job(isvc, job_name)
+        if engine_job.not_owned:
+            message = engine_job.taken("build result")
+            if base.message != message:  # told once
+                events.append(EventRecord("Warning", c.REASON_CHILD_NAME_TAKEN, message))
+            return base.model_copy(update={"phase": PHASE_BUILDING, "message": message})
+        if engine_job.job is None and available == 0:
             return base.model_copy(
                 update={"phase": PHASE_NO_CAPACITY, "message": f"no node of {product} has a free GPU"}
             )
-        pods = self.kube.list(PODS, isvc.namespace, label_selector=f"job-name={job_name}") if job else []
-        state = assess_build(job, pods)
+        state = assess_build(engine_job.job, engine_job.pods)
         if state.phase is BuildPhase.ABSENT:
             self._create_build_job(isvc, request, 1, events)
             return base.model_copy(update={"phase": PHASE_BUILDING, "message": f"build Job {job_name}"})
@@ -1044,15 +1112,17 @@ class Reconciler:
             engine_key=built.key,
             phase="Running" if base.phase == PHASE_PROFILING else "",
         )
-        profiling, summary, done = self._profile_step(isvc, earlier_step, profile_request, events)
+        # The candidate's record keeps no profile step of its own: an Event the step found new is
+        # new only when the record's message changes.
+        step_events: list[EventRecord] = []
+        profiling, summary, done = self._profile_step(isvc, earlier_step, profile_request, step_events)
         if not done:
-            return base.model_copy(
-                update={
-                    "phase": PHASE_PROFILING,
-                    "message": f"profile Job {profiling.job_name}"
-                    + (f": {profiling.message}" if profiling.message else ""),
-                }
-            )
+            said = f": {profiling.message}" if profiling.message else ""
+            message = f"profile Job {profiling.job_name}{said}"
+            if profiling.reason != c.REASON_CHILD_NAME_TAKEN or base.message != message:
+                events.extend(step_events)
+            return base.model_copy(update={"phase": PHASE_PROFILING, "message": message})
+        events.extend(step_events)
         if summary is None:
             return base.model_copy(
                 update={
@@ -1130,10 +1200,17 @@ class Reconciler:
             if previous is not None and previous.profile_key == key
             else ProfilingStatus(profile_key=key, engine_key=request.engine_key, job_name=job_name)
         )
-        ns = isvc.namespace
-        job = self.kube.get(JOBS, ns, job_name)
-        pods = self.kube.list(PODS, ns, label_selector=f"job-name={job_name}") if job else []
-        state = assess_profile(job, pods)
+        engine_job = self._engine_job(isvc, job_name)
+        if engine_job.not_owned:
+            # Not measured while it lasts: the engine waits, as for a profile Job still running.
+            message = engine_job.taken("profile")
+            if (profiling.reason, profiling.message) != (c.REASON_CHILD_NAME_TAKEN, message):
+                events.append(EventRecord("Warning", c.REASON_CHILD_NAME_TAKEN, message))
+            taken = profiling.model_copy(
+                update={"phase": "Running", "reason": c.REASON_CHILD_NAME_TAKEN, "message": message}
+            )
+            return taken, None, False
+        state = assess_profile(engine_job.job, engine_job.pods)
         if state.phase is BuildPhase.ABSENT:
             self._create_profile_job(isvc, request, events)
             return profiling.model_copy(update={"phase": "Running", "reason": "", "message": ""}), None, False
@@ -1252,9 +1329,10 @@ class Reconciler:
         # A failure only the spec can cure: another attempt of the same request would fail the same
         # way, so no Job and no back-off; a spec change makes another request.
         terminal = reason in c.TERMINAL_BUILD_REASONS or reason in c.TERMINAL_RESULT_REASONS
-        if wait <= 0 and not terminal:
+        if wait <= 0 and not terminal and state.job_uid:
             # Back-off over: drop the failed Job; the next pass starts attempt n+1 under the same name.
-            self.kube.delete(JOBS, isvc.namespace, build.job_name)
+            # By its uid: a Job that took the name since it was read is not this one, and stays.
+            self.kube.delete(JOBS, isvc.namespace, build.job_name, uid=state.job_uid)
             retrying = build.model_copy(
                 update={"attempt": attempt + 1, "phase": "Retrying", "reason": reason, "message": message}
             )
@@ -1451,7 +1529,9 @@ class Reconciler:
             if live is None or not controlled_by(live, isvc):
                 self._gone[key] = generation
                 continue
-            if self.kube.delete(resource, isvc.namespace, name):
+            # By the uid checked: an object that took the name since the read is not deleted.
+            uid_seen = str(live["metadata"].get("uid") or "") or None
+            if self.kube.delete(resource, isvc.namespace, name, uid=uid_seen):
                 deleted += 1
                 events.append(
                     EventRecord(

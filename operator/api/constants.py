@@ -203,6 +203,9 @@ REASON_SLO_MET: Final = "WithinSLO"
 REASON_SLO_VIOLATED: Final = "SLOViolated"
 REASON_NO_TRAFFIC: Final = "NoTraffic"
 REASON_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
+#: ScalingActive False: spec.monitoring.prometheusUrl names an endpoint the platform does not allow
+#: (the operator never contacts it).
+REASON_PROMETHEUS_URL_NOT_ALLOWED: Final = "PrometheusUrlNotAllowed"
 REASON_AUTOSCALING_ACTIVE: Final = "AutoscalingActive"
 REASON_AUTOSCALING_DRY_RUN: Final = "DryRun"
 REASON_AUTOSCALING_DISABLED: Final = "AutoscalingDisabled"

@@ -17,13 +17,23 @@ import json
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: Bumped whenever the builder's output for the same inputs changes; part of every key.
 BUILDER_VERSION = "1"
 
 #: Kubernetes truncates termination messages at 4096 bytes; results must fit.
 TERMINATION_MESSAGE_LIMIT_BYTES = 4096
+
+#: An engine key: a lower-case hex digest. The builder's are 32 characters
+#: (`builders/engine_key.KEY_HEX_CHARS`); 12 (the prefix the accept annotation and messages name)
+#: to 64 (a whole SHA-256) are accepted, so a builder that changes the length needs no new CRD. The
+#: alphabet is the point: a key becomes a store path, a label value and an argument of the pods'
+#: scripts, so it may hold no separator, dot, quote, space or shell character. Every model that
+#: carries one (a Job's result, a profile request, the status) checks it where it is parsed.
+ENGINE_KEY_PATTERN = r"^[0-9a-f]{12,64}$"
+#: The same, or empty: a result or record that names no engine (a failed build, a candidate not built).
+OPTIONAL_ENGINE_KEY_PATTERN = r"^([0-9a-f]{12,64})?$"
 
 
 class _Frozen(BaseModel):
@@ -293,7 +303,8 @@ class BuildResult(_Frozen):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     outcome: BuildOutcome
-    engine_key: str = Field(default="", alias="engineKey")
+    #: Empty only on a failure: a success names its engine (`_names_its_engine`).
+    engine_key: str = Field(default="", alias="engineKey", pattern=OPTIONAL_ENGINE_KEY_PATTERN)
     #: Where the published engine lives, e.g. "pvc://tailpilot-engines/<key>" or a store path.
     artifact: str = ""
     reason: str = ""
@@ -308,6 +319,14 @@ class BuildResult(_Frozen):
     accuracy: AccuracyReport | None = None
     #: What the store's garbage collection removed before this build (None: it did not run).
     store_gc: StoreGcReport | None = Field(default=None, alias="storeGc")
+
+    @model_validator(mode="after")
+    def _names_its_engine(self) -> BuildResult:
+        # A success without a key would reach status.engine, whose key is required: refused here,
+        # where the result is parsed, so it reads as an unreadable result and not a failed pass.
+        if self.outcome is BuildOutcome.SUCCEEDED and not self.engine_key:
+            raise ValueError("a succeeded build names its engine (engineKey)")
+        return self
 
     def to_termination_message(self) -> str:
         """Serialize within the kubelet's termination-message limit, always as whole JSON.
@@ -364,7 +383,7 @@ class ProfileRequest(_Frozen):
     measurement plan. Two services with the same key share one cached profile in the store.
     """
 
-    engine_key: str = Field(alias="engineKey")
+    engine_key: str = Field(alias="engineKey", pattern=ENGINE_KEY_PATTERN)
     model_name: str = Field(alias="modelName")
     #: Triton backend serving the engine ("onnxruntime", "tensorrt" or "python").
     triton_backend: str = Field(alias="tritonBackend")

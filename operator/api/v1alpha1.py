@@ -42,7 +42,7 @@ from pydantic.alias_generators import to_camel
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import ProfileSummary
+from tailpilot.api.engine import ENGINE_KEY_PATTERN, OPTIONAL_ENGINE_KEY_PATTERN, ProfileSummary
 
 # --- Limits that keep CEL's estimated cost bounded and objects small -------------------------
 
@@ -674,7 +674,6 @@ class SloSpec(_Model):
     evaluation_window_seconds: int = Field(
         default=60, ge=10, le=3600, description="Window over which P99 and queue depth are evaluated."
     )
-
     @model_validator(mode="after")
     def _positive(self) -> Self:
         if not self.p99_latency_ms > 0:
@@ -876,7 +875,12 @@ class MonitoringSpec(_Model):
         default=None,
         max_length=MAX_URI_LENGTH,
         pattern=r"^https?://\S+$",
-        description="Prometheus to query; defaults to the operator's configured Prometheus.",
+        description=(
+            "Prometheus to query; defaults to the operator's configured Prometheus. Only a Prometheus "
+            "the platform allows (the operator's --allowed-prometheus-url, the chart's "
+            "prometheus.allowedUrls) is queried: any other URL is never contacted, and ScalingActive "
+            "is False with reason PrometheusUrlNotAllowed."
+        ),
     )
     service_monitor: bool = Field(
         default=True,
@@ -906,6 +910,10 @@ class MonitoringSpec(_Model):
             "control period as an instant query against the service's Prometheus. Shown as "
             "status.observed.clientP99Ms and, less the server's P99, outsideServerP99Ms (network, "
             "ingress, serialization); not used to decide. It must return one series or a scalar. "
+            "Evaluated only where the platform turns tenants' queries on (the operator's "
+            "--client-latency-queries, the chart's prometheus.clientLatencyQueries; off by default, "
+            "since PromQL on a shared Prometheus reads every tenant's series); otherwise the "
+            "LatencyBreakdown message says it was not evaluated. "
             "Example: histogram_quantile(0.99, sum by (le) (rate("
             'nginx_ingress_controller_request_duration_seconds_bucket{ingress="resnet"}[1m]))) * 1000'
         ),
@@ -1060,7 +1068,11 @@ class AccuracyStatus(_Model):
 class EngineStatus(_Model):
     """The engine being served."""
 
-    key: str = Field(max_length=128, description="Content-addressed engine key.")
+    key: str = Field(
+        max_length=128,
+        pattern=ENGINE_KEY_PATTERN,
+        description="Content-addressed engine key (a lower-case hex digest).",
+    )
     request_key: str = Field(
         default="", max_length=64, description="Key of the build request (names the build Job)."
     )
@@ -1099,7 +1111,9 @@ class ProfilingStatus(_Model):
     profile_key: str = Field(
         max_length=64, description="Key of the profile request (engine, image, hardware); names the Job."
     )
-    engine_key: str = Field(max_length=128, description="The engine being profiled.")
+    engine_key: str = Field(
+        max_length=128, pattern=ENGINE_KEY_PATTERN, description="The engine being profiled."
+    )
     job_name: str = Field(default="", max_length=63, description="Name of the profile Job.")
     phase: str = Field(
         default="",
@@ -1116,8 +1130,12 @@ class ProfilingStatus(_Model):
 class EngineComparisonStatus(_Model):
     """The regression gate's last comparison: a new engine against the serving one."""
 
-    serving_engine_key: str = Field(max_length=128, description="The engine serving when it was compared.")
-    candidate_engine_key: str = Field(max_length=128, description="The new engine.")
+    serving_engine_key: str = Field(
+        max_length=128, pattern=ENGINE_KEY_PATTERN, description="The engine serving when it was compared."
+    )
+    candidate_engine_key: str = Field(
+        max_length=128, pattern=ENGINE_KEY_PATTERN, description="The new engine."
+    )
     rate_per_s: float = Field(ge=0, description="Operating point: the observed request rate (0: no traffic).")
     replicas: int = Field(ge=1, description="Operating point: the replicas in force.")
     serving_p99_ms: float | None = Field(
@@ -1543,7 +1561,9 @@ class EngineCandidateStatus(_Model):
         ),
     )
     message: str = Field(default="", max_length=1024, description="Why, when not Profiled or Serving.")
-    engine_key: str = Field(default="", max_length=128, description="The candidate's engine.")
+    engine_key: str = Field(
+        default="", max_length=128, pattern=OPTIONAL_ENGINE_KEY_PATTERN, description="The candidate's engine."
+    )
     request_key: str = Field(default="", max_length=64, description="The candidate's build request.")
     profile_key: str = Field(default="", max_length=64, description="The candidate's profile request.")
     max_batch_size: int | None = Field(default=None, ge=1, description="The engine's largest profiled batch.")

@@ -61,6 +61,18 @@ def engine_version_dir(*, engine_key: str, model_name: str, store: str = c.ENGIN
     return f"{store}/{c.ENGINE_STORE_ENGINES_DIR}/{engine_key}/{c.ENGINE_STORE_REPOSITORY_DIR}/{model_name}/1"
 
 
+#: The model-repository init container's script: $1 the engine's version directory in the store,
+#: $2 the model's directory to assemble, $3 the config.pbtxt to copy, $4 the engine key (for the
+#: message). Every expansion is quoted, and `--` ends the options of each command.
+MODEL_REPOSITORY_SCRIPT = (
+    "set -eu; "
+    'test -d "$1" || { echo "engine $4 not found in the store" >&2; exit 1; }; '
+    'mkdir -p -- "$2"; '
+    'ln -sfn -- "$1" "$2/1"; '
+    f'cp -- "$3" "$2/{CONFIG_KEY}"'
+)
+
+
 def model_repository_init(
     *,
     image: str,
@@ -73,17 +85,13 @@ def model_repository_init(
 
     `config_file` is the ConfigMap's (batching in force) on the serving pods, the engine's own
     (as the build wrote it) in the profile Job.
+
+    The script is a constant: the paths and the engine key are its positional arguments, so no
+    value, whatever it holds, is ever read by the shell as code (the key and the model name are
+    also checked by the API's patterns, but the script does not rely on that).
     """
     target = f"{MODEL_REPOSITORY}/{model_name}"
     version_dir = engine_version_dir(engine_key=engine_key, model_name=model_name)
-    script = (
-        "set -eu; "
-        f'test -d "{version_dir}" '
-        f'|| {{ echo "engine {engine_key} not found in the store" >&2; exit 1; }}; '
-        f'mkdir -p "{target}"; '
-        f'ln -sfn "{version_dir}" "{target}/1"; '
-        f'cp "{config_file}" "{target}/{CONFIG_KEY}"'
-    )
     mounts = [
         {"name": "engines", "mountPath": c.ENGINE_STORE_MOUNT, "readOnly": True},
         {"name": "models", "mountPath": MODEL_REPOSITORY},
@@ -94,7 +102,9 @@ def model_repository_init(
         "name": "model-repository",
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
-        "command": ["sh", "-c", script],
+        "command": ["sh", "-c", MODEL_REPOSITORY_SCRIPT],
+        # $0 names the script in its messages; $1..$4 are the script's arguments.
+        "args": ["model-repository", version_dir, target, config_file, engine_key],
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},

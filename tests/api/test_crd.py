@@ -151,3 +151,23 @@ def test_print_mode_writes_yaml(capsys: Any) -> None:
     assert crdgen.main([]) == 0
     out = capsys.readouterr().out
     assert yaml.safe_load(out.split("---\n", 1)[1])["kind"] == "CustomResourceDefinition"
+
+
+def test_every_engine_key_field_carries_the_hex_digest_pattern() -> None:
+    # An engine key reaches store paths, labels and the pods' scripts: the API server refuses any
+    # status write with one that is not a lower-case hex digest, wherever in the status it sits.
+    from tailpilot.api.engine import ENGINE_KEY_PATTERN, OPTIONAL_ENGINE_KEY_PATTERN
+    from tests.api.crd_sim import validate
+
+    status = crdgen.openapi_schema()["properties"]["status"]
+    keys = {
+        path: node.get("pattern")
+        for path, node in _walk(status, "status")
+        if path.endswith((".engine.key", "EngineKey", ".engineKey"))
+    }
+    assert len(keys) >= 6, keys  # engine, canary's engine, profiling, the comparison's two, candidates
+    assert set(keys.values()) <= {ENGINE_KEY_PATTERN, OPTIONAL_ENGINE_KEY_PATTERN}, keys
+    engine = {"key": "0123456789abcdef0123456789abcdef"}
+    assert validate({"engine": engine}, status, "status") == []
+    for hostile in ("$(reboot)", "../../x", "A" * 32, "0" * 32 + " ", "abc"):
+        assert validate({"engine": {"key": hostile}}, status, "status"), hostile

@@ -258,7 +258,7 @@ def _child_kinds() -> set[tuple[str, str]]:
     tensor = TensorSpec(name="data", data_type="TYPE_FP32", dims=(3, 224, 224))
     result = BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
-        engine_key="k",
+        engine_key="0123456789abcdef0123456789abcdef",
         triton_backend="tensorrt",
         inputs=(tensor,),
         outputs=(tensor,),
@@ -268,7 +268,7 @@ def _child_kinds() -> set[tuple[str, str]]:
         triton_configmap.triton_configmap(isvc=isvc, result=result, batching=isvc.spec.batching.to_config()),
         deployment.triton_deployment(
             isvc=isvc,
-            engine_key="k",
+            engine_key="0123456789abcdef0123456789abcdef",
             rollout_hash="h",
             replicas=1,
             settings=settings,
@@ -437,6 +437,30 @@ def test_gpu_prices_reach_the_operator(helm: str) -> None:
     assert dict(settings.gpu_prices) == {"NVIDIA-L4": 0.8, "NVIDIA-H100-80GB-HBM3": 4.0}
     _, defaults, _ = _operator_parse(helm)
     assert dict(defaults.gpu_prices) == {}
+
+
+def test_the_allowed_prometheus_endpoints_and_tenant_queries_reach_the_operator(helm: str) -> None:
+    from tailpilot.controllers.main import prometheus_access
+
+    args, _, unread = _operator_parse(
+        helm,
+        "prometheus.allowedUrls={https://prom.team-a.example:9443,http://prom.b:9090/prometheus}",
+        "prometheus.clientLatencyQueries=true",
+    )
+    assert unread == set()
+    access = prometheus_access(args)
+    assert access.allows("https://prom.team-a.example:9443") and access.allows(
+        "http://prom.b:9090/prometheus"
+    )
+    assert access.allows("http://prometheus-operated.monitoring.svc:9090")  # the chart's url, always
+    assert access.client_queries is True
+    defaults, _, _ = _operator_parse(helm)
+    default_access = prometheus_access(defaults)
+    assert default_access.allowed_urls == () and default_access.client_queries is False
+    assert not default_access.allows("http://169.254.169.254")
+    # The schema refuses an entry that could never match (a query) before the operator would.
+    out = _run(helm, "template", "rel", str(CHART), "--set", "prometheus.allowedUrls={http://p:9090/?x=1}")
+    assert out.returncode != 0 and "allowedUrls" in out.stderr
 
 
 def test_build_pod_limits_and_the_stores_gc_reach_the_operator(helm: str) -> None:

@@ -99,6 +99,8 @@ def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_
 
     from tailpilot.controllers.autoscaler import Autoscaler
     from tailpilot.controllers.metrics import OperatorMetrics
+    from tailpilot.controllers.prometheus_access import PrometheusAccess
+    from tailpilot.controllers.prometheus_client import PrometheusClient
 
     answers = iter(
         [
@@ -115,13 +117,16 @@ def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_
     isvc = service(monitoring={"clientLatencyP99Query": "histogram_quantile(0.99, x) * 1000"})
     seen = Observation(at_s=0.0, request_rate=5.0, p99_ms=40.0)
 
+    # The platform turned tenants' queries on (they are off by default).
+    access = PrometheusAccess(default_url="http://prom:9090", client_queries=True)
+
     async def run() -> list[tuple[Observation, str | None]]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
+        async with PrometheusClient(access, transport=httpx.MockTransport(prometheus)) as http:
             autoscaler = Autoscaler(
                 kube=None,  # type: ignore[arg-type]
                 http=http,
                 metrics=OperatorMetrics(),
-                default_prometheus_url=None,
+                default_prometheus_url="http://prom:9090",
                 control_period_s=15.0,
             )
             out = []
@@ -135,7 +140,7 @@ def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_
     (first, again, later, without) = asyncio.run(run())
     assert sent == ["100.000", "115.000"]  # not again at 103 s: within the control period
     assert first[0].client_p99_ms is None
-    assert first[1] == "Prometheus error bad_data: 1:5: parse error: unexpected <EOF>"
+    assert first[1] is not None and first[1].startswith("Prometheus refused the query (bad_data)")
     assert again == first
     assert later == (seen.model_copy(update={"client_p99_ms": 88.5}), None)
     assert without == (seen, None)

@@ -145,7 +145,7 @@ def test_without_the_clients_figure_nothing_changes_and_a_failed_query_is_said_w
     assert breakdown_condition(QUEUED, previous_reason=None) == breakdown_condition(
         QUEUED, previous_reason=None, client_error=None
     )
-    error = "Prometheus error bad_data: 1:26: parse error: unclosed left parenthesis"
+    error = "Prometheus refused the query (bad_data); its message is in the operator's log"
     failed = breakdown_condition(QUEUED, previous_reason=None, client_error=error)
     assert failed.reason == c.REASON_QUEUE_DOMINATED
     assert failed.message.endswith(f"; spec.monitoring.clientLatencyP99Query gave no figure: {error}")

@@ -16,6 +16,7 @@ from tests.controllers.test_ctrl_prune import CountingKube
 from tests.manifests.fixtures import SETTINGS, make_isvc
 
 LONG_AGO = "2020-01-01T00:00:00Z"  # the back-off of any attempt is over
+JOB_UID = "build-job-uid"
 
 
 def fail(
@@ -25,12 +26,18 @@ def fail(
     reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
     build = BuildStatus(request_key="k", job_name="svc-build-k", attempt=1, phase="Running")
     state = JobState(
-        phase=BuildPhase.FAILED, reason=reason, message="the request says so", finished_at=finished_at
+        phase=BuildPhase.FAILED,
+        reason=reason,
+        message="the request says so",
+        finished_at=finished_at,
+        job_uid=JOB_UID,
     )
     events: list[EventRecord] = []
     condition, _, status = reconciler._engine_failed(  # noqa: SLF001 - the decision under test
         make_isvc("svc").obj(), InferenceServiceStatus(build=build), state, build, events
     )
+    # Every delete names the uid of the Job the state was read from.
+    assert set(kube.delete_uids) <= {JOB_UID}
     return condition, status, [name for _, name in kube.deleted], events
 
 

@@ -20,13 +20,15 @@ class CountingKube:
 
     def __init__(self, live: dict[tuple[str, str], dict[str, Any]]) -> None:
         self.live, self.gets, self.deleted = live, 0, []
+        self.delete_uids: list[str | None] = []
 
     def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         self.gets += 1
         return self.live.get((resource.kind, name))
 
-    def delete(self, resource: Resource, namespace: str, name: str) -> bool:
+    def delete(self, resource: Resource, namespace: str, name: str, *, uid: str | None = None) -> bool:
         self.deleted.append((resource.kind, name))
+        self.delete_uids.append(uid)
         return self.live.pop((resource.kind, name), None) is not None
 
 

@@ -128,10 +128,14 @@ def test_the_codec_round_trips_what_the_api_server_stores():
 
 
 def test_a_status_section_this_operator_cannot_read_is_dropped_not_the_whole_status():
-    status = decode_status({"replicas": 4, "observed": {"p99Ms": -1}, "engine": {"key": "k", "future": 1}})
+    key = "0123456789abcdef0123456789abcdef"
+    status = decode_status({"replicas": 4, "observed": {"p99Ms": -1}, "engine": {"key": key, "future": 1}})
     assert status.replicas == 4
     assert status.observed is None
-    assert status.engine is not None and status.engine.key == "k"
+    assert status.engine is not None and status.engine.key == key
+    # An engine key that is not a hex digest is such a section: dropped, never served from.
+    hostile = decode_status({"replicas": 4, "engine": {"key": "x; reboot"}})
+    assert hostile.replicas == 4 and hostile.engine is None
 
 
 def test_a_valid_spec_is_read_whatever_its_status_holds():

@@ -32,6 +32,8 @@ from tailpilot.controllers.status import (
 from tests.api.crd_sim import validate
 
 STATUS_SCHEMA = crdgen.openapi_schema()["properties"]["status"]
+#: An engine key as the builder makes them (a hex digest).
+KEY = "0123456789abcdef0123456789abcdef"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -70,7 +72,7 @@ def test_a_status_past_the_schema_is_cut_to_fit_and_says_what_was_cut() -> None:
 def test_nested_lists_and_their_items_are_capped() -> None:
     tensors = tuple(TensorSpec(name=f"t{i}", data_type="TYPE_FP32", dims=(1,)) for i in range(3))
     engine = engine_status(
-        BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key="k", inputs=tensors, outputs=tensors),
+        BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key=KEY, inputs=tensors, outputs=tensors),
         request_key="r",
         built_at=NOW,
     )
@@ -93,7 +95,7 @@ def test_nested_lists_and_their_items_are_capped() -> None:
 def test_an_engine_status_cuts_a_long_accuracy_note_instead_of_raising() -> None:
     result = BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
-        engine_key="k",
+        engine_key=KEY,
         triton_backend="tensorrt",
         accuracy=AccuracyReport(checked=False, note="n" * 2000),
     )
@@ -107,7 +109,7 @@ def test_an_engine_status_cuts_a_long_accuracy_note_instead_of_raising() -> None
 
 def _job(condition: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": "j"},
+        "metadata": {"name": "j", "uid": "job-uid"},
         "status": {
             "conditions": [
                 {"type": condition, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
@@ -119,7 +121,11 @@ def _job(condition: str) -> dict[str, Any]:
 def _pod(exit_code: int, message: str) -> dict[str, Any]:
     terminated = {"exitCode": exit_code, "message": message}
     return {
-        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "metadata": {
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            # The Job's own pod (the operator reads no other).
+            "ownerReferences": [{"kind": "Job", "name": "j", "uid": "job-uid", "controller": True}],
+        },
         "spec": {"nodeName": "n"},
         "status": {
             "phase": "Succeeded" if exit_code == 0 else "Failed",
@@ -161,7 +167,7 @@ def test_the_builder_never_writes_a_cut_result() -> None:
     tensors = tuple(
         TensorSpec(name=f"input_{i:03d}_" + "x" * 100, data_type="TYPE_FP32", dims=(3,)) for i in range(60)
     )
-    built = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key="k" * 64, inputs=tensors)
+    built = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key="e" * 64, inputs=tensors)
     text = built.to_termination_message()
     assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT_BYTES
     parsed = BuildResult.model_validate_json(text)
@@ -181,10 +187,10 @@ def test_tensors_past_the_status_schema_fail_the_build_by_name() -> None:
         (long_name, "name string should have at most 128 characters"),
         (high_rank, "dims list should have at most 8 items"),
     ):
-        result = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key="k", inputs=inputs)
+        result = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key=KEY, inputs=inputs)
         state = assess_build(_job("Complete"), [_pod(0, json.dumps(result.model_dump(by_alias=True)))])
         assert (state.phase, state.reason) == (BuildPhase.FAILED, c.REASON_ENGINE_TENSORS_TOO_LARGE)
         assert expected in state.message, state.message
-    fits = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key="k", inputs=too_many[:MAX_TENSORS])
+    fits = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key=KEY, inputs=too_many[:MAX_TENSORS])
     state = assess_build(_job("Complete"), [_pod(0, json.dumps(fits.model_dump(by_alias=True)))])
     assert state.phase is BuildPhase.SUCCEEDED

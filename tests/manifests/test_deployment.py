@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from tailpilot.api import constants as c
-from tailpilot.manifests.deployment import triton_deployment
+from tailpilot.manifests.deployment import MODEL_REPOSITORY_SCRIPT, model_repository_init, triton_deployment
 from tailpilot.manifests.triton_configmap import rollout_hash, triton_configmap
 
 from .fixtures import (
@@ -16,7 +16,7 @@ from .fixtures import (
     make_isvc,
 )
 
-KEY = "k" * 40
+KEY = "c0ffee" * 6 + "abcd"
 
 
 def _deploy(builder, replicas: int = 2) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -124,8 +124,14 @@ def test_secure_pod_and_model_repository() -> None:
     assert_mounts_resolve(pod)
     assert pod["automountServiceAccountToken"] is False
     init = pod["initContainers"][0]
-    script = init["command"][-1]
-    assert f"/engines/engines/{KEY}/repository/a/1" in script and "config.pbtxt" in script
+    assert init["command"] == ["sh", "-c", MODEL_REPOSITORY_SCRIPT]
+    assert init["args"] == [
+        "model-repository",
+        f"/engines/engines/{KEY}/repository/a/1",
+        "/models/a",
+        "/config/config.pbtxt",
+        KEY,
+    ]
     engines = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "engines"]
     assert engines[0]["readOnly"] is True
 
@@ -145,3 +151,29 @@ def test_configmap_and_rollout_hash() -> None:
     assert rollout_hash(isvc=isvc, result=build_result(backend="python")) != rollout_hash(
         isvc=isvc, result=result
     )
+
+
+def test_the_model_repository_script_takes_its_values_as_arguments_never_as_code(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    # No value is in the script's text: a key or a path holding shell syntax stays data.
+    hostile = 'x"; touch "$HOME/pwned"; echo "$(id)'
+    init = model_repository_init(image="triton", model_name="m", engine_key=hostile, settings=SETTINGS)
+    assert hostile not in init["command"][-1] and hostile in init["args"]
+    # Run as the kubelet runs it (command then args), with the store and the model directory in tmp.
+    store = tmp_path / f"engines/{hostile}/repository/m/1"
+    store.mkdir(parents=True)
+    config = tmp_path / "config.pbtxt"
+    config.write_text('name: "m"')
+    args = ["model-repository", str(store), str(tmp_path / "models/m"), str(config), hostile]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([*init["command"], *args], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "models/m/1").resolve() == store.resolve()
+    assert (tmp_path / "models/m/config.pbtxt").read_text() == 'name: "m"'
+    assert not (tmp_path / "pwned").exists()
+    # A key not in the store says so, quoted as given, and runs nothing.
+    missing = [*args[:1], str(tmp_path / "absent"), *args[2:]]
+    done = subprocess.run([*init["command"], *missing], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and f"engine {hostile} not found in the store" in done.stderr
+    assert not (tmp_path / "pwned").exists()

@@ -65,8 +65,8 @@ def test_the_pod_runs_the_serving_triton_as_a_sidecar_and_the_profiler_beside_it
     assert {k: v for k, v in sidecar.items() if k != "restartPolicy"} == serving_container
     assert sidecar["resources"]["limits"]["nvidia.com/gpu"] == 2
     # The engine's own config.pbtxt (as built), not the ConfigMap's batching.
-    script = init["command"][-1]
-    assert f"/engines/engines/{ENGINE}/repository/resnet/config.pbtxt" in script
+    assert init["args"][3] == f"/engines/engines/{ENGINE}/repository/resnet/config.pbtxt"
+    assert ENGINE not in init["command"][-1]  # an argument of the script, not part of its text
     assert all(m["name"] != "model-config" for m in init["volumeMounts"])
     # Placed as the serving pods: product, GPU toleration, exclusive anti-affinity.
     for key in ("nodeSelector", "tolerations", "affinity"):

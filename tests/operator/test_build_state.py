@@ -17,10 +17,13 @@ from tailpilot.controllers.build_state import (
     profile_notes,
 )
 
+#: The uid the API server gave the Job; its own pods name it in their controller owner reference.
+JOB_UID = "job-uid-1"
+
 
 def job(*conditions):
     return {
-        "metadata": {"name": "j"},
+        "metadata": {"name": "j", "uid": JOB_UID},
         "status": {
             "conditions": [
                 {
@@ -36,18 +39,34 @@ def job(*conditions):
     }
 
 
-def pod(phase, *, exit_code=None, message=None, created="2026-01-01T00:00:00Z", node="gpu-h100-0"):
+def owned_by(uid):
+    return [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": uid, "controller": True}]
+
+
+def pod(
+    phase,
+    *,
+    exit_code=None,
+    message=None,
+    created="2026-01-01T00:00:00Z",
+    node="gpu-h100-0",
+    owner=JOB_UID,
+):
     status = {"phase": phase, "containerStatuses": [{"name": "build", "state": {"running": {}}}]}
     if exit_code is not None:
         terminated = {"exitCode": exit_code}
         if message is not None:
             terminated["message"] = message
         status["containerStatuses"][0]["state"] = {"terminated": terminated}
-    return {"metadata": {"creationTimestamp": created}, "spec": {"nodeName": node}, "status": status}
+    meta = {"creationTimestamp": created, "labels": {"job-name": "j"}}
+    if owner is not None:
+        meta["ownerReferences"] = owned_by(owner)
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
 
 
+KEY = "0123456789abcdef0123456789abcdef"
 OK = BuildResult(
-    outcome=BuildOutcome.SUCCEEDED, engine_key="k1", artifact="pvc://e/k1", triton_backend="python"
+    outcome=BuildOutcome.SUCCEEDED, engine_key=KEY, artifact=f"pvc://e/{KEY}", triton_backend="python"
 )
 BAD = BuildResult(outcome=BuildOutcome.FAILED, reason="ModelChecksumMismatch", message="sha256 differs")
 
@@ -99,7 +118,7 @@ def test_parse_result_rejects_non_results():
 
 def test_an_unschedulable_build_pod_says_why():
     pending = {
-        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": owned_by(JOB_UID)},
         "spec": {},
         "status": {
             "phase": "Pending",
@@ -160,7 +179,7 @@ def profile_pod(phase, *, exit_code=None, message=None):
         {"running": {}} if exit_code is None else {"terminated": {"exitCode": exit_code, "message": message}}
     )
     return {
-        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": owned_by(JOB_UID)},
         "spec": {"nodeName": "gpu-h100-0"},
         "status": {
             "phase": phase,
@@ -232,3 +251,55 @@ def test_a_build_result_from_an_older_builder_with_a_profile_still_reads():
         "profile": SUMMARY.model_dump(mode="json", by_alias=True)
     }
     assert parse_result(json.dumps(older)) == OK
+
+
+# Results are read from the Job's own pods only ----------------------------------------------------
+
+#: A result someone else wrote: a pod of their own, labelled with the Job's name, finished later.
+FORGED = BuildResult(
+    outcome=BuildOutcome.SUCCEEDED, engine_key="f" * 32, artifact="pvc://e/forged", triton_backend="python"
+)
+
+
+def test_a_pod_with_the_jobs_label_but_not_its_controller_is_not_read():
+    real = pod("Succeeded", exit_code=0, message=OK.to_termination_message())
+    for owner in (None, "another-job-uid"):
+        forged = pod(
+            "Succeeded",
+            exit_code=0,
+            message=FORGED.to_termination_message(),
+            created="2026-01-01T00:05:00Z",
+            owner=owner,
+        )
+        state = assess_build(job(("Complete", "", "")), [real, forged])
+        assert (state.phase, state.result) == (BuildPhase.SUCCEEDED, OK), owner
+        # Alone, it is no result at all: the Job completed without one.
+        alone = assess_build(job(("Complete", "", "")), [forged])
+        assert (alone.phase, alone.reason, alone.result) == (BuildPhase.FAILED, "BuildResultMissing", None)
+    # A forged pod that failed is not counted as the Job's failed attempt either.
+    failed = pod("Failed", exit_code=1, message=BAD.to_termination_message(), owner="another-job-uid")
+    assert assess_build(job(), [failed, pod("Running")]).failed_pods == 0
+
+
+def test_a_profile_is_read_from_the_jobs_own_pod_only():
+    measured = ProfileResult(outcome=BuildOutcome.SUCCEEDED, profile_key="p" * 20, profile=SUMMARY)
+    forged = profile_pod("Succeeded", exit_code=0, message=measured.to_termination_message())
+    forged["metadata"]["ownerReferences"] = owned_by("another-job-uid")
+    state = assess_profile(job(("Complete", "", "")), [forged])
+    assert (state.phase, state.reason) == (BuildPhase.FAILED, "ProfileResultMissing")
+
+
+def test_the_state_names_the_jobs_uid_that_a_delete_must_match():
+    assert assess_build(job(("Failed", "BackoffLimitExceeded", "")), []).job_uid == JOB_UID
+    assert assess_build(None, []).job_uid == ""
+
+
+def test_an_engine_key_that_is_not_a_hex_digest_is_no_result():
+    for key in ("$(reboot)", "../../etc", "abc", "A" * 32, "0" * 32 + ";sh", "0" * 65):
+        text = json.dumps({"outcome": "Succeeded", "engineKey": key, "tritonBackend": "python"})
+        assert parse_result(text) is None, key
+        state = assess_build(job(("Complete", "", "")), [pod("Succeeded", exit_code=0, message=text)])
+        assert (state.phase, state.reason) == (BuildPhase.FAILED, "BuildResultUnreadable"), key
+    # A success must name its engine; a failure need not.
+    assert parse_result(json.dumps({"outcome": "Succeeded"})) is None
+    assert parse_result(BAD.to_termination_message()) == BAD
