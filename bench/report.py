@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tailpilot.bench.goals import goal_table, slo_checks
 from tailpilot.bench.suite import (
+    OBJECTIVE_POLICIES,
     SLOPE_FACTOR,
     TAILPILOT,
     TAILPILOT_SLOPE,
@@ -121,7 +122,13 @@ def tailpilot_findings(rows: Sequence[Row], *, slo_target_pct: float = 99.0) -> 
             )
         for r in group:
             o = r.metrics
-            if r.policy in (TAILPILOT, *WRONG_PROFILE_POLICIES, "oracle-fluid", "oracle-realizable"):
+            if r.policy in (
+                TAILPILOT,
+                *OBJECTIVE_POLICIES,
+                *WRONG_PROFILE_POLICIES,
+                "oracle-fluid",
+                "oracle-realizable",
+            ):
                 continue
             if (
                 o.pct_windows_in_slo >= m.pct_windows_in_slo

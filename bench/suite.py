@@ -55,6 +55,9 @@ TAILPILOT_ROTATION = "tailpilot-rotation"
 #: check is on by default): what the check is worth.
 TAILPILOT_NO_SURGE = "tailpilot-no-surge"
 EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_NO_SURGE)
+#: TailPilot at other attainment objectives (spec.slo.objectivePercent; `tailpilot` runs the
+#: default, 99): the trade between cost and attainment a user chooses, as points of one curve.
+OBJECTIVE_POLICIES = {"tailpilot-objective-95": 95.0, "tailpilot-objective-99.9": 99.9}
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 
@@ -63,7 +66,7 @@ def policy_names(*, with_tailpilot: bool) -> list[str]:
     """Table order."""
     names = [*STATIC_POLICIES, *AUTOSCALERS]
     if with_tailpilot:
-        names += [TAILPILOT, *WRONG_PROFILE_POLICIES]
+        names += [TAILPILOT, *OBJECTIVE_POLICIES, *WRONG_PROFILE_POLICIES]
     return [*names, *ORACLES]
 
 
@@ -293,13 +296,18 @@ def make_controller(
         return ScheduledOracle(needs, lead_s=0.0)
     if policy == "oracle-realizable":
         return ScheduledOracle(needs, lead_s=ts)
-    if policy in (TAILPILOT, *WRONG_PROFILE_POLICIES, *EXPERIMENTAL_POLICIES):
+    if policy in (TAILPILOT, *OBJECTIVE_POLICIES, *WRONG_PROFILE_POLICIES, *EXPERIMENTAL_POLICIES):
         from tailpilot.bench.tailpilot_policy import RotatingTailPilot, TailPilot, default_spec
 
         opt = {"backlogRotation": True} if policy == TAILPILOT_ROTATION else {}
         if policy == TAILPILOT_NO_SURGE:
             opt = {"surgeResponse": False}
-        spec = default_spec(p99_target_ms=setup.slo_ms, max_replicas=setup.max_replicas, **opt)
+        spec = default_spec(
+            p99_target_ms=setup.slo_ms,
+            max_replicas=setup.max_replicas,
+            objective_percent=OBJECTIVE_POLICIES.get(policy),
+            **opt,
+        )
         profile = wrong_profile(policy, setup.profile) if policy in WRONG_PROFILE_POLICIES else setup.profile
         adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
         return adapter(profile=profile, spec=spec, initial=Target(params.initial_replicas, params.batching))

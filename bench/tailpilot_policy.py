@@ -60,12 +60,20 @@ from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step
 CONTROL_PERIOD_S = DEFAULT_CONTROL_PERIOD_S
 
 
-def default_spec(*, p99_target_ms: float, max_replicas: int, **autoscaling: Any) -> InferenceServiceSpec:
-    """A service's spec with the API's defaults: the SLO target and replica bounds set, opt-ins as given."""
+def default_spec(
+    *, p99_target_ms: float, max_replicas: int, objective_percent: float | None = None, **autoscaling: Any
+) -> InferenceServiceSpec:
+    """A service's spec with the API's defaults: the SLO target and replica bounds set, opt-ins as given.
+
+    `objective_percent`: the attainment objective, where a run sets one (None: the API's default).
+    """
+    slo: dict[str, Any] = {"p99LatencyMs": p99_target_ms}
+    if objective_percent is not None:
+        slo["objectivePercent"] = objective_percent
     return InferenceServiceSpec.model_validate(
         {
             "model": {"uri": "pvc://models/model.onnx"},
-            "slo": {"p99LatencyMs": p99_target_ms},
+            "slo": slo,
             "autoscaling": {"minReplicas": 1, "maxReplicas": max_replicas, **autoscaling},
         }
     )

@@ -67,6 +67,7 @@ from tailpilot.controllers.status import (
     MAX_MESSAGE,
     batching_in_force,
     batching_status,
+    budget_status,
     decision_status,
     decode_status,
     engine_profile,
@@ -74,6 +75,8 @@ from tailpilot.controllers.status import (
     observed_status,
     restore_learned,
     restored_fit,
+    restored_ledger,
+    restored_rises,
     served_result,
     service_without_status,
     status_patch,
@@ -345,8 +348,13 @@ class Autoscaler:
         now = self.clock.time()
         key = (namespace, name)
         replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
-        # A restarted operator starts from what the status kept: the learned factors and the fit.
-        memory = self._memory.get(key) or PeriodMemory(fitted=restored_fit(status.learned))
+        # A restarted operator starts from what the status kept: the learned factors, the fit, the
+        # rises behind the headroom and the error budget's ledger.
+        memory = self._memory.get(key) or PeriodMemory(
+            fitted=restored_fit(status.learned),
+            rises=restored_rises(status.learned),
+            ledger=restored_ledger(status.error_budget),
+        )
         state = memory.state or restore_learned(
             PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
@@ -452,7 +460,8 @@ class Autoscaler:
         update: dict[str, Any] = {
             "observed": seen,
             "last_decision": decision_status(decision, at=utc_now(self.clock)),
-            "learned": learned_status(state.learned, fit),
+            "learned": learned_status(state.learned, fit, headroom=plan.headroom, rises=plan.memory.rises),
+            "error_budget": budget_status(plan.budget, plan.memory.ledger),
         }
         if decision.action not in _QUIET_ACTIONS and not decision.dry_run:
             record = DecisionRecordStatus(

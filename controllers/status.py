@@ -32,14 +32,18 @@ from tailpilot.api.engine import (
     TensorSpec,
 )
 from tailpilot.api.v1alpha1 import (
+    MAX_BUDGET_BUCKETS,
     MAX_DECISION_HISTORY,
+    MAX_RISE_BINS,
     BatchingMode,
     BatchingStatus,
     BatchSizeStatus,
+    BudgetBucketStatus,
     DecisionRecordStatus,
     DecisionStatus,
     EngineComparisonStatus,
     EngineStatus,
+    ErrorBudgetStatus,
     InferenceService,
     InferenceServiceStatus,
     LearnedStatus,
@@ -51,6 +55,8 @@ from tailpilot.api.v1alpha1 import (
 from tailpilot.api.validation import check_batching
 from tailpilot.policy import Learned, PolicyState
 from tailpilot.policy.batch_sizes import bounded
+from tailpilot.policy.error_budget import Budget, BudgetLedger
+from tailpilot.policy.headroom import RiseHistory
 from tailpilot.policy.regression import EngineComparison
 from tailpilot.policy.service_fit import FitQuality, ServiceFit
 
@@ -505,10 +511,21 @@ def with_decision(
     return [*history, record][-MAX_DECISION_HISTORY:]
 
 
-def learned_status(learned: Learned, fit: ServiceFit | None = None) -> LearnedStatus:
-    """status.learned: corrections, hardware speed, start-up time once timed, the online service time."""
+def learned_status(
+    learned: Learned,
+    fit: ServiceFit | None = None,
+    *,
+    headroom: float | None = None,
+    rises: RiseHistory | None = None,
+) -> LearnedStatus:
+    """status.learned: corrections, hardware speed, start-up time once timed, the online service time.
+
+    With the period's headroom and the rises behind it (the heaviest `MAX_RISE_BINS` bins).
+    """
     startup = learned.replica_startup_s
     return LearnedStatus(
+        headroom=None if headroom is None else round(headroom, 3),
+        rises=(_rise_bins(rises) or None) if rises is not None else None,
         model_correction_light_load=round(learned.correction_light, 3),
         model_correction_heavy_load=round(learned.correction_heavy, 3),
         service_time_scale=round(learned.service_scale, 3),
@@ -524,6 +541,52 @@ def learned_status(learned: Learned, fit: ServiceFit | None = None) -> LearnedSt
         service_time_fit=None if fit is None else fit.quality.value,
         service_time_windows=None if fit is None else fit.samples,
     )
+
+
+def _rise_bins(rises: RiseHistory) -> list[str]:
+    """The rises' bins as status.learned.rises strings, the heaviest first."""
+    kept = [("r", *b) for b in rises.bins] + [("p", *b) for b in rises.peaks]
+    kept.sort(key=lambda b: -b[3])
+    return [
+        f"{kind}:{band}:{value_bin}:{weight:.4g}" for kind, band, value_bin, weight in kept[:MAX_RISE_BINS]
+    ]
+
+
+def restored_rises(learned: LearnedStatus | None) -> RiseHistory:
+    """The rises status.learned kept (a restarted operator starts from them; unreadable entries skipped)."""
+    bins: list[tuple[int, int, float]] = []
+    peaks: list[tuple[int, int, float]] = []
+    for entry in (learned.rises or []) if learned is not None else []:
+        try:
+            kind, band, value_bin, weight = entry.split(":")
+            row = (int(band), int(value_bin), float(weight))
+        except ValueError:
+            continue
+        if kind in ("r", "p") and math.isfinite(row[2]) and row[2] > 0:
+            (bins if kind == "r" else peaks).append(row)
+    return RiseHistory(bins=tuple(sorted(bins)), peaks=tuple(sorted(peaks)))
+
+
+def budget_status(left: Budget, ledger: BudgetLedger) -> ErrorBudgetStatus:
+    """status.errorBudget: what is left of the budget, and the ledger it was counted from."""
+    return ErrorBudgetStatus(
+        objective_percent=round(100 * left.objective, 3),
+        compliance_period_hours=max(1, round(left.period_s / 3600)),
+        measured_seconds=round(left.measured_s, 1),
+        missed_seconds=round(left.missed_s, 1),
+        remaining_percent=round(100 * left.remaining, 2),
+        buckets=[
+            BudgetBucketStatus(start=start, met_seconds=round(met, 1), missed_seconds=round(missed, 1))
+            for start, met, missed in ledger.buckets[-MAX_BUDGET_BUCKETS:]
+        ],
+    )
+
+
+def restored_ledger(budget: ErrorBudgetStatus | None) -> BudgetLedger:
+    """The ledger status.errorBudget kept (a restarted operator counts on from it)."""
+    if budget is None:
+        return BudgetLedger()
+    return BudgetLedger(buckets=tuple((b.start, b.met_seconds, b.missed_seconds) for b in budget.buckets))
 
 
 def restored_fit(learned: LearnedStatus | None) -> ServiceFit | None:

@@ -62,6 +62,12 @@ MAX_TENSORS = 64
 MAX_PROMQL_LENGTH = 2048
 #: Entries of status.observed.batchSizes at most (beyond it the largest sizes share the last entry).
 MAX_OBSERVED_BATCH_SIZES = 32
+#: status.learned.rises: bins of the learned rises and the levels they reached (the policy keeps fewer
+#: once old ones decay away; the status codec keeps the heaviest this many).
+MAX_RISE_BINS = 128
+#: status.errorBudget.buckets: the compliance period's parts (`tailpilot.policy.error_budget.BUCKETS`,
+#: plus the one the period's start cuts).
+MAX_BUDGET_BUCKETS = 25
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 #: Schemes the builder's fetcher supports (tailpilot.builders.fetch); others are rejected at apply time.
 MODEL_URI_PATTERN = r"^(https://|s3://|pvc://)\S+$"
@@ -674,6 +680,28 @@ class SloSpec(_Model):
     evaluation_window_seconds: int = Field(
         default=60, ge=10, le=3600, description="Window over which P99 and queue depth are evaluated."
     )
+    objective_percent: float = Field(
+        default=99.0,
+        ge=50.0,
+        le=99.99,
+        description=(
+            "Attainment objective: the share of time (evaluation windows) whose P99 must meet "
+            "p99LatencyMs over the compliance period; 100 minus it is the error budget. The "
+            "autoscaler holds the headroom over the observed load that this objective and the budget "
+            "left call for (lean while the budget is healthy, more while it burns), and the "
+            "generated burn-rate alerts use this budget. Higher costs more replicas."
+        ),
+    )
+    compliance_period_hours: int = Field(
+        default=168,
+        ge=1,
+        le=2160,
+        description=(
+            "Rolling period the error budget is counted over (hours; default one week). "
+            "status.errorBudget shows what is left of it."
+        ),
+    )
+
     @model_validator(mode="after")
     def _positive(self) -> Self:
         if not self.p99_latency_ms > 0:
@@ -1546,6 +1574,52 @@ class LearnedStatus(_Model):
             "executed batch sizes spread; moves the profile's slope once more than 10% away from 1."
         ),
     )
+    headroom: float | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The factor over the observed arrival rate the last decision sized the fleet for: how far "
+            "this service's load rose within its reaction time (the decision's period plus the replicas' "
+            "start-up), at the quantile spec.slo.objectivePercent and the error budget left call for. "
+            "1: no rise beyond Poisson noise seen from rates like the one now."
+        ),
+    )
+    rises: list[str] | None = Field(
+        default=None,
+        max_length=MAX_RISE_BINS,
+        description=(
+            "The rises behind headroom, kept so that a restarted operator does not forget them: "
+            "'r|p:band:bin:weight' per bin of rises (r) and of the rates they reached (p)."
+        ),
+    )
+
+
+class BudgetBucketStatus(_Model):
+    """Met and missed seconds of one part of the compliance period."""
+
+    start: float = Field(description="Start of the bucket, seconds since the epoch.")
+    met_seconds: float = Field(ge=0, description="Seconds whose P99 met the target.")
+    missed_seconds: float = Field(ge=0, description="Seconds whose P99 missed it.")
+
+
+class ErrorBudgetStatus(_Model):
+    """What is left of the attainment objective's error budget (spec.slo.objectivePercent)."""
+
+    objective_percent: float = Field(description="The share of time whose P99 must meet the target.")
+    compliance_period_hours: int = Field(ge=1, description="The rolling period the budget is counted over.")
+    measured_seconds: float = Field(ge=0, description="Seconds of the period measured so far.")
+    missed_seconds: float = Field(ge=0, description="Of them, the seconds whose P99 missed the target.")
+    remaining_percent: float = Field(
+        description=(
+            "Share of the period's budget left: 100 untouched, 0 spent, below 0 overspent. The "
+            "autoscaler holds more headroom as it falls."
+        )
+    )
+    buckets: list[BudgetBucketStatus] = Field(
+        default_factory=list,
+        max_length=MAX_BUDGET_BUCKETS,
+        description="The period's met and missed time in parts, oldest first (read by a restarted operator).",
+    )
 
 
 class EngineCandidateStatus(_Model):
@@ -1696,6 +1770,9 @@ class InferenceServiceStatus(_Model):
     observed: ObservedStatus | None = Field(default=None, description="Measured traffic.")
     predicted_p99_ms: float | None = Field(
         default=None, ge=0, description="P99 the policy predicts for the current replicas and batching, ms."
+    )
+    error_budget: ErrorBudgetStatus | None = Field(
+        default=None, description="What is left of the attainment objective's error budget."
     )
     last_decision: DecisionStatus | None = Field(default=None, description="Last autoscaling decision.")
     decisions: list[DecisionRecordStatus] = Field(

@@ -4,12 +4,17 @@ Triton exposes P99 only as per-pod summary quantiles
 (`nv_inference_request_summary_us{quantile="0.99"}`), not as a count of slow
 requests, so the SLI is time-based: a recording rule says, per evaluation,
 whether the worst pod's P99 exceeds `slo.p99LatencyMs` (1) or not (0); its
-average over a window is the fraction of bad time. With an error budget B
-(fraction of time allowed above the SLO, default 1%), the alerts follow the
-multi-window, multi-burn-rate pattern of the Google SRE workbook:
+average over a window is the fraction of bad time. With the error budget B of
+the service's attainment objective (`slo.objectivePercent`: B = 1 - objective,
+1% at the default 99%), the alerts follow the multi-window, multi-burn-rate
+pattern of the Google SRE workbook:
 
 - fast burn: bad fraction > 14.4 B over both 5m and 1h (severity critical);
 - slow burn: bad fraction > 6 B over both 30m and 6h (severity warning).
+
+A burn faster than the whole time (a threshold of 1 or more, for budgets above
+about 7%) could never fire: the threshold is held just under it, so an
+objective that loose pages when nearly every evaluation misses.
 
 The same pair watches the queue (`nv_inference_pending_request_count`
 averaged per pod vs `slo.maxQueueDepth`) when a queue bound is set.
@@ -63,12 +68,21 @@ def _number(value: float) -> str:
     return f"{value:.6g}"
 
 
+#: The highest bad fraction a burn alert asks for (a threshold of 1 could never be exceeded).
+MAX_THRESHOLD = 0.99
+
+
+def error_budget(isvc: InferenceService) -> float:
+    """The share of time the service's P99 may miss its target: 1 - its attainment objective."""
+    return 1.0 - isvc.spec.slo.objective_percent / 100.0
+
+
 def _burn_alerts(
     *, isvc: InferenceService, record: str, signal: str, what: str, budget: float
 ) -> list[dict[str, Any]]:
     alerts = []
     for window in (FAST, SLOW):
-        threshold = _number(window.factor * budget)
+        threshold = _number(min(MAX_THRESHOLD, window.factor * budget))
         expr = (
             f"avg_over_time({record}{{{_selector(isvc)}}}[{window.short}]) > {threshold}\n"
             f"and\n"
@@ -87,7 +101,8 @@ def _burn_alerts(
                 "annotations": {
                     "summary": f"{isvc.namespace}/{isvc.name}: {what} ({window.suffix.lower()} burn)",
                     "description": (
-                        f"{what} for more than {_number(100 * window.factor * budget)}% of the last "
+                        f"{what} for more than {_number(100 * min(MAX_THRESHOLD, window.factor * budget))}% "
+                        f"of the last "
                         f"{window.short} and {window.long} (budget {_number(100 * budget)}% of the time, "
                         f"burning {_number(window.factor)}x)."
                     ),
@@ -116,7 +131,7 @@ def prometheus_rule(*, isvc: InferenceService, settings: ManifestSettings) -> di
         record=RECORD_P99_ABOVE_SLO,
         signal="P99",
         what=f"P99 latency above the {_number(slo.p99_latency_ms)} ms SLO",
-        budget=settings.slo_error_budget,
+        budget=error_budget(isvc),
     )
     if slo.max_queue_depth is not None:
         rules.append(
@@ -133,7 +148,7 @@ def prometheus_rule(*, isvc: InferenceService, settings: ManifestSettings) -> di
             record=RECORD_QUEUE_ABOVE_LIMIT,
             signal="Queue",
             what=f"queue depth above {slo.max_queue_depth} pending requests per replica",
-            budget=settings.slo_error_budget,
+            budget=error_budget(isvc),
         )
     return {
         "apiVersion": MONITORING_API_VERSION,

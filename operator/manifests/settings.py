@@ -67,7 +67,6 @@ class ManifestSettings:
         store_budget_bytes: While the store's engines take more, the GC removes unnamed engines,
             least recently used first; None: no budget.
         monitoring_labels: Extra labels on ServiceMonitors and PrometheusRules (e.g. a Prometheus's selector).
-        slo_error_budget: Fraction of evaluation time the P99 may exceed the SLO (burn-rate alerts).
         network_policy: Each service's NetworkPolicy over its Triton pods; None: none is created
             (and one this service owns is deleted).
     """
@@ -91,7 +90,6 @@ class ManifestSettings:
     store_retention_hours: float = 30 * 24.0
     store_budget_bytes: int | None = None
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)
-    slo_error_budget: float = 0.01
     network_policy: NetworkPolicySettings | None = None
 
 

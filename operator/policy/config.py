@@ -140,6 +140,8 @@ class PolicyConfig:
         replica_startup_s: Seconds from asking for a replica to its serving, until the policy has
             timed a scale-up itself (then `Learned.replica_startup_s` is used).
         dry_run: Decisions are recorded (Decision.dry_run=True) but the state keeps the actual size.
+        objective: The attainment objective, the share of time whose P99 must meet the target (0.99).
+        compliance_period_s: The rolling period its error budget is counted over.
     """
 
     p99_target_ms: float
@@ -159,6 +161,8 @@ class PolicyConfig:
     backlog_drain_s: float = 30.0
     replica_startup_s: float = 30.0
     dry_run: bool = False
+    objective: float = 0.99
+    compliance_period_s: float = 168 * 3600.0
 
     def __post_init__(self) -> None:
         """Reject configurations the policy cannot honour."""
@@ -176,6 +180,8 @@ class PolicyConfig:
             raise ValueError("backlog_drain_s and replica_startup_s must be >= 0")
         if self.scale_up_stabilization_s < 0:
             raise ValueError("scale_up_stabilization_s must be >= 0")
+        if not 0 < self.objective < 1 or self.compliance_period_s <= 0:
+            raise ValueError("need 0 < objective < 1 and compliance_period_s > 0")
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,8 @@ class _Call:
     alert_active: bool
     #: A fast check saw the arrivals above the capacity asked for, and called this decision.
     surge: bool
+    #: The factor over the observed arrival rate the fleet is sized for (`tailpilot.policy.headroom`).
+    headroom: float
     #: The observation's request rate (present: the data check passed).
     rate: float
     cands: tuple[_Candidate, ...]
@@ -214,6 +216,7 @@ def decide(
     now_s: float,
     alert_active: bool = False,
     surge: bool = False,
+    headroom: float = 1.0,
 ) -> tuple[Decision, PolicyState]:
     """Decide the replicas and batching for the next control period.
 
@@ -227,6 +230,9 @@ def decide(
             cooldown, no scale-down while requests flow.
         surge: A fast check called this decision: the arrivals exceeded the capacity of the
             replicas asked for in consecutive reads (`tailpilot.policy.surge`). No scale-up cooldown.
+        headroom: The factor over the observed arrival rate the fleet is sized for: the rise the
+            service's traffic brings within its reaction time at the quantile its attainment
+            objective and error budget call for (`tailpilot.policy.headroom`; 1: none).
 
     Returns:
         The decision and the state to pass to the next call.
@@ -244,6 +250,7 @@ def decide(
             now_s=now_s,
             alert_active=alert_active,
             surge=surge,
+            headroom=max(1.0, headroom),
             rate=observation.request_rate,
             cands=_allowed(config, profile, state),
             service=profile.service_time,
@@ -679,6 +686,8 @@ def _message(call: _Call, demand: _Demand, choice: _Choice) -> str:
     if demand.bursts:
         span, peak = max(demand.bursts.spans, key=lambda b: b[1] / b[0])
         message += f"; bursts up to {peak:.0f} requests in {span:g} s"
+    if call.headroom > 1.0:
+        message += f"; sized for x{call.headroom:.2f} the arrivals (the rise learned within a reaction time)"
     return message + _guidance(call, demand)
 
 
@@ -1252,16 +1261,20 @@ def _demand(call: _Call, *, top_capacity_per_s: float) -> tuple[float, float, fl
         noise = RATE_RISE_SIGMA * math.sqrt(max(recent, rate) / span)
         if recent > rate + noise:
             arrival = recent
+    # The headroom is held over the arrivals seen; the backlog below is sized from what arrives.
+    seen = arrival
+    arrival *= call.headroom
     last_total, last_at = state.window.last_queue_total, state.window.last_queue_at_s
     if queue_total is not None and last_total is not None and last_at is not None and obs.at_s > last_at:
         growth = (queue_total - last_total) / (obs.at_s - last_at)
         arrival += max(0.0, growth)
+        seen += max(0.0, growth)
     drain = 0.0
     if queue_total is not None and config.backlog_drain_s > 0:
         # The queue keeps growing while only the ready replicas serve (at their fastest batching, a
         # reload away): size the drain for the backlog the new replicas will find, not today's.
         ready_capacity = ready * top_capacity_per_s
-        backlog = queue_total + max(0.0, arrival - ready_capacity) * _growth_until_ready_s(
+        backlog = queue_total + max(0.0, seen - ready_capacity) * _growth_until_ready_s(
             config, state, obs, call.now_s
         )
         full = state.batching.max_batch_size * state.batching.instances_per_replica * ready

@@ -28,6 +28,8 @@ def policy_config(spec: InferenceServiceSpec, *, control_period_s: float) -> Pol
         max_scale_up_step=spec.autoscaling.max_scale_up_step,
         control_period_s=control_period_s,
         dry_run=spec.autoscaling.dry_run,
+        objective=spec.slo.objective_percent / 100.0,
+        compliance_period_s=spec.slo.compliance_period_hours * 3600.0,
     )
 
 

@@ -26,9 +26,12 @@ from dataclasses import dataclass, field, replace
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
 from tailpilot.api.engine import EngineProfile
+from tailpilot.policy import error_budget, headroom
 from tailpilot.policy.config import PolicyConfig, PolicyState
 from tailpilot.policy.core import decide
+from tailpilot.policy.error_budget import Budget, BudgetLedger
 from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption, choose_product
+from tailpilot.policy.headroom import RiseHistory
 from tailpilot.policy.service_fit import (
     FitQuality,
     ServiceFit,
@@ -60,12 +63,17 @@ class PeriodMemory:
             no longer span enough batch sizes) falls back to. An operator that restarts seeds it from
             what the object's status kept (`tailpilot.controllers.status.restored_fit`).
         moves: The product choice's memory.
+        ledger: The error budget's met and missed time over the compliance period (the service's:
+            kept across a move to another product).
+        rises: The traffic's rises within the reaction time (the traffic's: kept across a move).
     """
 
     state: PolicyState | None = None
     fit: FitMemory = field(default_factory=FitMemory)
     fitted: ServiceFit | None = None
     moves: MoveMemory | None = None
+    ledger: BudgetLedger = field(default_factory=BudgetLedger)
+    rises: RiseHistory = field(default_factory=RiseHistory)
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,8 @@ class PeriodPlan:
             restarts it (None without a decision).
         profile: The profile the decision was sized with (None: nothing to size with).
         decision: The decision (None without a profile).
+        budget: What is left of the error budget after this period.
+        headroom: The factor over the observed arrivals the decision sized the fleet for.
         choice: The product choice (None: one product, a dry run, or no rate).
         move: A move to another product; the decision's replicas and batching then do not apply.
         batching: The batching to reload first, when it changes (None: keep).
@@ -160,6 +170,8 @@ class PeriodPlan:
     profile: EngineProfile | None
     decision: Decision | None
     memory: PeriodMemory
+    budget: Budget
+    headroom: float = 1.0
     decided: PolicyState | None = None
     choice: ProductChoice | None = None
     move: ProductMove | None = None
@@ -197,10 +209,13 @@ def run_period(period: PeriodInput) -> PeriodPlan:
     """One control period (module docstring): the plan to execute and the memory to keep."""
     observation = with_surge(period.observation, period.surge)
     fit, learned = _learn(period, observation)
+    learned, left, factor = _headroom(period, observation, learned)
     profile = period.profile or learned_profile(fit, engine=period.engine)
     if profile is None:
         # Nothing served yet to learn from: nothing to size replicas with. The state is not moved.
-        return PeriodPlan(observation=observation, fit=fit, profile=None, decision=None, memory=learned)
+        return PeriodPlan(
+            observation=observation, fit=fit, profile=None, decision=None, memory=learned, budget=left
+        )
     decision, state = decide(
         config=period.config,
         profile=profile,
@@ -209,6 +224,7 @@ def run_period(period: PeriodInput) -> PeriodPlan:
         now_s=period.now_s,
         alert_active=period.alert_active,
         surge=period.surge is not None,
+        headroom=factor,
     )
     choice = None
     if period.products is not None and not decision.dry_run and observation.request_rate is not None:
@@ -229,7 +245,11 @@ def run_period(period: PeriodInput) -> PeriodPlan:
                 decided=state,
                 choice=choice,
                 move=move,
-                memory=PeriodMemory(state=restarted, moves=choice.memory),
+                memory=PeriodMemory(
+                    state=restarted, moves=choice.memory, ledger=learned.ledger, rises=learned.rises
+                ),
+                budget=left,
+                headroom=factor,
             )
     moves = choice.memory if choice is not None else period.memory.moves
     acts = not decision.dry_run
@@ -243,6 +263,8 @@ def run_period(period: PeriodInput) -> PeriodPlan:
         batching=decision.batching if acts and decision.batching != period.batching else None,
         replicas=decision.replicas if acts and decision.replicas != period.replicas else None,
         memory=replace(learned, state=state, moves=moves),
+        budget=left,
+        headroom=factor,
     )
 
 
@@ -268,6 +290,46 @@ def _learn(period: PeriodInput, observation: Observation) -> tuple[ServiceFit | 
     if fitted is None or (fitted.quality is FitQuality.PROVISIONAL and kept is not None):
         return kept or fitted, learned
     return fitted, learned
+
+
+def _headroom(
+    period: PeriodInput, observation: Observation, memory: PeriodMemory
+) -> tuple[PeriodMemory, Budget, float]:
+    """The period's time on the budget's ledger, its rise on the history, and the headroom they ask for.
+
+    The reaction time is the decision's period plus the replicas' start-up (learned from the
+    service's own scale-ups, else the configured one); a queue absorbs rises shorter than the target.
+    """
+    config, state = period.config, period.state
+    met = None
+    if observation.p99_ms is not None and (observation.request_rate or 0.0) > 0:
+        met = observation.p99_ms <= config.p99_target_ms
+    ledger = error_budget.record(
+        memory.ledger,
+        now_s=period.now_s,
+        met=met,
+        compliance_period_s=config.compliance_period_s,
+        control_period_s=config.control_period_s,
+    )
+    startup = state.learned.replica_startup_s
+    reaction_s = (startup if startup is not None else config.replica_startup_s) + config.control_period_s
+    value = headroom.rise(
+        observation.arrival_counts,
+        bin_s=observation.arrival_bin_s or 0.0,
+        horizon_s=reaction_s,
+        absorbed_s=config.p99_target_ms / 1000.0,
+    )
+    rises = headroom.learn(memory.rises, value, now_s=period.now_s)
+    left = error_budget.budget(
+        ledger, objective=config.objective, compliance_period_s=config.compliance_period_s
+    )
+    factor = headroom.headroom(
+        rises,
+        rate_per_s=max(observation.request_rate or 0.0, observation.recent_request_rate or 0.0),
+        objective=config.objective,
+        budget_remaining=left.remaining,
+    )
+    return replace(memory, ledger=ledger, rises=rises), left, factor
 
 
 def _choose(

@@ -6,6 +6,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import AccuracyReport, BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
@@ -13,6 +15,7 @@ from tailpilot.controllers.status import (
     applied_spec_replicas,
     batching_in_force,
     batching_status,
+    budget_status,
     decode_status,
     encode_status,
     engine_profile,
@@ -21,12 +24,16 @@ from tailpilot.controllers.status import (
     manual_scale_pending,
     replicas_in_force,
     restore_learned,
+    restored_ledger,
+    restored_rises,
     served_result,
     service_without_status,
     status_patch,
 )
-from tailpilot.policy import Learned, PolicyState
+from tailpilot.policy import Learned, PolicyState, error_budget, headroom
+from tailpilot.policy.error_budget import BudgetLedger
 from tailpilot.policy.from_spec import policy_config
+from tailpilot.policy.headroom import RiseHistory
 from tests.controllers.specs import service
 
 
@@ -385,3 +392,27 @@ def test_the_observation_gives_the_clients_p99_and_the_part_outside_the_server_f
     assert not {"clientP99Ms", "outsideServerP99Ms"} & set(shown(None, 60.0))
     no_server = shown(190.0, None)
     assert no_server["clientP99Ms"] == 190.0 and "outsideServerP99Ms" not in no_server
+
+
+def test_a_restarted_operator_keeps_the_rises_behind_the_headroom_and_the_error_budget():
+    rises = RiseHistory()
+    for i, (base, peak) in enumerate([(10.0, 10.0)] * 12 + [(10.0, 35.0)] * 3):
+        rises = headroom.learn(rises, headroom.Rise(base, peak), now_s=15.0 * i)
+    kept = encode_status(InferenceServiceStatus(learned=learned_status(Learned(), headroom=2.5, rises=rises)))
+    restored = restored_rises(decode_status(kept).learned)
+    assert restored.bins == tuple((b, v, pytest.approx(w, rel=1e-3)) for b, v, w in rises.bins)
+    assert headroom.headroom(
+        restored, rate_per_s=10.0, objective=0.99, budget_remaining=1.0
+    ) == pytest.approx(
+        headroom.headroom(rises, rate_per_s=10.0, objective=0.99, budget_remaining=1.0), rel=1e-3
+    )
+    ledger = BudgetLedger()
+    for t in range(0, 1800, 15):
+        ledger = error_budget.record(
+            ledger, now_s=1.7e9 + t, met=t % 300 != 0, compliance_period_s=24 * 3600.0, control_period_s=15
+        )
+    left = error_budget.budget(ledger, objective=0.99, compliance_period_s=24 * 3600.0)
+    shown = encode_status(InferenceServiceStatus(error_budget=budget_status(left, ledger)))
+    assert shown["errorBudget"]["remainingPercent"] == round(100 * left.remaining, 2)
+    again = restored_ledger(decode_status(shown).error_budget)
+    assert (again.met_s, again.missed_s) == (pytest.approx(ledger.met_s), pytest.approx(ledger.missed_s))

@@ -61,6 +61,10 @@ class IsvcBuilder:
             self._obj["spec"]["slo"]["maxQueueDepth"] = max_queue_depth
         return self
 
+    def objective(self, percent: float) -> IsvcBuilder:
+        self._obj["spec"]["slo"]["objectivePercent"] = percent
+        return self
+
     def runtime(self, **fields: Any) -> IsvcBuilder:
         self._section("runtime").update(fields)
         return self

@@ -71,6 +71,20 @@ def test_latency_burn_rate_alerts() -> None:
         assert "ns1/a" in alert["annotations"]["summary"]
 
 
+@pytest.mark.parametrize(
+    ("objective", "fast", "slow"), [(99.9, "0.0144", "0.006"), (95.0, "0.72", "0.3"), (80.0, "0.99", "0.99")]
+)
+def test_the_burn_rate_thresholds_follow_the_attainment_objective(
+    objective: float, fast: str, slow: str
+) -> None:
+    alerts = {
+        r["alert"]: r for r in _rules(make_isvc("a", "ns1").slo(25).objective(objective)) if "alert" in r
+    }
+    assert f"[1h]) > {fast}" in alerts["TailPilotP99BurnFast"]["expr"]
+    # Past the whole time a burn could never fire: held just under it.
+    assert f"[6h]) > {slow}" in alerts["TailPilotP99BurnSlow"]["expr"]
+
+
 def test_queue_alerts_only_with_a_queue_bound() -> None:
     assert not [r for r in _rules(make_isvc("a").slo(50)) if "Queue" in r.get("alert", "")]
     rules = _rules(make_isvc("a").slo(50, max_queue_depth=16))
