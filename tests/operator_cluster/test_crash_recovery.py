@@ -20,6 +20,7 @@ without a rebuild, with exactly one of each child and none orphaned
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections.abc import Callable
@@ -41,8 +42,8 @@ NEW_BATCHING = {"mode": "fixed", "preferredBatchSizes": [8, 32], "maxQueueDelayM
 
 
 def per_service_build(pod: client.V1Pod):  # type: ignore[no-untyped-def]
-    """A distinct engine per service (its build Job's name)."""
-    return gpu_build_result(f"{pod.metadata.labels['job-name']:0<32}"[:32])
+    """A distinct engine per service: a hex digest of its build Job's name, as engine keys are."""
+    return gpu_build_result(hashlib.sha256(pod.metadata.labels["job-name"].encode()).hexdigest()[:32])
 
 
 def rebatched(obj: dict) -> bool:
