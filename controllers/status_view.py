@@ -75,7 +75,23 @@ def _observed(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
         )
     lines += _parts(observed, _condition(status, c.CONDITION_LATENCY_BREAKDOWN))
     lines += _batch_sizes(observed)
+    lines += _budget(status)
     return lines
+
+
+def _budget(status: dict[str, Any]) -> list[str]:
+    """The attainment objective's error budget and the headroom it holds ([] before the first decision)."""
+    budget, learned = status.get("errorBudget") or {}, status.get("learned") or {}
+    if not budget:
+        return []
+    measured, missed = budget.get("measuredSeconds") or 0, budget.get("missedSeconds") or 0
+    met = f"{100 * (1 - missed / measured):.2f}% met" if measured else "nothing measured yet"
+    return [
+        f"Budget      objective {_num(budget.get('objectivePercent'), '%', 2)} over "
+        f"{budget.get('compliancePeriodHours', '?')} h: {met} in {measured / 3600:.1f} h measured, "
+        f"{_num(budget.get('remainingPercent'), '%')} of the budget left; headroom "
+        f"x{_num(learned.get('headroom') or 1.0, '', 2)} over the arrivals"
+    ]
 
 
 def _batch_sizes(observed: dict[str, Any]) -> list[str]:

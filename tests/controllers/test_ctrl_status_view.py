@@ -174,3 +174,21 @@ def test_status_shows_the_clients_p99_and_the_part_outside_the_server():
         "Clients     P99 190.0 ms, outside the server 159.0 ms (the clients' P99 less the server's)" in lines
     )
     assert not any(x.startswith("Clients") for x in render(OBJ).splitlines())
+
+
+def test_status_shows_the_error_budget_and_the_headroom_it_holds():
+    status = {
+        **OBJ["status"],
+        "learned": {"headroom": 1.8},
+        "errorBudget": {
+            "objectivePercent": 99.0,
+            "compliancePeriodHours": 168,
+            "measuredSeconds": 7200,
+            "missedSeconds": 72,
+            "remainingPercent": 98.81,
+        },
+    }
+    text = render({**OBJ, "status": status})
+    assert "Budget      objective 99.00% over 168 h: 99.00% met in 2.0 h measured" in text
+    assert "98.8% of the budget left; headroom x1.80 over the arrivals" in text
+    assert "Budget" not in render(OBJ)  # no decision yet, no budget line
