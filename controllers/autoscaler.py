@@ -411,6 +411,9 @@ class Autoscaler:
         self.metrics.record_decision(
             namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
         )
+        self.metrics.record_budget(
+            namespace=namespace, service=name, headroom=plan.headroom, budget_remaining=plan.budget.remaining
+        )
         seen = observed_status(observation)
         # The profile's line at the hardware's learned speed and slope.
         serving = learned_line(

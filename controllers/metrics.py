@@ -62,6 +62,18 @@ class OperatorMetrics:
             ["namespace", "service"],
             registry=self.registry,
         )
+        self.headroom = Gauge(
+            "tailpilot_headroom_factor",
+            "Factor over the observed arrivals the last decision sized the fleet for (learned rises).",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.budget_left = Gauge(
+            "tailpilot_error_budget_remaining_ratio",
+            "Share of the attainment objective's error budget left (1: untouched, 0: spent).",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
         self.webhook_requests = Counter(
             "tailpilot_webhook_requests",
             "Alertmanager webhook requests by result (accepted, unauthorized, malformed, error).",
@@ -174,6 +186,13 @@ class OperatorMetrics:
         if observed_p99_ms is not None:
             self.observed_p99.labels(namespace, service).set(observed_p99_ms)
 
+    def record_budget(
+        self, *, namespace: str, service: str, headroom: float, budget_remaining: float
+    ) -> None:
+        """Set the headroom the decision held and what is left of the error budget."""
+        self.headroom.labels(namespace, service).set(headroom)
+        self.budget_left.labels(namespace, service).set(budget_remaining)
+
     def record_breakdown(
         self,
         *,
@@ -283,7 +302,14 @@ class OperatorMetrics:
 
     def forget_service(self, *, namespace: str, service: str) -> None:
         """Drop a deleted service's gauges (counters keep their history until restart)."""
-        for gauge in (self.predicted_p99, self.observed_p99, self.replicas, self.held_out):
+        for gauge in (
+            self.predicted_p99,
+            self.observed_p99,
+            self.replicas,
+            self.held_out,
+            self.headroom,
+            self.budget_left,
+        ):
             try:
                 gauge.remove(namespace, service)
             except KeyError:

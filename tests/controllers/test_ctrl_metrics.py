@@ -219,3 +219,14 @@ def test_the_clients_p99_and_the_part_outside_the_server_are_tails_removed_witho
     assert tails() == {"client": 190.0, "outside_server": 130.0}
     m.record_breakdown(namespace="shop", service="resnet", observed=ObservedStatus(), service_time=None)
     assert tails() == {}
+
+
+def test_the_headroom_and_the_budget_left_are_gauges_forgotten_with_the_service():
+    metrics = OperatorMetrics()
+    metrics.record_budget(namespace="ns", service="a", headroom=1.8, budget_remaining=0.42)
+    got = samples(metrics)
+    labels = (("namespace", "ns"), ("service", "a"))
+    assert got[("tailpilot_headroom_factor", labels)] == 1.8
+    assert got[("tailpilot_error_budget_remaining_ratio", labels)] == 0.42
+    metrics.forget_service(namespace="ns", service="a")
+    assert not [k for k in samples(metrics) if k[0].startswith(("tailpilot_headroom", "tailpilot_error"))]
