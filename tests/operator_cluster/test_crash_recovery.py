@@ -108,16 +108,18 @@ def test_sigkills_during_build_rollout_and_rebatch_converge_without_duplicates(
 
     for phase in ("build", "rollout", "rebatch"):
         operator = OperatorProcess(crds, namespace=namespace, log_dir=log_dir).start()
-        if phase == "rebatch":
-            # A rebatch of running services: once this operator served them, the specs change.
-            eventually(lambda: (play(), every_service(ready))[1], timeout=90, description="Ready")
-            rebatch()
-        deadline = time.monotonic() + chaos.uniform(0.1, 2.5)
-        while time.monotonic() < deadline:
-            if phase != "build":
-                play()  # builds and profiles finish while the operator runs
-            time.sleep(0.05)  # pacing the chaos loop, not waiting for a condition
-        operator.kill()
+        try:
+            if phase == "rebatch":
+                # A rebatch of running services: once this operator served them, the specs change.
+                eventually(lambda: (play(), every_service(ready))[1], timeout=90, description="Ready")
+                rebatch()
+            deadline = time.monotonic() + chaos.uniform(0.1, 2.5)
+            while time.monotonic() < deadline:
+                if phase != "build":
+                    play()  # builds and profiles finish while the operator runs
+                time.sleep(0.05)  # pacing the chaos loop, not waiting for a condition
+        finally:
+            operator.kill()  # the chaos, and no operator left running when a wait fails
 
     with OperatorProcess(crds, namespace=namespace, log_dir=log_dir):
         eventually(
