@@ -74,9 +74,8 @@ from tailpilot.controllers.status import (
     learned_status,
     observed_status,
     restore_learned,
-    restored_fit,
-    restored_ledger,
-    restored_rises,
+    restored_memory,
+    served_engine,
     served_result,
     service_without_status,
     status_patch,
@@ -93,14 +92,7 @@ from tailpilot.policy.from_spec import (
     prometheus_recent_window_s,
 )
 from tailpilot.policy.gpu_choice import REASON_MOVE_DEFERRED, ProductChoice
-from tailpilot.policy.period import (
-    PeriodInput,
-    PeriodMemory,
-    PeriodPlan,
-    ProductContext,
-    ServedEngine,
-    run_period,
-)
+from tailpilot.policy.period import PeriodInput, PeriodMemory, PeriodPlan, ProductContext, run_period
 from tailpilot.policy.service_fit import FitQuality, ServiceFit, disagreement
 from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
 from tailpilot.policy.speed import learned_line
@@ -348,13 +340,7 @@ class Autoscaler:
         now = self.clock.time()
         key = (namespace, name)
         replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
-        # A restarted operator starts from what the status kept: the learned factors, the fit, the
-        # rises behind the headroom and the error budget's ledger.
-        memory = self._memory.get(key) or PeriodMemory(
-            fitted=restored_fit(status.learned),
-            rises=restored_rises(status.learned),
-            ledger=restored_ledger(status.error_budget),
-        )
+        memory = self._memory.get(key) or restored_memory(status)
         state = memory.state or restore_learned(
             PolicyState.initial(replicas=replicas, batching=batching), status.learned
         )
@@ -365,17 +351,12 @@ class Autoscaler:
             rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
         )
         observed, client_error = await self._client_latency(isvc, inputs.prometheus_url, observed, now)
-        engine = status.engine
         products = await self._products(inputs, observed, now)
         plan = run_period(
             PeriodInput(
                 config=policy_config(isvc.spec, control_period_s=self.control_period_s),
                 profile=inputs.profile,
-                engine=ServedEngine(
-                    key=engine.key if engine else "",
-                    backend=engine.triton_backend if engine else "",
-                    max_batch_size=isvc.spec.batching.max_batch_size,
-                ),
+                engine=served_engine(isvc, status),
                 observation=observed,
                 surge=surge,
                 state=state.with_actual(replicas=replicas, batching=batching),
@@ -444,8 +425,8 @@ class Autoscaler:
             if applied:
                 target = target.model_copy(update={"batching": batching_status(plan.batching)})
             else:
-                self._memory[key] = plan.after_refused_batching(batching)
-                state = state.with_actual(replicas=state.replicas, batching=batching)
+                refused = plan.after_refused_batching(batching)
+                self._memory[key], state = refused, refused.state or state
         if plan.replicas is not None:
             target = target.model_copy(update={"replicas": plan.replicas})
             scale = True

@@ -57,6 +57,7 @@ from tailpilot.policy import Learned, PolicyState
 from tailpilot.policy.batch_sizes import bounded
 from tailpilot.policy.error_budget import Budget, BudgetLedger
 from tailpilot.policy.headroom import RiseHistory
+from tailpilot.policy.period import PeriodMemory, ServedEngine
 from tailpilot.policy.regression import EngineComparison
 from tailpilot.policy.service_fit import FitQuality, ServiceFit
 
@@ -587,6 +588,29 @@ def restored_ledger(budget: ErrorBudgetStatus | None) -> BudgetLedger:
     if budget is None:
         return BudgetLedger()
     return BudgetLedger(buckets=tuple((b.start, b.met_seconds, b.missed_seconds) for b in budget.buckets))
+
+
+def restored_memory(status: InferenceServiceStatus) -> PeriodMemory:
+    """What a restarted operator's first control period starts from: what the status kept.
+
+    The fit, the rises behind the headroom and the error budget's ledger (the learned factors are
+    the policy state's, `restore_learned`).
+    """
+    return PeriodMemory(
+        fitted=restored_fit(status.learned),
+        rises=restored_rises(status.learned),
+        ledger=restored_ledger(status.error_budget),
+    )
+
+
+def served_engine(isvc: InferenceService, status: InferenceServiceStatus) -> ServedEngine:
+    """The engine in force as the control period knows it (its key, backend and max batch size)."""
+    engine = status.engine
+    return ServedEngine(
+        key=engine.key if engine else "",
+        backend=engine.triton_backend if engine else "",
+        max_batch_size=isvc.spec.batching.max_batch_size,
+    )
 
 
 def restored_fit(learned: LearnedStatus | None) -> ServiceFit | None:
