@@ -13,7 +13,8 @@ period in `BUCKETS` buckets, so it stays small enough for the object's status (w
 restart finds it again). The budget is the whole compliance period's, as an SRE counts it: the
 objective's share of the period that may miss, whatever of it was measured so far. (Counted over the
 measured part only, a service's first minutes, when a miss weighs most, overspent it at once: on the
-benchmark's two-state trace the budget read -29 after five minutes and held the fleet at its peak.)
+benchmark's two-state trace, in a run of this module's first version on 2026-12-04, the budget read
+-29 after five minutes and held the fleet at its peak.)
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ HALF_LIFE_S = 6 * 3600.0
 MIN_WEIGHT = 8.0
 #: While the budget is untouched, up to this many times the objective's share of periods may see a
 #: rise the fleet cannot meet (most rises end before they cost a whole window): q = 0.95 at the
-#: default 99%. At 2 (q = 0.98), `make bench` paid 25-41% more on T6 and T8 cost more than its
+#: default 99%. At 2 (q = 0.98), the benchmark's TailPilot (`python -P -m tailpilot.bench.run
+#: --policies tailpilot`, 2026-12-04) paid 25-41% more on T6 and T8 cost more than its
 #: constant 20-replica fleet, for no more requests within the SLO on either.
 LEAN = 5.0
 #: Weights below this are dropped (a peak of long ago), which keeps the history small.
