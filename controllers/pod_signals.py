@@ -21,6 +21,7 @@ pod every `BATCH_STATS_PERIOD_S`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -53,10 +54,34 @@ log = logging.getLogger("tailpilot.signals")
 METRICS_TIMEOUT_S = 1.0
 #: Connections open at once to the pods (kept alive between reads).
 MAX_CONNECTIONS = 256
+#: Largest metrics page read from a pod. Triton's page for one model on one GPU is about 7 KB (a
+#: real one is in tests/controllers/triton_metrics_page.txt) and grows with models and GPUs; a page
+#: past this is not Triton's, or not a page worth parsing on the event loop every 2 s, and the pod
+#: counts as unreadable, as one that does not answer.
+MAX_PAGE_BYTES = 1 << 20
+#: Largest statistics answer read from a pod (`/v2/models/<model>/stats`: a few KB per version).
+MAX_STATS_BYTES = 1 << 20
 #: Triton metric name -> TritonCounters field.
 _COUNTER_OF_METRIC: Mapping[str, str] = {
     metric: RATE_FIELDS[rate_field] for rate_field, metric in RATE_COUNTERS.items()
 }
+
+
+class AnswerTooLarge(Exception):
+    """A pod answered more than the reader takes (the pod counts as unreadable)."""
+
+
+async def bounded_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The answer's bytes, read in chunks and refused past `limit` (before they are all held)."""
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise AnswerTooLarge(f"{response.url} declared {declared} bytes, more than {limit}")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 << 10):
+        body += chunk
+        if len(body) > limit:
+            raise AnswerTooLarge(f"{response.url} answered more than {limit} bytes")
+    return bytes(body)
 
 
 def parse_triton_counters(text: str, *, model: str) -> TritonCounters | None:
@@ -317,13 +342,13 @@ class PodSignals:
     async def _json(session: aiohttp.ClientSession, url: str) -> Any:
         async with session.get(url) as response:
             response.raise_for_status()
-            return await response.json(content_type=None)
+            return json.loads(await bounded_body(response, MAX_STATS_BYTES))
 
     @staticmethod
     async def _page(session: aiohttp.ClientSession, url: str) -> str:
         async with session.get(url) as response:
             response.raise_for_status()
-            return await response.text()
+            return (await bounded_body(response, MAX_PAGE_BYTES)).decode("utf-8", errors="replace")
 
     def _note_unreadable(self, key: tuple[str, str], pods: frozenset[str]) -> None:
         """Warn when pods become unreadable: their arrivals are estimated from the pods that answer."""

@@ -160,3 +160,52 @@ def test_the_reader_reads_a_real_tritons_executions_per_batch_size(tmp_path: Pat
         compute_growth_us, rel=0.01
     )
     assert max(executions) > 1  # 6 clients at once, a 2 ms delay: Triton batched them
+
+
+def test_a_page_past_the_bound_makes_its_pod_unreadable_and_the_others_are_read():
+    """A declared size past the bound is refused before reading; a chunked one once it passes it."""
+    from aiohttp import web
+
+    from tailpilot.controllers.pod_signals import MAX_PAGE_BYTES
+
+    good = 'nv_inference_request_success{model="echo",version="1"} 5\n'
+    filler = "# " + "x" * 1022 + "\n"  # comment lines, as a page could carry
+
+    async def declared(_: web.Request) -> web.Response:
+        return web.Response(text=good + filler * (MAX_PAGE_BYTES // 1024 + 1))
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(good.encode())
+        for _ in range(MAX_PAGE_BYTES // 1024 + 64):
+            await response.write(filler.encode())
+        return response
+
+    async def fine(_: web.Request) -> web.Response:
+        return web.Response(text=good)
+
+    async def run() -> Any:
+        app = web.Application()
+        app.add_routes([web.get("/big", declared), web.get("/chunked", chunked), web.get("/fine", fine)])
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        paths = {"10.0.4.1": "big", "10.0.4.2": "chunked", "10.0.4.3": "fine"}
+        signals = PodSignals(
+            clock=FakeClock(),
+            url_of=lambda ip: f"http://127.0.0.1:{port}/{paths[ip]}",
+            stats_url_of=lambda ip, model: f"http://127.0.0.1:{port}/no-statistics",
+        )
+        pod_ips = {"a": "10.0.4.1", "b": "10.0.4.2", "c": "10.0.4.3"}
+        try:
+            return await signals.read("ns", "echo", model="echo", pod_ips=pod_ips, keep_s=60.0)
+        finally:
+            await signals.close()
+            await runner.cleanup()
+
+    read = asyncio.run(run())
+    assert set(read.pods) == {"c"}
