@@ -652,7 +652,9 @@ class Autoscaler:
         if cached is not None and fresh and cached[0] == query:
             answer = cached[2]
         else:
-            answer = await client_latency(self.http, prometheus_url=prometheus_url, query=query, now_s=now)
+            answer = await client_latency(
+                self.http, prometheus_url=prometheus_url, query=query, now_s=now, namespace=isvc.namespace
+            )
             before = cached[2].error if cached is not None else None
             if answer.error is not None and answer.error != before:
                 log.warning("%s/%s: spec.monitoring.clientLatencyP99Query: %s", *key, answer.error)

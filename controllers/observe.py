@@ -41,6 +41,7 @@ import logging
 import math
 import weakref
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -421,6 +422,11 @@ class LatencyBoard:
 #: other service's observations still go out. Below Prometheus' own `--query.max-concurrency`
 #: (20 by default), past which queries only wait inside Prometheus.
 MAX_IN_FLIGHT_PER_PROMETHEUS = 16
+#: Queries in flight at once for one namespace's services, whichever Prometheus they go to. One
+#: tenant whose services name several allowed endpoints (or whose observations are slow) then holds
+#: at most this many of the operator's connections, and another tenant's observations still go out.
+#: One service's observation sends about 13 queries at once: they wait their turn, a few ms each.
+MAX_IN_FLIGHT_PER_NAMESPACE = 8
 #: Largest answer read from Prometheus. The operator's queries select one service's pods (a few
 #: KB an answer); a bigger one is a wrong URL or a hostile endpoint, and is refused, not parsed.
 MAX_RESPONSE_BYTES = 16 << 20
@@ -439,9 +445,22 @@ def _gate(client: httpx.AsyncClient, url: str) -> asyncio.Semaphore:
     )
 
 
-async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) -> Any:
+def _tenant_gate(client: httpx.AsyncClient, namespace: str | None) -> AbstractAsyncContextManager[Any]:
+    """The in-flight bound of one namespace's queries (none for the operator's own shared queries)."""
+    if namespace is None:
+        return nullcontext()
+    per_client = _gates.setdefault(client, {})
+    # A key no URL's "scheme://host:port" can take (a space is never in one).
+    return per_client.setdefault(f"namespace {namespace}", asyncio.Semaphore(MAX_IN_FLIGHT_PER_NAMESPACE))
+
+
+async def _query(
+    client: httpx.AsyncClient, url: str, query: str, now_s: float, *, namespace: str | None = None
+) -> Any:
+    """One instant query; `namespace`: the tenant it is for (None: the operator's own, shared)."""
     try:
         async with (
+            _tenant_gate(client, namespace),
             _gate(client, url),
             client.stream("GET", url, params={"query": query, "time": f"{now_s:.3f}"}) as response,
         ):
@@ -472,11 +491,18 @@ async def _query(client: httpx.AsyncClient, url: str, query: str, now_s: float) 
 
 
 async def _query_all(
-    client: httpx.AsyncClient, prometheus_url: str, queries: Mapping[str, str], now_s: float
+    client: httpx.AsyncClient,
+    prometheus_url: str,
+    queries: Mapping[str, str],
+    now_s: float,
+    *,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    """Every query at `now_s`, concurrently; key -> Prometheus' answer."""
+    """Every query at `now_s`, concurrently (within `namespace`'s bound); key -> Prometheus' answer."""
     url = prometheus_url.rstrip("/") + "/api/v1/query"
-    answers = await asyncio.gather(*(_query(client, url, q, now_s) for q in queries.values()))
+    answers = await asyncio.gather(
+        *(_query(client, url, q, now_s, namespace=namespace) for q in queries.values())
+    )
     return dict(zip(queries, answers, strict=True))
 
 
@@ -489,7 +515,7 @@ async def pod_metrics(
         ObservationError: When Prometheus is unreachable or answers an error.
     """
     queries = build_queries(selector, window_s=window_s)
-    bodies = await _query_all(client, prometheus_url, queries, now_s)
+    bodies = await _query_all(client, prometheus_url, queries, now_s, namespace=selector.namespace)
     return pod_metrics_from_results(
         {key: parse_vector(body) for key, body in bodies.items()}, pod_label=selector.pod_label
     )
@@ -532,7 +558,9 @@ async def observe_service(
         if arrival_lookback_s and arrival_bin_s
         else {}
     )
-    bodies = await _query_all(client, prometheus_url, {**queries, **curve_queries}, now_s)
+    bodies = await _query_all(
+        client, prometheus_url, {**queries, **curve_queries}, now_s, namespace=namespace
+    )
     results = {key: parse_vector(bodies[key]) for key in queries}
     pods = pod_metrics_from_results(results, pod_label=pod_label)
     recent = recent_window_s if "recent_request_rate" in queries else None
@@ -594,7 +622,7 @@ def client_latency_of(body: Any) -> ClientLatency:
 
 
 async def client_latency(
-    client: httpx.AsyncClient, *, prometheus_url: str, query: str, now_s: float
+    client: httpx.AsyncClient, *, prometheus_url: str, query: str, now_s: float, namespace: str | None = None
 ) -> ClientLatency:
     """Evaluate the spec's clientLatencyP99Query at `now_s`; never raises (a failure is the error).
 
@@ -606,7 +634,7 @@ async def client_latency(
         return ClientLatency(None, refused)
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
-        body = await _query(client, url, query, now_s)
+        body = await _query(client, url, query, now_s, namespace=namespace)
     except ObservationError as error:
         return ClientLatency(None, str(error))
     return client_latency_of(body)

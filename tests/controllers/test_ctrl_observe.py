@@ -441,6 +441,49 @@ def test_a_slow_prometheus_holds_only_its_own_share_of_the_connections():
     assert most == MAX_IN_FLIGHT_PER_PROMETHEUS  # the slow one's queries waited at its gate, not in the pool
 
 
+def test_one_namespace_holds_only_its_share_of_the_queries_whichever_prometheus_it_names():
+    """A tenant's services naming several endpoints that never answer cannot starve another tenant."""
+    from tailpilot.controllers.observe import MAX_IN_FLIGHT_PER_NAMESPACE, _query
+
+    release, filled = asyncio.Event(), asyncio.Event()
+    in_flight = {"greedy": 0, "most": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host.startswith("slow"):
+            in_flight["greedy"] += 1
+            in_flight["most"] = max(in_flight["most"], in_flight["greedy"])
+            if in_flight["greedy"] == MAX_IN_FLIGHT_PER_NAMESPACE:
+                filled.set()
+            await release.wait()
+            in_flight["greedy"] -= 1
+        return httpx.Response(200, json=vector())
+
+    async def main() -> tuple[Any, Any, int]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            # Four endpoints of the same tenant: each one's own bound alone would let 4 x 16 through.
+            stuck = [
+                asyncio.create_task(
+                    _query(client, f"http://slow-{n % 4}:9090/api/v1/query", "up", NOW, namespace="greedy")
+                )
+                for n in range(40)
+            ]
+            await asyncio.wait_for(filled.wait(), timeout=5)
+            other = await asyncio.wait_for(
+                _query(client, "http://fast:9090/api/v1/query", "up", NOW, namespace="other"), timeout=5
+            )
+            # The operator's own shared query (no namespace) is not held by any tenant's bound.
+            shared = await asyncio.wait_for(
+                _query(client, "http://fast:9090/api/v1/query", "up", NOW), timeout=5
+            )
+            release.set()
+            await asyncio.gather(*stuck)
+            return other, shared, in_flight["most"]
+
+    other, shared, most = asyncio.run(main())
+    assert other["status"] == shared["status"] == "success"
+    assert most == MAX_IN_FLIGHT_PER_NAMESPACE
+
+
 def test_an_answer_past_the_size_bound_is_refused_not_parsed(monkeypatch: pytest.MonkeyPatch):
     from tailpilot.controllers import observe as module
 
