@@ -9,10 +9,17 @@ policy nor these types read a clock: time is passed in as seconds.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: The largest magnitude a measured figure of an Observation is taken at (rates per second,
+#: milliseconds, queue depths, counts). The figures come from pods' pages and Prometheus, which a
+#: tenant's serving image writes: a queue depth of 1e308 once made every period's arithmetic
+#: overflow (int(inf)) and raise. Past this a figure says only "very large", and is taken as this.
+CREDIBLE_MAX = 1e9
 
 
 class _Frozen(BaseModel):
@@ -100,6 +107,50 @@ class Observation(_Frozen):
     #: Where the rates, queues and arrivals came from: the pods' own metrics pages, or Prometheus
     #: (when no pod could be read). None when not recorded.
     rates_from: Literal["Pods", "Prometheus"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credible(cls, data: Any) -> Any:
+        """Measured figures past `CREDIBLE_MAX` are taken at it; non-finite ones are missing (None)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, value in data.items():
+            if name in _MEASURED_FIGURES and isinstance(value, float):
+                out[name] = _credible(value)
+        counts = data.get("arrival_counts")
+        if isinstance(counts, tuple | list):
+            out["arrival_counts"] = tuple(
+                c if not isinstance(c, float) else (_credible(c) if math.isfinite(c) else 0.0) for c in counts
+            )
+        return out
+
+
+def _credible(value: float) -> float | None:
+    if not math.isfinite(value):
+        return None
+    return max(-CREDIBLE_MAX, min(CREDIBLE_MAX, value))
+
+
+#: The Observation fields a pod or Prometheus reports (not times or bins the controller sets).
+_MEASURED_FIGURES = frozenset(
+    {
+        "request_rate",
+        "p99_ms",
+        "queue_depth_per_replica",
+        "queue_time_ms",
+        "compute_time_ms",
+        "service_time_ms",
+        "compute_input_time_ms",
+        "compute_output_time_ms",
+        "queue_time_p99_ms",
+        "compute_time_p99_ms",
+        "mean_batch_size",
+        "client_p99_ms",
+        "failure_rate",
+        "recent_request_rate",
+    }
+)
 
 
 class ScalingAction(StrEnum):

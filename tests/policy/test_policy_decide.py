@@ -832,3 +832,40 @@ def test_a_scale_up_to_the_maximum_names_whether_the_maximum_is_predicted_to_hol
     capacity = replica_capacity_per_s(plant.profile, plant.state)
     d = plant.step(over_capacity * capacity)
     assert (d.action, d.replicas, d.reason) == (ScalingAction.SCALE_UP, 2, reason)
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        {"queue_depth_per_replica": 1e308},
+        {"request_rate": 1e308},
+        {"request_rate": 1e308, "recent_request_rate": 1e308, "p99_ms": 1e308, "queue_time_ms": 1e308},
+        {"arrival_counts": (1.0, 1e308, float("inf"), 2.0), "arrival_bin_s": 2.0},
+    ],
+)
+def test_absurd_figures_from_a_pod_are_taken_as_very_large_and_every_period_decides(figures):
+    """A tenant's serving image writes the pages the figures come from: none may make a period raise."""
+    config = PolicyConfig(p99_target_ms=TARGET, min_replicas=1, max_replicas=20)
+    state = PolicyState.initial(replicas=2, batching=BatchingConfig(max_batch_size=8))
+    base = {"request_rate": 10.0, "p99_ms": 30.0, "queue_depth_per_replica": 1.0, "ready_replicas": 2}
+    observation = Observation(at_s=100.0, **{**base, **figures})
+    for field_name, value in figures.items():
+        if isinstance(value, float) and value > 1e9:
+            assert getattr(observation, field_name) == 1e9
+    assert all(c <= 1e9 for c in observation.arrival_counts)
+    for now in (100.0, 115.0, 130.0):
+        decision, state = decide(
+            config=config,
+            profile=make_profile(),
+            observation=observation.model_copy(update={"at_s": now}),
+            state=state,
+            now_s=now,
+        )
+        assert 1 <= decision.replicas <= 20
+        state = replace(state, replicas=decision.replicas)
+
+
+def test_a_figure_that_is_not_a_number_is_missing_not_a_number():
+    observation = Observation(at_s=1.0, request_rate=float("nan"), p99_ms=float("inf"), queue_time_ms=-1e300)
+    assert observation.request_rate is None and observation.p99_ms is None
+    assert observation.queue_time_ms == -1e9
