@@ -603,7 +603,8 @@ class Autoscaler:
         history = self.signals.history(namespace, name) if self.signals is not None else None
         newest = history.newest if history is not None else None
         period = self.signals.period_s if self.signals is not None else READ_PERIOD_S
-        fresh = newest is not None and newest.pods and now - newest.at_s <= FRESH_READS * period
+        # Fresh: read within the last periods, and not stamped after now (a clock stepped back).
+        fresh = newest is not None and newest.pods and 0 <= now - newest.at_s <= FRESH_READS * period
         try:
             if history is not None and fresh:
                 latency = await self.latency.latency(

@@ -241,9 +241,18 @@ class ReadHistory:
         self._reads: deque[PodRead] = deque()
 
     def add(self, read: PodRead) -> None:
-        """Append a read and drop those older than `keep_s` before it (a read out of order is ignored)."""
-        if self._reads and read.at_s <= self._reads[-1].at_s:
+        """Append a read and drop those older than `keep_s` before it.
+
+        A service's reads are taken one after another, so a read stamped before the newest means
+        the wall clock stepped back (NTP, a VM resumed): the kept reads' times lie across the step
+        and no interval between them and it is known, so the history starts again from this read.
+        Ignoring it instead froze the history, whose newest read then looked fresh until the clock
+        caught up. A read at the newest's very time adds nothing.
+        """
+        if self._reads and read.at_s == self._reads[-1].at_s:
             return
+        if self._reads and read.at_s < self._reads[-1].at_s:
+            self._reads.clear()
         self._reads.append(read)
         while self._reads and self._reads[0].at_s < read.at_s - self.keep_s:
             self._reads.popleft()

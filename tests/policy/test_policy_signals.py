@@ -150,13 +150,20 @@ def test_no_read_is_missing_data_and_no_lookback_sizes_no_bursts():
     assert obs.arrival_counts == () and obs.arrival_bin_s is None and obs.request_rate == pytest.approx(4.0)
 
 
-def test_the_history_keeps_its_span_and_ignores_a_read_out_of_order():
+def test_the_history_keeps_its_span_and_starts_again_when_the_clock_steps_back():
     history = ReadHistory(keep_s=10.0)
     for t in (0.0, 4.0, 8.0, 12.0):
         history.add(read(t, a=counters(t)))
-    history.add(read(11.0, a=counters(99)))
     assert [r.at_s for r in history.reads] == [4.0, 8.0, 12.0]
-    assert history.newest is not None and history.newest.at_s == 12.0 and len(history) == 3
+    history.add(read(12.0, a=counters(50)))  # the newest's very time: nothing new
+    assert history.newest is not None and history.newest.pods["a"].success == 12.0
+    # The wall clock stepped back an hour: the kept reads lie across the step, the history restarts
+    # from the new read (and grows again from there), rather than freezing on the old ones.
+    history.add(read(-3588.0, a=counters(99)))
+    history.add(read(-3586.0, a=counters(101)))
+    assert [r.at_s for r in history.reads] == [-3588.0, -3586.0]
+    obs = observation_from_reads(history.reads, windows=WINDOWS, now_s=-3586.0)
+    assert obs.request_rate == pytest.approx(1.0)
 
 
 def test_the_read_period_stays_at_two_seconds_within_the_budget_and_grows_in_steps_beyond_it():
