@@ -124,33 +124,54 @@ def make_webhook_app(
     metrics: OperatorMetrics,
     path: str = "/alerts",
     rate_limit: RateLimit | None = None,
+    refusal_limit: RateLimit | None = None,
 ) -> web.Application:
     """Build the aiohttp application serving the webhook at `path` (POST) and `/healthz` (GET).
 
-    `token`: a fixed token, or one re-read where it lives when rotated. `rate_limit`: requests over
-    it answer 429 with Retry-After before anything else is done with them.
+    `token`: a fixed token, or one re-read where it lives when rotated. `rate_limit`: authenticated
+    requests over it answer 429 with Retry-After before their body is read. Requests without the
+    token draw on a bucket of their own (`refusal_limit`, the same size by default): a flood of them
+    is answered 429 once it is spent, and never spends what Alertmanager's requests draw on. The
+    token's check comes first because it is cheap and bounded (a constant-time compare of a header
+    aiohttp caps at 8 KiB; a re-read of a rotated token at most every 30 s).
 
     Raises:
         ValueError: When `token` is empty (an unauthenticated receiver is never served).
     """
     secret = token if isinstance(token, RotatingToken) else RotatingToken(lambda: token)
 
+    refusals = (
+        refusal_limit
+        if refusal_limit is not None
+        else (
+            RateLimit(rate_per_s=rate_limit.rate_per_s, burst=rate_limit.burst, clock=rate_limit.clock)
+            if rate_limit is not None
+            else None
+        )
+    )
+
+    def too_many(wait_s: float) -> web.Response:
+        metrics.record_webhook(WebhookResult.RATE_LIMITED)
+        return web.json_response(
+            {"error": "too many requests"},
+            status=429,
+            headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
+        )
+
     async def receive(request: web.Request) -> web.Response:
-        wait_s = rate_limit.take() if rate_limit is not None else 0.0
-        if wait_s > 0:
-            metrics.record_webhook(WebhookResult.RATE_LIMITED)
-            return web.json_response(
-                {"error": "too many requests"},
-                status=429,
-                headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
-            )
         if not await _authorized(request.headers.get("Authorization"), secret):
+            wait_s = refusals.take() if refusals is not None else 0.0
+            if wait_s > 0:
+                return too_many(wait_s)
             metrics.record_webhook(WebhookResult.UNAUTHORIZED)
             return web.json_response(
                 {"error": "missing or invalid bearer token"},
                 status=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
+        wait_s = rate_limit.take() if rate_limit is not None else 0.0
+        if wait_s > 0:
+            return too_many(wait_s)
         try:
             notifications = parse_payload(await request.read())
         except web.HTTPRequestEntityTooLarge:

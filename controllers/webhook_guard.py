@@ -4,9 +4,11 @@
   Secret through the API) when a request presents another one, at most every `refresh_s`: a rotated
   Secret is taken without a restart, while a client guessing tokens costs one read per period, not
   one per guess. A read that fails or finds an empty token keeps the token in force (and says so).
-- `RateLimit`: a token bucket over all requests, authenticated or not, checked first: whoever reaches
-  the port cannot make the operator parse, compare and log without bound. Alertmanager sends a
-  group per route and interval, a few a minute; the default allows bursts of 50 and 20 a second.
+- `RateLimit`: a token bucket. The webhook keeps two: one for requests with the token, charged
+  before their body is read, and one for requests without it, so whoever reaches the port cannot
+  make the operator parse and log without bound, nor spend what Alertmanager's requests draw on.
+  Alertmanager sends a group per route and interval, a few a minute; the default allows bursts of 50
+  and 20 a second.
 
 Pure but for the injected `read` and clock.
 """

@@ -87,7 +87,7 @@ def test_the_bucket_allows_its_burst_then_its_rate() -> None:
     assert [limit.take() for _ in range(4)][-1] > 0
 
 
-def test_requests_past_the_limit_answer_429_before_their_token_is_looked_at() -> None:
+def test_a_flood_without_the_token_is_limited_in_its_own_bucket_and_never_refuses_alertmanager() -> None:
     metrics = OperatorMetrics()
     clock = Clock()
 
@@ -100,7 +100,9 @@ def test_requests_past_the_limit_answer_429_before_their_token_is_looked_at() ->
         )
         out = []
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
-            for headers in (auth(), auth("wrong"), auth(), auth("wrong")):
+            # Five requests without the token: two refused 401, then 429 once their bucket is spent;
+            # Alertmanager's two still go through, then its own bucket is spent too.
+            for headers in (*[auth("wrong")] * 5, auth(), auth(), auth()):
                 r: Any = await client.post("/alerts", json=payload(alert()), headers=headers)
                 out.append((r.status, r.headers.get("Retry-After")))
             clock.now += 1.0
@@ -108,5 +110,15 @@ def test_requests_past_the_limit_answer_429_before_their_token_is_looked_at() ->
             out.append((r.status, None))
         return out
 
-    assert asyncio.run(scenario()) == [(200, None), (401, None), (429, "1"), (429, "1"), (200, None)]
-    assert counts(metrics) == {"accepted": 2.0, "unauthorized": 1.0, "rate_limited": 2.0}
+    assert asyncio.run(scenario()) == [
+        (401, None),
+        (401, None),
+        (429, "1"),
+        (429, "1"),
+        (429, "1"),
+        (200, None),
+        (200, None),
+        (429, "1"),
+        (200, None),
+    ]
+    assert counts(metrics) == {"accepted": 3.0, "unauthorized": 2.0, "rate_limited": 4.0}
