@@ -246,7 +246,18 @@ def render(obj: dict[str, Any]) -> str:
             f"  {cond.get('type', ''):<18} {cond.get('status', ''):<8} {cond.get('reason', ''):<24} "
             f"{cond.get('message', '')}"[:240]
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def printable(text: str) -> str:
+    r"""`text` with every control character shown as an escape (\x1b, \n), never sent to the terminal.
+
+    Status messages carry what a tenant, a pod or Prometheus wrote; an escape sequence among them
+    would otherwise move the cursor, retitle the window or hide lines of whoever runs the command.
+    """
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
 
 
 def read_service(

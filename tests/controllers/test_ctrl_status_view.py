@@ -192,3 +192,17 @@ def test_status_shows_the_error_budget_and_the_headroom_it_holds():
     assert "Budget      objective 99.00% over 168 h: 99.00% met in 2.0 h measured" in text
     assert "98.8% of the budget left; headroom x1.80 over the arrivals" in text
     assert "Budget" not in render(OBJ)  # no decision yet, no budget line
+
+
+def test_control_characters_in_a_message_are_shown_as_escapes_never_sent_to_the_terminal():
+    hostile = "built\x1b]0;owned\x07\x1b[2J\nfake line\r\x9b1m"
+    condition = {"type": "Ready", "status": "False", "reason": "BuildFailed", "message": hostile}
+    obj = {
+        "metadata": {"name": "x"},
+        "spec": {},
+        "status": {"conditions": [condition]},
+    }
+    text = render(obj)
+    assert not any(ch in text for ch in "\x1b\x07\r\x9b")
+    assert text.count("\n") == len(text.splitlines())  # only the lines' own ends
+    assert "built\\x1b]0;owned\\x07\\x1b[2J\\nfake line\\r\\x9b1m" in text
