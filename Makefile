@@ -61,6 +61,7 @@ lint: venv ## ruff, mypy --strict, import-linter layers, CRD and chart drift
 	MYPYPATH=$(TYPECHECK) $(VENV)/bin/mypy -p tailpilot
 	PYTHONPATH=$(TYPECHECK) $(VENV)/bin/lint-imports
 	$(VENV)/bin/tailpilot crds --check
+	$(PY) -P -m tailpilot.bench.quotes --check
 
 .PHONY: test
 test: tools lint ## every test tier; starts and stops what it needs
@@ -72,7 +73,7 @@ test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step 
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
-bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product table (~2 min)
+bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product page; rewrites docs/benchmarks and the figures docs quote from it (~6 min)
 	$(PY) -P -m tailpilot.bench.run
 	$(PY) -P -m tailpilot.bench.gpu_products
 
@@ -121,7 +122,7 @@ bench-static: venv ## the cheapest constant fleet keeping both SLO goals on each
 	$(PY) -P -m tailpilot.bench.static_fleets
 
 .PHONY: bench-products
-bench-products: venv ## GPU product choice vs one product picked by hand (H100, L4): money, SLO, moves per trace (~30 s)
+bench-products: venv ## GPU product choice vs one product picked by hand (H100, L4): money, SLO, moves per trace, Ts = 30 and 90 s, into docs/benchmarks/gpu-products.md (~1 min)
 	$(PY) -P -m tailpilot.bench.gpu_products
 
 .PHONY: bench-quick
@@ -137,8 +138,8 @@ bench-batcher-probe: venv system-deps ## whether a request arriving while Triton
 	$(PY) -P -m tailpilot.bench.batcher_probe --out docs/benchmarks/batcher-probe.md
 
 .PHONY: bench-engine
-bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by real Triton
-	$(PY) -P -m tailpilot.builders.benchmark
+bench-engine: venv system-deps ## naive vs optimized vs int8 engines served by real Triton, into docs/benchmarks/engine.md (~2 min)
+	$(PY) -P -m tailpilot.bench.engine
 
 .PHONY: bench-p99-estimate
 bench-p99-estimate: tools ## the service P99 estimate vs client-side P99 (real Triton x2, real Prometheus)

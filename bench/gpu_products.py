@@ -39,9 +39,11 @@ import argparse
 import math
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -49,8 +51,10 @@ import numpy.typing as npt
 from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import EngineProfile
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
+from tailpilot.bench import quotes
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, default_batching, load_profile
 from tailpilot.bench.metrics import p99, summarize
+from tailpilot.bench.published import REPO, git_commit, utc_minute
 from tailpilot.bench.run import default_slo_ms
 from tailpilot.bench.simulator import FleetView, SimConfig, Target, simulate
 from tailpilot.bench.suite import Setup, scaled_point, trace_of, trace_seed
@@ -90,6 +94,8 @@ SLO_TOLERANCE_PP = 0.1
 PLACEMENT_BATCHING = BatchingConfig(max_batch_size=1)
 CHOICE = "choice"
 FIXED = "fixed "
+#: Where `make bench-products` writes its page.
+DEFAULT_PAGE = REPO / "docs" / "benchmarks" / "gpu-products.md"
 
 
 @dataclass(frozen=True)
@@ -570,23 +576,37 @@ def _names(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _seconds(value: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in _names(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of seconds: {value!r}") from exc
+    if not out or any(not math.isfinite(v) or v < 0 for v in out):
+        raise argparse.ArgumentTypeError(f"not a list of seconds: {value!r}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -P -m tailpilot.bench.gpu_products", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--traces", type=_names, default=TRACE_NAMES, help="comma-separated (default all)")
-    ap.add_argument("--ts", type=float, default=30.0, help="replica start-up time, s (default 30)")
+    ap.add_argument(
+        "--ts", type=_seconds, default=(30.0, 90.0), help="replica start-up times, s (default 30,90)"
+    )
     ap.add_argument("--duration-s", type=float, default=3600.0)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--out", type=Path, default=DEFAULT_PAGE)
+    ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args(argv)
     unknown = [t for t in args.traces if t not in TRACE_NAMES]
     if unknown:
         ap.error(f"--traces: unknown {', '.join(unknown)} (known: {', '.join(TRACE_NAMES)})")
     started = time.monotonic()
+    commit = git_commit()  # before the run writes its page into the tree
     products = default_products()
     setup = products_setup(products, seed=args.seed, duration_s=args.duration_s, traces=tuple(args.traces))
-    setup = replace(setup, ts_values=(args.ts,))
     spec = default_spec(p99_target_ms=setup.slo_ms, max_replicas=setup.max_replicas)
     config = policy_config(spec, control_period_s=CONTROL_PERIOD_S)
     for p in products:
@@ -600,24 +620,56 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\n".join(crossover_lines(products, config=config, rates=(5, 20, 40, 60, 70, 80, 100, 150, 200))))
     print(
-        f"SLO {setup.slo_ms:g} ms, Ts {args.ts:g} s, {args.duration_s:g} s per trace, seed {args.seed}, "
+        f"SLO {setup.slo_ms:g} ms, {args.duration_s:g} s per trace, seed {args.seed}, "
         f"control period {CONTROL_PERIOD_S:g} s, reads every {READ_PERIOD_S:g} s; traces scaled to "
         f"{setup.ref_replicas} {_short(REFERENCE_PRODUCT, products)} replica(s), "
         f"{setup.capacity_rps:.1f} req/s"
     )
+    trace_lines = []
     for name in setup.traces:
         arrivals = trace_of(setup, name)
-        print(
-            f"  {name}: {arrivals.params}; {arrivals.arrivals.size} requests, "
+        trace_lines.append(
+            f"{name}: {arrivals.params}; {arrivals.arrivals.size} requests, "
             f"first rate {first_rate(arrivals.arrivals):.1f}/s"
         )
-    print()
-    results = run_products(setup, products, startup_s=args.ts, jobs=args.jobs)
-    print(text_table(results, products))
+    print("\n".join("  " + line for line in trace_lines))
+    results: dict[float, list[TraceResult]] = {}
+    for ts in args.ts:
+        results[ts] = run_products(replace(setup, ts_values=(ts,)), products, startup_s=ts, jobs=args.jobs)
+        print(f"\nTs = {ts:g} s")
+        print(text_table(results[ts], products))
+        print(totals(results[ts], products))
+        print("\n".join(move_lines(results[ts], products)))
     print(LEGEND)
-    print(totals(results, products))
-    print("\n".join(move_lines(results, products)))
-    print(f"{len(results)} traces in {time.monotonic() - started:.1f} s")
+    elapsed = time.monotonic() - started
+    print(f"{len(setup.traces)} traces x {len(args.ts)} start-up times in {elapsed:.1f} s")
+    if args.no_write:
+        return 0
+    from tailpilot.bench.gpu_products_page import PageRun, page  # the page module imports this one
+
+    command = "python -P -m tailpilot.bench.gpu_products " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        page(
+            PageRun(
+                command=command.strip(),
+                commit=commit,
+                date=utc_minute(),
+                elapsed_s=elapsed,
+                setup=setup,
+                config=config,
+                products=products,
+                traces=tuple(trace_lines),
+                results=results,
+            )
+        )
+    )
+    print(f"wrote {args.out}")
+    if args.out.resolve() == DEFAULT_PAGE.resolve():
+        for name in quotes.refresh():
+            print(f"rewrote the figures {name} quotes from it")
     return 0
 
 

@@ -9,10 +9,8 @@ folder would shadow the standard library's `operator` module.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -21,30 +19,15 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from tailpilot.bench import quotes
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
+from tailpilot.bench.published import REPO, git_commit, utc_minute
 from tailpilot.bench.report import markdown, plot_timelines, text_table, write_csv
 from tailpilot.bench.suite import EXPERIMENTAL_POLICIES, Setup, policy_names, run_suite
 from tailpilot.bench.traces import TRACE_NAMES, read_arrivals
 
-REPO = Path(__file__).resolve().parent.parent
 PLOT_TRACES = ("T5-step", "T6-spike", "T8-azure-code", "T9-flash-crowd")
 QUICK_TRACES = ("T1-poisson", "T5-step", "T6-spike", "T8-azure-code")
-
-
-def git_commit(repo: Path) -> str:
-    """HEAD's hash (+ "-dirty"), or a note when there is no commit or no git."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
-        )
-        if head.returncode != 0:
-            return "none (no commit yet)"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, timeout=10
-        )
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (git unavailable)"
 
 
 def default_slo_ms(profile_path: Path) -> float:
@@ -145,7 +128,7 @@ def trace_file_duration(arrivals: npt.NDArray[np.float64], *, given_s: float | N
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    commit = git_commit(REPO)  # before the run writes its files into the tree
+    commit = git_commit()  # before the run writes its files into the tree
     profile = load_profile(args.profile)
     slo = args.slo_ms or default_slo_ms(args.profile)
     duration = args.duration_s or (1200.0 if args.quick else 3600.0)
@@ -180,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(result.rows, out / "results.csv")
     plots = plot_timelines(result, setup=setup, out_dir=out, ts=plot_ts)
     command = "python -P -m tailpilot.bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
-    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    date = utc_minute()
     (out / "README.md").write_text(
         markdown(
             result,
@@ -194,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"wrote {out}/README.md, results.csv and {len(plots)} plots")
+    if out.resolve() == (REPO / "docs" / "benchmarks").resolve():
+        for name in quotes.refresh():
+            print(f"rewrote the figures {name} quotes from them")
     return 0
 
 

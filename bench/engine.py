@@ -1,0 +1,182 @@
+"""`make bench-engine`: the engine benchmark (naive vs optimized vs INT8, real Triton) and its page.
+
+    python -P -m tailpilot.bench.engine [--duration-s 2.5] [--batch-sizes 1,4,16] [--out PAGE]
+
+Runs `tailpilot.builders.benchmark` (the engines built by the build Job's own `run_build`, served
+by one real Triton on this machine's CPU, profiled by the profiler's client, re-measured by
+perf_analyzer) and writes docs/benchmarks/engine.md from that one run: the tables, the fits and
+what the run shows, every figure computed from it. A measurement, not a simulation: a rerun on
+another machine, or under another load, gives other figures, so no drift check compares them;
+the page names the run (its provenance lines and the load average around it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tailpilot.bench.published import REPO, git_commit, provenance_lines, utc_minute
+from tailpilot.builders import benchmark
+
+DEFAULT_PAGE = REPO / "docs" / "benchmarks" / "engine.md"
+#: The prediction error the profile aims for against an independent measurement.
+GOAL_ERROR = 0.10
+
+
+def _rows(result: dict[str, Any], engine: str) -> list[dict[str, Any]]:
+    return [r for r in result["rows"] if r["engine"] == engine]
+
+
+def findings(result: dict[str, Any]) -> list[str]:
+    """What the run shows, each a sentence computed from its figures."""
+    engines = list(dict.fromkeys(r["engine"] for r in result["rows"]))
+    sizes = result["batch_sizes"]
+    lines = []
+    for b in sizes:
+        at_b = [r for r in result["rows"] if r["batch"] == b]
+        fastest = min(at_b, key=lambda r: r["p50_ms"])
+        most = max(at_b, key=lambda r: r["throughput"])
+        lines.append(
+            f"At batch {b}: the lowest p50 is {fastest['engine']}'s ({fastest['p50_ms']:.2f} ms), the most "
+            f"items/s {most['engine']}'s ({most['throughput']:.1f}); "
+            + ", ".join(f"{r['engine']} {r['p50_ms']:.2f} ms / {r['throughput']:.1f}" for r in at_b)
+            + "."
+        )
+    lo, hi = min(sizes), max(sizes)
+    gains = []
+    for e in engines:
+        by_b = {r["batch"]: r for r in _rows(result, e)}
+        if lo in by_b and hi in by_b and by_b[lo]["throughput"] > 0:
+            gains.append(f"{e} {by_b[hi]['throughput'] / by_b[lo]['throughput'] - 1:+.0%}")
+    if gains:
+        lines.append(f"Throughput from batch {lo} to batch {hi}: " + ", ".join(gains) + ".")
+    lines.append(
+        "Build seconds (fetch, verify, build, write; no profiling): "
+        + ", ".join(f"{e} {s:.2f}" for e, s in result["build_seconds"].items() if e != "naive")
+        + " (naive: not built)."
+    )
+    return lines
+
+
+def validation_findings(result: dict[str, Any]) -> list[str]:
+    """The profile against perf_analyzer, and whether this machine was quiet enough to judge it."""
+    v = result["validation"]
+    if not v:
+        return ["No engine was re-measured by perf_analyzer (`--validate` empty)."]
+    thr = [abs(x["throughput_error"]) for x in v]
+    p99 = [abs(x["p99_error"]) for x in v]
+    noise = max(max(abs(x["repeat_throughput_diff"]), abs(x["repeat_p99_diff"])) for x in v)
+    within_thr = sum(e <= GOAL_ERROR for e in thr)
+    within_p99 = sum(e <= GOAL_ERROR for e in p99)
+    verdict = (
+        f"perf_analyzer disagreed with itself by up to {noise:.1%} between two consecutive runs, more than "
+        f"the {GOAL_ERROR:.0%} goal: the comparison cannot be judged on this machine at this load; run the "
+        "same command on a quiet machine with a longer `--duration-s`."
+        if noise > GOAL_ERROR
+        else f"perf_analyzer agreed with itself within {noise:.1%}, so the errors above are the profile's."
+    )
+    return [
+        f"Throughput predicted by the fit against perf_analyzer: {within_thr} of {len(v)} points within "
+        f"{GOAL_ERROR:.0%} (errors {min(thr):.1%}-{max(thr):.1%} in absolute value).",
+        f"The profile's p99 against perf_analyzer's: {within_p99} of {len(v)} within {GOAL_ERROR:.0%} "
+        f"(errors {min(p99):.1%}-{max(p99):.1%}).",
+        verdict,
+    ]
+
+
+def fits(result: dict[str, Any]) -> list[str]:
+    """Each validated engine's fit t(b) = a + c*b."""
+    seen: dict[str, dict[str, float]] = {}
+    for x in result["validation"]:
+        seen.setdefault(x["engine"], x["fit"])
+    return [
+        f"{e}: t(b) = {f['interceptMs']:.2f} + {f['perItemMs']:.2f} b ms (jitter CV {f['jitterCv']:.2f})"
+        for e, f in seen.items()
+    ]
+
+
+def page(result: dict[str, Any], *, command: str, commit: str, date: str) -> str:
+    """docs/benchmarks/engine.md from one run's figures."""
+    load0, load1 = result["load_average_start"][0], result["load_average_end"][0]
+    lines = [
+        "# Engine benchmark: naive vs optimized vs INT8 on this CPU",
+        "",
+        "<!-- Generated by `make bench-engine` (bench/engine.py); edit the generator, not this page. -->",
+        "",
+        *provenance_lines(command=command, commit=commit, date=date, elapsed_s=result["total_seconds"]),
+        f"- Load average (1 min) {load0:.2f} before the run and {load1:.2f} after it; "
+        f"{result['duration_s_per_point']:g} s per (engine, batch size) point.",
+        "",
+        "A measurement on this machine, not a simulation: every figure below is of the one run named above,",
+        "and a rerun elsewhere or under another load gives others.",
+        "",
+        "## Setup",
+        "",
+        "- Model: the example CNN (`tailpilot make-example-model`): 4 conv 3x3 layers (+BatchNorm+ReLU), "
+        "input 3x64x64, 10 outputs.",
+        "- Serving: one local Triton (nvidia-pytriton, Python backend), one instance per model, each model "
+        "the project's `model.py` running ONNX Runtime; dynamic batching on, no queue delay.",
+        f"- Engines, all built by the build Job's `run_build` with max batch {benchmark.MAX_BATCH}: "
+        "**naive** (the unmodified model behind the same `model.py`), **optimized** (offline graph "
+        "optimization), **int8** (static QDQ quantization with calibration), **int8-dynamic** (dynamic "
+        "quantization, no calibration).",
+        "- Load: the profiler's closed-loop gRPC client (`measure`), concurrency 1, latency measured on "
+        "the client, throughput in items per second.",
+        "- Independent measurement: perf_analyzer on the validated engines right after each profile point, "
+        "twice (their difference is the comparison's noise floor). Predicted throughput is b / t(b) from "
+        "the profile's fit t(b) = a + c*b; predicted p99 is the profile's measured p99.",
+        "",
+        "## Results",
+        "",
+        benchmark.render_table(result),
+        "",
+        "Fits: " + "; ".join(fits(result)) + "." if result["validation"] else "",
+        "",
+        "## What this run shows (computed from the tables)",
+        "",
+        *(f"- {line}" for line in findings(result)),
+        *(f"- {line}" for line in validation_findings(result)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _sizes(value: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in value.split(",") if x.strip())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -P -m tailpilot.bench.engine", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--duration-s", type=float, default=2.5, help="seconds per (engine, batch size) point")
+    ap.add_argument("--batch-sizes", type=_sizes, default=(1, 4, 16))
+    ap.add_argument("--validate", default="optimized,int8", help="engines re-measured with perf_analyzer")
+    ap.add_argument("--out", type=Path, default=DEFAULT_PAGE)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args(argv)
+    commit = git_commit()  # before the run writes its page into the tree
+    started = time.monotonic()
+    result = benchmark.run(
+        args.batch_sizes, args.duration_s, validate=tuple(v for v in args.validate.split(",") if v)
+    )
+    print(benchmark.render_table(result))
+    print(f"\n{time.monotonic() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.no_write:
+        return 0
+    given = list(argv) if argv is not None else sys.argv[1:]
+    command = ("python -P -m tailpilot.bench.engine " + " ".join(given)).strip()
+    args.out.write_text(page(result, command=command, commit=commit, date=utc_minute()))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
