@@ -255,9 +255,7 @@ def printable(text: str) -> str:
     Status messages carry what a tenant, a pod or Prometheus wrote; an escape sequence among them
     would otherwise move the cursor, retitle the window or hide lines of whoever runs the command.
     """
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
-    )
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def read_service(
