@@ -22,6 +22,12 @@ from kubernetes.client.exceptions import ApiException
 from tailpilot.api import constants as c
 
 FIELD_MANAGER = "tailpilot"
+#: Seconds to connect to the API server, and to wait for its answer, on every call. Without them a
+#: connection that stops answering (a half-open TCP connection, an API server stuck mid-request)
+#: held a reconcile worker for good while the process looked healthy. The read bound covers the
+#: largest answer the operator asks for (an unpaginated list of every pod at scale, seconds).
+API_CONNECT_TIMEOUT_S = 5.0
+API_READ_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -108,9 +114,16 @@ def pod_url(ip: str, port: int, path: str = "") -> str:
 class Kube:
     """Thread-safe enough for the reconciler's worker threads (urllib3 pools its connections)."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        connect_timeout_s: float = API_CONNECT_TIMEOUT_S,
+        read_timeout_s: float = API_READ_TIMEOUT_S,
+    ):
         self._api = api
         self._lock = threading.Lock()
+        self._timeout = (connect_timeout_s, read_timeout_s)
         self.requests: Counter[str] = Counter()
 
     def _call(
@@ -132,7 +145,9 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(method_, url, header_params=headers, body=payload)
+        response = self._api.call_api(
+            method_, url, header_params=headers, body=payload, _request_timeout=self._timeout
+        )
         raw: bytes | None = response.read()  # type: ignore[no-untyped-call]
         if not 200 <= response.status < 300:
             raise ApiException(

@@ -12,9 +12,10 @@ import json
 from datetime import datetime
 from typing import Any
 
+import pytest
 from kubernetes import client
 
-from tailpilot.controllers.kubeapi import Kube
+from tailpilot.controllers.kubeapi import PODS, Kube
 
 NOW = "2025-03-01T12:00:00Z"
 INVOLVED = {
@@ -104,3 +105,42 @@ def test_an_object_without_uid_leaves_the_field_out_instead_of_null():
     old = old_event(involved, **event)
     assert old["involvedObject"].pop("uid") is None
     assert same_instants(body, old) == old
+
+
+def test_an_api_server_that_stops_answering_fails_the_call_within_its_timeout_not_never():
+    """A connection accepted and never answered (a stuck API server) ends the call, so the worker is freed."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+                held.append(conn)  # read nothing, answer nothing
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{listener.getsockname()[1]}"))
+    api.configuration.retries = 0  # type: ignore[attr-defined]
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception, match="(?i)timed? ?out"):
+            Kube(api, read_timeout_s=0.5).get(PODS, "default", "p")
+        assert time.monotonic() - started < 10
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        listener.close()
+        api.close()  # type: ignore[no-untyped-call]
