@@ -36,16 +36,33 @@ def _gpus(quantity: Any) -> int:
         return 0
 
 
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    wanted = (resources.get("limits") or {}).get(c.GPU_RESOURCE) or (resources.get("requests") or {}).get(
+        c.GPU_RESOURCE
+    )
+    return _gpus(wanted)
+
+
 def _requested_gpus(pod: Mapping[str, Any]) -> int:
+    """The GPUs the scheduler holds for `pod`, as it counts them (the pod's effective request).
+
+    Init containers run one at a time before the others, so their GPUs are not added to the
+    containers': the pod holds the larger of the containers' sum and the largest init container's.
+    Sidecars (init containers with `restartPolicy: Always`) keep running, so theirs add to both.
+    Summing them all made one tenant's pods look like more GPUs than the node gives them, and a
+    product look full to every other tenant.
+    """
     spec = pod.get("spec") or {}
-    total = 0
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        resources = container.get("resources") or {}
-        wanted = (resources.get("limits") or {}).get(c.GPU_RESOURCE) or (resources.get("requests") or {}).get(
-            c.GPU_RESOURCE
-        )
-        total += _gpus(wanted)
-    return total
+    sidecars, init_peak = 0, 0
+    for init in spec.get("initContainers") or []:
+        if init.get("restartPolicy") == "Always":
+            sidecars += _container_gpus(init)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + _container_gpus(init))
+    running = sidecars + sum(_container_gpus(x) for x in spec.get("containers") or [])
+    return max(running, init_peak)
 
 
 def tolerates(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:

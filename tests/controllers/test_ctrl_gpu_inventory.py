@@ -99,3 +99,29 @@ def test_gpu_prices_from_the_table_with_flags_over_it():
 def test_bad_gpu_prices_are_refused_with_the_reason(table, flags, message):
     with pytest.raises(ValueError, match=message):
         parse_gpu_prices(table, flags)
+
+
+SIDECAR = {"restartPolicy": "Always"}
+
+
+def test_init_containers_gpus_are_not_added_to_the_containers_but_sidecars_are():
+    def with_init(gpus, inits):
+        p = pod("l4-a", gpus)
+        p["spec"]["initContainers"] = [
+            {
+                "resources": {"limits": {"nvidia.com/gpu": str(n)}},
+                **({"restartPolicy": "Always"} if side else {}),
+            }
+            for n, side in inits
+        ]
+        return p
+
+    nodes = [node("l4-a", "NVIDIA-L4", 8)]
+    # A pod of 2 GPUs whose init container used 2 before it holds 2, not 4: 6 left.
+    assert available(nodes, [with_init(2, [(2, False)])]) == 6
+    # An init container larger than the containers sets the pod's hold: 5 left.
+    assert available(nodes, [with_init(1, [(3, False)])]) == 5
+    # A sidecar keeps running beside the containers: 1 + 2 = 3 held, 5 left.
+    assert available(nodes, [with_init(2, [(1, True)])]) == 5
+    # A plain init after a sidecar runs beside it: max(1 + 4, 1 + 2) = 5 held, 3 left.
+    assert available(nodes, [with_init(2, [(1, True), (4, False)])]) == 3
