@@ -36,6 +36,7 @@ from tailpilot.controllers.observe import (
     Selector,
     parse_series,
 )
+from tailpilot.controllers.status_view import budget_words
 
 #: Request-time parts Triton exports as cumulative microseconds (the breakdown, in stacking order).
 PARTS: Mapping[str, str] = {
@@ -85,6 +86,9 @@ class ReportData:
     series: dict[str, list[float]]
     #: status.decisions within the period (time, action, reason, replicas and batching before/after).
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    #: The objective, its error budget and the learned headroom as the object's status held them when
+    #: the report was made (`status_view.budget_words`; None before the service's first decision).
+    budget_now: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's data as JSON (NaN as null)."""
@@ -98,6 +102,7 @@ class ReportData:
             "times": self.times_s,
             "series": {k: [v if math.isfinite(v) else None for v in vs] for k, vs in self.series.items()},
             "decisions": self.decisions,
+            "budgetNow": self.budget_now,
         }
 
 
@@ -250,6 +255,7 @@ def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "repo
         f"| SLO alerts firing | {_alerts(summary)} |",
         f"| mean time per request | {parts} |",
         f"| dominated by | {summary.dominant} |",
+        f"| attainment and headroom now | {data.budget_now or 'no decision recorded yet'} |",
         "",
         f"![{data.name}]({png_name})",
         "",
@@ -329,6 +335,7 @@ def build_report(
         times_s=times,
         series=series,
         decisions=decisions_within(obj.get("status") or {}, start_s, end_s),
+        budget_now=budget_words(obj.get("status") or {}),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tailpilot.api import constants as c
@@ -79,19 +79,27 @@ def _observed(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _budget(status: dict[str, Any]) -> list[str]:
-    """The attainment objective's error budget and the headroom it holds ([] before the first decision)."""
+def budget_words(status: Mapping[str, Any]) -> str | None:
+    """The attainment objective, its error budget and the headroom it holds (None before the first decision).
+
+    `tailpilot status` and `tailpilot report` both say it in these words.
+    """
     budget, learned = status.get("errorBudget") or {}, status.get("learned") or {}
     if not budget:
-        return []
+        return None
     measured, missed = budget.get("measuredSeconds") or 0, budget.get("missedSeconds") or 0
     met = f"{100 * (1 - missed / measured):.2f}% met" if measured else "nothing measured yet"
-    return [
-        f"Budget      objective {_num(budget.get('objectivePercent'), '%', 2)} over "
+    return (
+        f"objective {_num(budget.get('objectivePercent'), '%', 2)} over "
         f"{budget.get('compliancePeriodHours', '?')} h: {met} in {measured / 3600:.1f} h measured, "
         f"{_num(budget.get('remainingPercent'), '%')} of the budget left; headroom "
         f"x{_num(learned.get('headroom') or 1.0, '', 2)} over the arrivals"
-    ]
+    )
+
+
+def _budget(status: dict[str, Any]) -> list[str]:
+    words = budget_words(status)
+    return [f"Budget      {words}"] if words else []
 
 
 def _batch_sizes(observed: dict[str, Any]) -> list[str]:

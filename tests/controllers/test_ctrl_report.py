@@ -110,6 +110,38 @@ def test_the_markdown_has_the_figures_and_the_decisions() -> None:
     assert "| SLO alerts firing | never |" in render_markdown(quiet, summarize(quiet))
 
 
+def test_the_report_says_the_objective_its_budget_and_the_headroom_from_the_status() -> None:
+    from unittest import mock
+
+    from tailpilot.controllers import report as module
+
+    status = {
+        "errorBudget": {
+            "objectivePercent": 99.0,
+            "compliancePeriodHours": 168,
+            "measuredSeconds": 7200,
+            "missedSeconds": 36,
+            "remainingPercent": 50.0,
+        },
+        "learned": {"headroom": 1.8},
+    }
+    obj = {"metadata": {"name": "resnet", "namespace": "shop"}, "spec": {"slo": {"p99LatencyMs": 50}}}
+    with mock.patch.object(module, "fetch_series", return_value=([1000.0], {})):
+        fresh = module.build_report({**obj, "status": {}}, "http://prom", start_s=1000, end_s=1010, step_s=10)
+        held = module.build_report(
+            {**obj, "status": status}, "http://prom", start_s=1000, end_s=1010, step_s=10
+        )
+    assert "| attainment and headroom now | no decision recorded yet |" in render_markdown(
+        fresh, summarize(data())
+    )
+    text = render_markdown(held, summarize(data()))
+    assert (
+        "| attainment and headroom now | objective 99.00% over 168 h: 99.50% met in 2.0 h measured, "
+        "50.0% of the budget left; headroom x1.80 over the arrivals |"
+    ) in text
+    assert held.to_json()["budgetNow"] == held.budget_now
+
+
 def test_decisions_are_those_of_the_period() -> None:
     status = {
         "decisions": [
