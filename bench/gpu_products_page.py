@@ -190,7 +190,7 @@ def findings_section(run: PageRun) -> list[str]:
             f"- The best single product held the SLO as well as the choice on "
             f"{len(results) - len(unmatched)} of {len(results)} traces"
             + (f"; not on {', '.join(unmatched)} (marked `*`)." if unmatched else "."),
-            f"- **Gains** (saving above {SAME_MONEY:.1%}): " + ("none." if not gains else ""),
+            f"- **Gains** (saving above {SAME_MONEY:.1%}):" + (" none." if not gains else ""),
             *[f"  - {_saving_line(r, run.products)}" for r in gains],
             f"- **The same money** (within {SAME_MONEY:.1%}): "
             + (", ".join(r.trace for r in same) + "." if same else "none."),

@@ -70,7 +70,7 @@ def gpu_products_totals(root: Path) -> str:
     """The product choice's money over all traces against each product picked by hand, per Ts."""
     page = (root / BENCHMARKS / "gpu-products.md").read_text()
     sections = re.findall(
-        r"^## Results, Ts = ([0-9.]+) s.*?^(all traces: .*)$", page, re.MULTILINE | re.DOTALL
+        r"^## Results, Ts = ([0-9.]+) s.*?^(all traces: [^\n]*)$", page, re.MULTILINE | re.DOTALL
     )
     if not sections:
         raise QuoteError(f"{BENCHMARKS / 'gpu-products.md'} has no totals")
