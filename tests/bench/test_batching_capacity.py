@@ -53,4 +53,4 @@ def test_the_command_prints_and_writes_the_table(tmp_path, capsys):
     assert main(["--quick", "--jobs", "1", "--out", str(out)]) == 0
     assert "| gpu-large-like | 880 | 1 |" in capsys.readouterr().out
     text = out.read_text()
-    assert "TailPilot from max batch 1, delay 0 us" in text and "commit" in text
+    assert "TailPilot from max batch 1, delay 0 us" in text and "- Commit: `" in text
