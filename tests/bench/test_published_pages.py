@@ -134,6 +134,7 @@ def test_a_quoted_region_is_rendered_from_the_pages_and_an_unknown_one_refused(t
     text = "a\n<!-- figures: gpu-products-totals -->\nold figures\n<!-- /figures -->\nb\n"
     fresh = quotes.rendered(text, REPO)
     assert "old figures" not in fresh
-    assert "- Ts = 30 s: choice $" in fresh and "- Ts = 90 s: choice $" in fresh and fresh.startswith("a\n") and fresh.endswith("b\n")
+    assert "- Ts = 30 s: choice $" in fresh and "- Ts = 90 s: choice $" in fresh
+    assert fresh.startswith("a\n") and fresh.endswith("b\n")
     with pytest.raises(quotes.QuoteError, match="no renderer named 'nope'"):
         quotes.rendered("<!-- figures: nope -->\n<!-- /figures -->", REPO)
