@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 from tailpilot.api import constants as c
 
@@ -25,9 +27,21 @@ FIELD_MANAGER = "tailpilot"
 #: Seconds to connect to the API server, and to wait for its answer, on every call. Without them a
 #: connection that stops answering (a half-open TCP connection, an API server stuck mid-request)
 #: held a reconcile worker for good while the process looked healthy. The read bound covers the
-#: largest answer the operator asks for (an unpaginated list of every pod at scale, seconds).
+#: largest answer the operator asks for (one page of a list, `LIST_PAGE_SIZE` objects).
 API_CONNECT_TIMEOUT_S = 5.0
 API_READ_TIMEOUT_S = 60.0
+#: Attempts of one call that the API server turned away without doing it: 429 (its priority and
+#: fairness sheds load) for every verb, and 5xx for reads, which are safe to repeat. Two minutes of
+#: an overloaded API server used to fail every call at once and send the whole reconcile into its
+#: back-off, autoscaling included.
+API_ATTEMPTS = 3
+#: Longest wait between two attempts, whatever Retry-After asks: a worker is never held longer.
+MAX_RETRY_WAIT_S = 10.0
+#: Wait between attempts when the answer names none (or names a date rather than seconds).
+DEFAULT_RETRY_WAIT_S = 1.0
+#: Objects per page of a list: a list of every pod in a large cluster arrives in bounded answers
+#: instead of one answer of them all.
+LIST_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,37 @@ def resource_of(obj: Mapping[str, Any]) -> Resource:
     return BY_KIND[obj["kind"]]
 
 
+#: urllib3's own retries, for what never reached the API server (a refused or reset connection, a
+#: pooled connection gone stale). Its retries on status are off: urllib3 honours any Retry-After, an
+#: hour included, on a reconcile worker. `Kube._call` repeats turned-away calls with its own bound.
+CONNECTION_RETRIES = Retry(total=3, redirect=0, status=0, respect_retry_after_header=False)
+
+
+def api_client(configuration: client.Configuration) -> client.ApiClient:
+    """The operator's API client for `configuration`: connection retries only, a pool per worker."""
+    configuration.retries = CONNECTION_RETRIES
+    # The reconciler runs in a few worker threads; give each its own pooled connection.
+    configuration.connection_pool_maxsize = 16
+    return client.ApiClient(configuration)
+
+
+def retry_wait_s(method: str, status: int, retry_after: str | None) -> float | None:
+    """Seconds to wait before repeating a call that answered `status`; None: do not repeat it.
+
+    429 is repeated for every verb (the API server refused it before doing anything); a 5xx only for
+    GET, since a write may have been done before the server failed.
+    """
+    if status != 429 and not (method == "GET" and status in (500, 502, 503, 504)):
+        return None
+    try:
+        asked = float(retry_after) if retry_after else DEFAULT_RETRY_WAIT_S
+    except ValueError:  # an HTTP date: not worth a clock comparison for a bounded wait
+        asked = DEFAULT_RETRY_WAIT_S
+    if asked != asked:  # NaN
+        asked = DEFAULT_RETRY_WAIT_S
+    return min(MAX_RETRY_WAIT_S, max(0.0, asked))
+
+
 def ready_pod_ip(pod: Mapping[str, Any]) -> str | None:
     """The IP of a pod whose Ready condition is True (None if not Ready or not yet addressed)."""
     status = pod.get("status") or {}
@@ -120,10 +165,16 @@ class Kube:
         *,
         connect_timeout_s: float = API_CONNECT_TIMEOUT_S,
         read_timeout_s: float = API_READ_TIMEOUT_S,
+        attempts: int = API_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
+        page_size: int = LIST_PAGE_SIZE,
     ):
         self._api = api
         self._lock = threading.Lock()
         self._timeout = (connect_timeout_s, read_timeout_s)
+        self._attempts = max(1, attempts)
+        self._sleep = sleep
+        self._page_size = page_size
         self.requests: Counter[str] = Counter()
 
     def _call(
@@ -135,6 +186,30 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> Any:
+        for attempt in range(1, self._attempts + 1):
+            status, reason, response, raw = self._send(method, path, body, query, content_type)
+            if 200 <= status < 300:
+                return json.loads(raw) if raw else None
+            wait_s = retry_wait_s(method, status, response.headers.get("Retry-After"))
+            if wait_s is None or attempt == self._attempts:
+                break
+            self._sleep(wait_s)
+        raise ApiException(
+            status=status,
+            reason=reason,
+            http_resp=response,
+            body=raw.decode(errors="replace") if raw else None,
+        )
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: list[tuple[str, str]] | None,
+        content_type: str,
+    ) -> tuple[int, str, Any, bytes | None]:
+        """One request: (status, reason, the response, its body)."""
         with self._lock:
             self.requests[method] += 1
         method_, url, headers, payload, _ = self._api.param_serialize(
@@ -149,14 +224,7 @@ class Kube:
             method_, url, header_params=headers, body=payload, _request_timeout=self._timeout
         )
         raw: bytes | None = response.read()  # type: ignore[no-untyped-call]
-        if not 200 <= response.status < 300:
-            raise ApiException(
-                status=response.status,
-                reason=response.reason,
-                http_resp=response,
-                body=raw.decode(errors="replace") if raw else None,
-            )
-        return json.loads(raw) if raw else None
+        return int(response.status), str(response.reason), response, raw
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
@@ -170,11 +238,33 @@ class Kube:
     def list(
         self, resource: Resource, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
     ) -> list[dict[str, Any]]:
-        """Objects matching the selectors; in every namespace when namespace is None."""
+        """Objects matching the selectors; in every namespace when namespace is None.
+
+        Read in pages of `LIST_PAGE_SIZE`. A continue token that expired between pages (410: the
+        list's snapshot left etcd's compaction window) restarts the list once from a fresh snapshot.
+        """
         query = [("labelSelector", label_selector)] if label_selector else []
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        return list(self._call("GET", resource.path(namespace), query=query)["items"])
+        query.append(("limit", str(self._page_size)))
+        for fresh_start in (False, True):
+            items: list[dict[str, Any]] = []
+            token = ""
+            try:
+                while True:
+                    page = self._call(
+                        "GET",
+                        resource.path(namespace),
+                        query=query + ([("continue", token)] if token else []),
+                    )
+                    items.extend(page["items"])
+                    token = (page.get("metadata") or {}).get("continue") or ""
+                    if not token:
+                        return items
+            except ApiException as error:
+                if error.status != 410 or not token or fresh_start:
+                    raise
+        raise AssertionError("unreachable: the second start returns or raises")
 
     def apply(self, body: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
         """Server-side apply `body` (force: the operator owns what it sets)."""

@@ -29,7 +29,7 @@ from tailpilot.controllers.clock import SYSTEM_CLOCK
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.handlers import ServiceLoops, register
-from tailpilot.controllers.kubeapi import SECRETS, Kube
+from tailpilot.controllers.kubeapi import SECRETS, Kube, api_client
 from tailpilot.controllers.leader_election import (
     DEFAULT_LEASE_DURATION_S,
     DEFAULT_RENEW_DEADLINE_S,
@@ -268,9 +268,7 @@ def _api_client() -> client.ApiClient:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    # The reconciler runs in a few worker threads; give each its own pooled connection.
-    configuration.connection_pool_maxsize = 16
-    return client.ApiClient(configuration)
+    return api_client(configuration)
 
 
 def build_settings(args: argparse.Namespace) -> OperatorSettings:
