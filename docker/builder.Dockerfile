@@ -38,8 +38,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 WORKDIR /
-# Triton's image user (UID 1000); the Job's securityContext runs as 1000 with a read-only root
-# filesystem, writing only to /tmp and the engine store mount.
-USER 1000:1000
+# The UID the operator runs its pods as (ManifestSettings.run_as_user, above 10000 so that it is no
+# host account); the Job's securityContext sets it too, with a read-only root filesystem, writing
+# only to /tmp and the engine store mount.
+USER 10001:10001
 ENTRYPOINT ["tailpilot"]
 CMD ["build", "--help"]

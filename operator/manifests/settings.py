@@ -53,7 +53,9 @@ class ManifestSettings:
             failed measurement rarely succeeds again, and the engine serves without it meanwhile).
         profile_deadline_seconds: activeDeadlineSeconds of a profile Job, pending time included; past
             it, the engine serves without a profile (and the autoscaler learns its speed online).
-        run_as_user: UID of every container (Triton's image runs as 1000).
+        run_as_user: UID (and GID) of every container the operator creates. Above 10000, clear of the
+            users and groups a node's own accounts take (1000 is the first regular user on most
+            distributions, and Triton's image user): a container escape lands on no host account.
         gpu_startup_seconds: How long a GPU replica may take to start (TensorRT plans load slowly).
         cpu_startup_seconds: How long a CPU replica may take to start.
         shm_size: Size of /dev/shm (Triton's Python backend passes tensors through shared memory).
@@ -80,7 +82,7 @@ class ManifestSettings:
     build_ttl_seconds: int = 86400
     profile_backoff_limit: int = 0
     profile_deadline_seconds: int = 900
-    run_as_user: int = 1000
+    run_as_user: int = 10001
     gpu_startup_seconds: int = 900
     cpu_startup_seconds: int = 180
     shm_size: str = "1Gi"

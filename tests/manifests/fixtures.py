@@ -121,7 +121,9 @@ def assert_restricted(pod_spec: dict[str, Any]) -> None:
         assert sc.get("capabilities", {}).get("drop") == ["ALL"], ctr["name"]
         assert not sc.get("capabilities", {}).get("add"), ctr["name"]
         assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True, ctr["name"]
-        assert sc.get("runAsUser", psc.get("runAsUser", 1)) != 0, ctr["name"]
+        # Above 10000: no host account (root, the first regular user 1000) shares the container's UID.
+        assert sc.get("runAsUser", psc.get("runAsUser", 0)) >= 10000, ctr["name"]
+        assert sc.get("runAsGroup", psc.get("runAsGroup", 0)) >= 10000, ctr["name"]
         seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {}))
         assert seccomp.get("type") in {"RuntimeDefault", "Localhost"}, ctr["name"]
         assert sc.get("privileged") is not True, ctr["name"]
