@@ -133,7 +133,11 @@ replica's capacity. Beyond the defaults it sets `image.repository`, `watchNamesp
 
 Each namespace with InferenceServices needs a PersistentVolumeClaim named `engineStore.claimName`
 (ReadWriteMany): build Jobs publish engines to it, profile Jobs add their profiles, Triton pods
-mount it read-only.
+mount it read-only. Every pod the operator creates runs as UID and GID 10001 with `fsGroup` 10001.
+Upgrading from a release that ran them as 1000: where the volume applies `fsGroup` (most block
+and CSI volumes) the kubelet hands the store to group 10001 at the next mount; where it does not
+(NFS), give the store to 10001 once (`chown -R 10001:10001` on the export), or builds cannot
+publish into directories the old UID made.
 
 ## Alertmanager
 
