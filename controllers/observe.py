@@ -427,9 +427,17 @@ MAX_IN_FLIGHT_PER_PROMETHEUS = 16
 #: at most this many of the operator's connections, and another tenant's observations still go out.
 #: One service's observation sends about 13 queries at once: they wait their turn, a few ms each.
 MAX_IN_FLIGHT_PER_NAMESPACE = 8
-#: Largest answer read from Prometheus. The operator's queries select one service's pods (a few
-#: KB an answer); a bigger one is a wrong URL or a hostile endpoint, and is refused, not parsed.
+#: Largest answer read from Prometheus for the operator's own shared queries (one answer holds
+#: every service's pods: it grows with the fleet). A bigger one is refused, not parsed.
 MAX_RESPONSE_BYTES = 16 << 20
+#: Largest answer read for one tenant's queries. They select one service's pods (a few KB an
+#: answer, about 200 bytes a pod and family); a bigger one is a wrong URL or a hostile endpoint,
+#: and at 16 MiB each one service's 13 concurrent queries held 200 MiB of the shared operator.
+MAX_TENANT_RESPONSE_BYTES = 1 << 20
+#: Answers larger than this are parsed in a worker thread: a multi-megabyte JSON document takes the
+#: event loop for tens of ms, and the loop also serves the webhook, `/healthz`, the Lease and every
+#: other service's loop. Smaller ones parse inline, faster than the hop to a thread.
+INLINE_PARSE_BYTES = 64 << 10
 
 _gates: weakref.WeakKeyDictionary[httpx.AsyncClient, dict[str, asyncio.Semaphore]] = (
     weakref.WeakKeyDictionary()
@@ -454,10 +462,19 @@ def _tenant_gate(client: httpx.AsyncClient, namespace: str | None) -> AbstractAs
     return per_client.setdefault(f"namespace {namespace}", asyncio.Semaphore(MAX_IN_FLIGHT_PER_NAMESPACE))
 
 
+def _json_or_none(raw: bytes | bytearray) -> Any:
+    """The JSON document `raw` holds; None when it holds none (or nests past Python's stack)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 async def _query(
     client: httpx.AsyncClient, url: str, query: str, now_s: float, *, namespace: str | None = None
 ) -> Any:
     """One instant query; `namespace`: the tenant it is for (None: the operator's own, shared)."""
+    limit = MAX_RESPONSE_BYTES if namespace is None else MAX_TENANT_RESPONSE_BYTES
     try:
         async with (
             _tenant_gate(client, namespace),
@@ -467,20 +484,17 @@ async def _query(
             raw = bytearray()
             async for chunk in response.aiter_bytes():
                 raw += chunk
-                if len(raw) > MAX_RESPONSE_BYTES:
-                    raise ObservationError(
-                        f"Prometheus at {url} answered more than {MAX_RESPONSE_BYTES} bytes: refused"
-                    )
+                if len(raw) > limit:
+                    raise ObservationError(f"Prometheus at {url} answered more than {limit} bytes: refused")
             status, content_type = response.status_code, response.headers.get("content-type")
     except httpx.HTTPError as exc:
         # The exception's type only: a protocol error's text can quote what the other end sent
         # (h11 quotes a status line that is not HTTP's); the log keeps all of it.
         log.warning("Prometheus at %s: %r", url, exc)
         raise ObservationError(f"Prometheus unreachable at {url} ({type(exc).__name__})") from exc
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
+    body = (
+        await asyncio.to_thread(_json_or_none, raw) if len(raw) > INLINE_PARSE_BYTES else _json_or_none(raw)
+    )
     # Prometheus' API answers a JSON object with "status" success or error, whatever the HTTP status;
     # anything else is another service's answer, and only described.
     if not isinstance(body, dict) or body.get("status") not in ("success", "error"):

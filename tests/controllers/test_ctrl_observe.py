@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -495,4 +496,75 @@ def test_an_answer_past_the_size_bound_is_refused_not_parsed(monkeypatch: pytest
             await module._query(client, "http://prom:9090/api/v1/query", "up", NOW)
 
     with pytest.raises(ObservationError, match="more than 1000 bytes"):
+        asyncio.run(main())
+
+
+def _vector_answer(size: int) -> bytes:
+    """A valid instant-query answer of about `size` bytes (one series, padded with a long label)."""
+    pad = "x" * max(0, size - 120)
+    return json.dumps(
+        {
+            "status": "success",
+            "data": {"resultType": "vector", "result": [{"metric": {"p": pad}, "value": [1, "1"]}]},
+        }
+    ).encode()
+
+
+def test_a_tenants_answer_is_bounded_tighter_than_the_operators_shared_one():
+    from tailpilot.controllers import observe as module
+
+    body = _vector_answer(module.MAX_TENANT_RESPONSE_BYTES + 4096)
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+
+    async def query(namespace: str | None) -> Any:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await module._query(
+                client, "http://prom:9090/api/v1/query", "up", NOW, namespace=namespace
+            )
+
+    with pytest.raises(ObservationError, match=f"more than {module.MAX_TENANT_RESPONSE_BYTES} bytes"):
+        asyncio.run(query("tenant"))
+    assert asyncio.run(query(None))["status"] == "success"
+
+
+def test_a_large_answer_is_parsed_off_the_event_loop_and_a_small_one_on_it(monkeypatch: pytest.MonkeyPatch):
+    import threading
+
+    from tailpilot.controllers import observe as module
+
+    parsed_on: list[int] = []
+    parse = module._json_or_none
+
+    def spy(raw: bytes | bytearray) -> Any:
+        parsed_on.append(threading.get_ident())
+        return parse(raw)
+
+    monkeypatch.setattr(module, "_json_or_none", spy)
+    sizes = {"small": 200, "large": module.INLINE_PARSE_BYTES * 4}
+
+    async def main() -> int:
+        for size in sizes.values():
+            body = _vector_answer(size)
+            transport = httpx.MockTransport(lambda request, body=body: httpx.Response(200, content=body))
+            async with httpx.AsyncClient(transport=transport) as client:
+                answer = await module._query(
+                    client, "http://prom:9090/api/v1/query", "up", NOW, namespace="t"
+                )
+                assert answer["status"] == "success"
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert parsed_on[0] == loop_thread and parsed_on[1] != loop_thread
+
+
+def test_an_answer_nested_past_pythons_stack_is_not_an_api_answer_not_a_crash():
+    deep = httpx.MockTransport(lambda request: httpx.Response(200, content=b"[" * 200_000))
+
+    async def main() -> None:
+        from tailpilot.controllers import observe as module
+
+        async with httpx.AsyncClient(transport=deep) as client:
+            await module._query(client, "http://prom:9090/api/v1/query", "up", NOW, namespace="t")
+
+    with pytest.raises(ObservationError, match="not a Prometheus API answer"):
         asyncio.run(main())
