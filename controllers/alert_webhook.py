@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from tailpilot.api import constants as c
 from tailpilot.controllers.metrics import OperatorMetrics, WebhookResult
 from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
 
@@ -53,6 +54,8 @@ class AlertNotification:
     severity: str
     starts_at: str = ""
     fingerprint: str = ""
+    #: The UID of the service whose rule made the alert ("" when the alert carries none).
+    service_uid: str = ""
 
 
 def _str_map(value: object, what: str) -> Mapping[str, str]:
@@ -106,6 +109,7 @@ def parse_payload(body: bytes) -> list[AlertNotification]:
                 severity=labels.get("severity", ""),
                 starts_at=str(alert.get("startsAt", "")),
                 fingerprint=str(alert.get("fingerprint", "")),
+                service_uid=labels.get(c.ALERT_SERVICE_UID_LABEL, ""),
             )
         )
     return out

@@ -95,10 +95,18 @@ class ServiceLoops:
         self._next_control: dict[tuple[str, str], float] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._wakeups: dict[tuple[str, str], asyncio.Event] = {}
+        #: The UID of each served service, as its last watch event said (alerts must name it).
+        self._uids: dict[tuple[str, str], str] = {}
 
-    def ensure(self, namespace: str, name: str) -> None:
-        """Start the loop of a service if it is not running, and make it reconcile now."""
+    def ensure(self, namespace: str, name: str, *, uid: str = "") -> None:
+        """Start the loop of a service if it is not running, and make it reconcile now.
+
+        `uid`: the object's UID, which its alerts must carry (a service deleted and created again
+        under its name has another).
+        """
         key = (namespace, name)
+        if uid:
+            self._uids[key] = uid
         task = self._tasks.get(key)
         if task is None or task.done():
             self._wakeups[key] = asyncio.Event()
@@ -123,6 +131,19 @@ class ServiceLoops:
         key = (namespace, name)
         if key not in self._tasks:
             log.info("alert about %s/%s, which this operator does not serve: ignored", namespace, name)
+            return
+        uid = self._uids.get(key, "")
+        if not uid or alert.service_uid != uid:
+            # Not this service's rule: another namespace's rule with this service's labels, or the
+            # rule of a service deleted under this name. Its labels alone must not steer the service.
+            log.warning(
+                "alert %s about %s/%s carries service UID %r, not the service's %r: ignored",
+                alert.alertname,
+                namespace,
+                name,
+                alert.service_uid[:64],
+                uid,
+            )
             return
         event = self._alerts.setdefault(key, FiringAlerts()).update(alert, now_s=self.clock.monotonic())
         if event is not None:
@@ -157,6 +178,7 @@ class ServiceLoops:
     def stop(self, namespace: str, name: str) -> None:
         """Stop the loop of a deleted service."""
         self._alerts.pop((namespace, name), None)
+        self._uids.pop((namespace, name), None)
         self._canaries.pop((namespace, name), None)
         self._next_control.pop((namespace, name), None)
         self._surges.pop((namespace, name), None)
@@ -346,7 +368,8 @@ def register(
         if type == "DELETED":
             loops.stop(namespace or "default", name)
         else:  # initial listing (None), ADDED, MODIFIED
-            loops.ensure(namespace or "default", name)
+            meta = (event.get("object") or {}).get("metadata") or {}
+            loops.ensure(namespace or "default", name, uid=str(meta.get("uid") or ""))
 
     managed = {c.LABEL_ISVC: kopf.PRESENT}
 

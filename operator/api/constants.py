@@ -265,6 +265,10 @@ KNOWN_GPU_PRODUCTS: Final[dict[str, int]] = {
 #: Label on every TailPilot alert; Alertmanager routes `tailpilot="operator"` to the operator's webhook.
 ALERT_ROUTE_LABEL: Final = "tailpilot"
 ALERT_ROUTE_VALUE: Final = "operator"
+#: Label on every TailPilot alert holding its service's UID. An alert is taken only for the service
+#: of that UID: a tenant's own rule naming another namespace's service (which the alert's namespace
+#: and name labels alone would steer), or an alert of a deleted service of the same name, is not.
+ALERT_SERVICE_UID_LABEL: Final = "tailpilot_service_uid"
 #: Labels that carry the service's identity on series and alerts (set by the ServiceMonitor's relabeling).
 METRIC_LABEL_NAMESPACE: Final = "namespace"
 METRIC_LABEL_ISVC: Final = "inferenceservice"

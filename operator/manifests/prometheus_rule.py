@@ -95,6 +95,7 @@ def _burn_alerts(
                 "for": window.for_,
                 "labels": {
                     c.ALERT_ROUTE_LABEL: c.ALERT_ROUTE_VALUE,
+                    c.ALERT_SERVICE_UID_LABEL: str(isvc.metadata.get("uid") or ""),
                     "severity": window.severity,
                     "signal": signal.lower(),
                 },

@@ -27,6 +27,7 @@ def alert(status: str = "firing", **labels: str) -> dict[str, Any]:
         "alertname": "TailPilotP99BurnFast",
         "namespace": "shop",
         "inferenceservice": "resnet",
+        "tailpilot_service_uid": "uid-resnet",
         "severity": "critical",
     }
     return {
@@ -119,6 +120,7 @@ def test_firing_and_resolved_alerts_reach_the_handler():
         severity="critical",
         starts_at="2026-11-29T14:00:00Z",
         fingerprint="abc123",
+        service_uid="uid-resnet",
     )
     assert counts(metrics) == {"accepted": 2.0}
 

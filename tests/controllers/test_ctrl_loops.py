@@ -178,7 +178,7 @@ def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
         for i in range(1000):  # made-up names from anyone who reaches the webhook
             loops.alert(firing("ns", f"nobody-{i}"))
         before = dict(loops._alerts)
-        loops.ensure("ns", "svc")
+        loops.ensure("ns", "svc", uid=UID)
         loops.alert(firing("ns", "svc"))
         after = {key: sorted(alerts.firing) for key, alerts in loops._alerts.items()}
         await loops.stop_all()
@@ -201,7 +201,7 @@ def test_an_alert_that_starts_or_stops_firing_is_told_on_the_service_once():
 
     async def scenario() -> list[bool]:
         loops = ServiceLoops(reconciler=reconciler, executor=None)  # type: ignore[arg-type]
-        loops.ensure("ns", "svc")
+        loops.ensure("ns", "svc", uid=UID)
         active = []
         for alert in (
             firing("ns", "svc"),
@@ -227,8 +227,16 @@ def test_an_alert_that_starts_or_stops_firing_is_told_on_the_service_once():
     ]
 
 
+UID = "6f0c2a4e-0000-4000-8000-000000000001"
+
+
 def firing(
-    namespace: str, name: str, *, alert: str = "TailPilotP99BurnFast", status: str = "firing"
+    namespace: str,
+    name: str,
+    *,
+    alert: str = "TailPilotP99BurnFast",
+    status: str = "firing",
+    uid: str = UID,
 ) -> AlertNotification:
     return AlertNotification(
         status=status,  # type: ignore[arg-type]
@@ -236,7 +244,33 @@ def firing(
         namespace=namespace,
         inferenceservice=name,
         severity="critical",
+        service_uid=uid,
     )
+
+
+def test_an_alert_is_taken_only_for_the_service_of_the_uid_it_carries():
+    """Another namespace's rule labelled with this service's name, or a deleted namesake's, steers nothing."""
+
+    class Noop:
+        def reconcile(self, namespace: str, name: str) -> ReconcileResult:
+            return ReconcileResult(requeue_after=300.0)
+
+    async def scenario() -> list[bool]:
+        loops = ServiceLoops(reconciler=Noop(), executor=None)  # type: ignore[arg-type]
+        loops.ensure("ns", "svc", uid=UID)
+        alerted = []
+        for uid in ("", "someone-elses-uid", UID):
+            loops.alert(firing("ns", "svc", uid=uid))
+            alerted.append(loops._is_alerted(("ns", "svc")))
+        # Deleted and created again under its name: the old incarnation's alerts are not its own.
+        loops.stop("ns", "svc")
+        loops.ensure("ns", "svc", uid="a-new-uid")
+        loops.alert(firing("ns", "svc", uid=UID))
+        alerted.append(loops._is_alerted(("ns", "svc")))
+        await loops.stop_all()
+        return alerted
+
+    assert asyncio.run(scenario()) == [False, False, True, False]
 
 
 def test_retries_back_off_doubling_to_a_cap_with_jitter():

@@ -68,6 +68,9 @@ def test_latency_burn_rate_alerts() -> None:
     for alert in alerts.values():
         assert alert["labels"][c.ALERT_ROUTE_LABEL] == c.ALERT_ROUTE_VALUE
         assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", c.ALERT_ROUTE_LABEL)
+        # The service's UID: the operator takes the alert for this object only.
+        assert alert["labels"][c.ALERT_SERVICE_UID_LABEL] == "uid-a"
+        assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", c.ALERT_SERVICE_UID_LABEL)
         assert "ns1/a" in alert["annotations"]["summary"]
 
 

@@ -186,6 +186,9 @@ def test_overload_scales_out_and_an_alert_triggers_an_immediate_decision(
                         "alertname": "TailPilotSLOBurnFast",
                         "namespace": namespace,
                         "inferenceservice": NAME,
+                        # What the generated rule labels its alerts with: the operator takes an
+                        # alert only for the service of that UID.
+                        "tailpilot_service_uid": obj["metadata"]["uid"],
                         "severity": "critical",
                     }
                 )
