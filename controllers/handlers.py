@@ -29,6 +29,7 @@ from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.kubeapi import ISVC
+from tailpilot.controllers.progress import PassWatch
 from tailpilot.controllers.reconciler import Reconciler
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.surge import SurgeReading
@@ -97,6 +98,8 @@ class ServiceLoops:
         self._wakeups: dict[tuple[str, str], asyncio.Event] = {}
         #: The UID of each served service, as its last watch event said (alerts must name it).
         self._uids: dict[tuple[str, str], str] = {}
+        #: The passes in flight, which the liveness probe reads (`progress`).
+        self.passes = PassWatch(clock=clock)
 
     def ensure(self, namespace: str, name: str, *, uid: str = "") -> None:
         """Start the loop of a service if it is not running, and make it reconcile now.
@@ -230,15 +233,16 @@ class ServiceLoops:
         while True:
             wake.clear()
             try:
-                if woken or self.clock.monotonic() >= reconcile_due:
-                    result = await loop.run_in_executor(
-                        self._executor, self._reconciler.reconcile, namespace, name
-                    )
-                    reconcile_due = self.clock.monotonic() + result.requeue_after
-                    self._sync_fast_checks(key, wanted=result.fast_checks)
-                    self._sync_canary(key, wanted=result.canary_analysis)
-                control_in = await self._control(namespace, name, wake)
-                analysis_in = await self._analyse_canary(namespace, name, wake)
+                with self.passes.watching(key):
+                    if woken or self.clock.monotonic() >= reconcile_due:
+                        result = await loop.run_in_executor(
+                            self._executor, self._reconciler.reconcile, namespace, name
+                        )
+                        reconcile_due = self.clock.monotonic() + result.requeue_after
+                        self._sync_fast_checks(key, wanted=result.fast_checks)
+                        self._sync_canary(key, wanted=result.canary_analysis)
+                    control_in = await self._control(namespace, name, wake)
+                    analysis_in = await self._analyse_canary(namespace, name, wake)
                 delay = min(reconcile_due - self.clock.monotonic(), control_in, analysis_in)
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - one bad pass must not end the loop
@@ -354,6 +358,14 @@ def register(
         # An explicit registry does not get kopf's default login handlers; use the same
         # credentials the `kubernetes` client finds (in-cluster, else the kubeconfig).
         return kopf.login_via_client(**kwargs)
+
+    @kopf.on.probe(id="progress", registry=registry)
+    def progress(**_: Any) -> str:
+        # kopf's liveness endpoint answers 500 when a probe raises: the kubelet restarts a stuck operator.
+        problem = loops.passes.problem()
+        if problem is not None:
+            raise kopf.PermanentError(f"no progress: {problem}")
+        return "service loops progress"
 
     @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry)
     async def on_service_event(

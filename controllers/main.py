@@ -393,7 +393,15 @@ def run(
         on_lost=_exit_lost,
         clock=clock,
     )
-    asyncio.run(_run_elected(operator, elector=elector, liveness=args.liveness, ready_flag=ready_flag))
+    asyncio.run(
+        _run_elected(
+            operator,
+            elector=elector,
+            liveness=args.liveness,
+            ready_flag=ready_flag,
+            progress=loops.passes.problem,
+        )
+    )
     # A clean stop (SIGTERM): kopf has stopped its handlers; let the reconciles sent finish, then
     # hand the lease over so the standby takes over at its next try, not after the lease duration.
     executor.shutdown(wait=True, cancel_futures=True)
@@ -415,13 +423,15 @@ async def _run_elected(
     elector: LeaderElector,
     liveness: str,
     ready_flag: threading.Event | None,
+    progress: Callable[[], str | None] = lambda: None,
 ) -> None:
     """Wait for the lease (a standby), then run the operator while the election thread renews it.
 
     `/healthz` (the liveness URL's path) answers 200 from the start while the election runs, so a
     standby is alive to the kubelet; `/readyz` answers 200 only on the leader once kopf is ready,
     so the webhook Service sends Alertmanager to the leader alone. kopf's own liveness endpoint
-    is not started: this server, on the same event loop as kopf's handlers, answers the same way.
+    is not started: this server, on the same event loop as kopf's handlers, answers the same way,
+    and fails (503) when `progress` names a service pass stuck past its bound, as kopf's would.
     """
     loop = asyncio.get_running_loop()
     leading: asyncio.Future[None] = loop.create_future()
@@ -434,7 +444,12 @@ async def _run_elected(
     thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.Response(status=200 if thread.is_alive() else 503, text=elector.observed_holder)
+        if not thread.is_alive():
+            return web.Response(status=503, text="the leader election thread has stopped")
+        problem = progress()
+        if problem is not None:
+            return web.Response(status=503, text=f"no progress: {problem}")
+        return web.Response(status=200, text=elector.observed_holder)
 
     async def readyz(_: web.Request) -> web.Response:
         ready = elector.leading.is_set() and kopf_ready.is_set()
