@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.quantity import milli_cpu
+from tailpilot.api.quantity import milli_cpu, quantity_value
 from tailpilot.api.v1alpha1 import NAME_PATTERN, Backend, Device, InferenceServiceSpec, ServingVariant
 
 
@@ -73,6 +73,9 @@ def check_spec(
                 )
             )
         problems.extend(_check_cpu(resources, section))
+        problems.extend(_check_quantities(resources, section))
+    problems.extend(_check_requests_within_limits(resources))
+    problems.extend(_check_affinity(spec.runtime.affinity))
     return problems
 
 
@@ -87,6 +90,77 @@ def _check_cpu(resources: Mapping[str, Any], section: str) -> list[Problem]:
         return []
     what = "a CPU quantity above zero" if section == "limits" else "a CPU quantity"
     return [Problem(f"spec.runtime.resources.{section}.cpu", f"{cpu!r} is not {what} (write e.g. 500m or 2)")]
+
+
+def _check_quantities(resources: Mapping[str, Any], section: str) -> list[Problem]:
+    """Every amount other than CPU's (which `_check_cpu` words) must be a quantity.
+
+    The API server takes the field as free-form (it is the user's ResourceRequirements, kept whole);
+    a value that is not a quantity would pass admission, then have the Deployment refused on every
+    pass after the engine was built, while the conditions said the build ran.
+    """
+    amounts = resources.get(section)
+    if amounts is None:
+        return []
+    if not isinstance(amounts, Mapping):
+        return [Problem(f"spec.runtime.resources.{section}", "must map resource names to quantities")]
+    problems = []
+    for resource, amount in amounts.items():
+        if resource == "cpu" or resource == c.GPU_RESOURCE:
+            continue
+        try:
+            quantity_value(amount)
+        except ValueError:
+            problems.append(
+                Problem(
+                    f"spec.runtime.resources.{section}.{resource}",
+                    f"{amount!r} is not a quantity (write e.g. 512Mi, 2Gi or 1)",
+                )
+            )
+    return problems
+
+
+def _check_requests_within_limits(resources: Mapping[str, Any]) -> list[Problem]:
+    """A request above its limit: the API server refuses every pod of such a template."""
+    requests, limits = resources.get("requests"), resources.get("limits")
+    if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+        return []
+    problems = []
+    for resource in sorted(set(requests) & set(limits)):
+        try:
+            above = quantity_value(requests[resource]) > quantity_value(limits[resource])
+        except ValueError:
+            continue  # said already, as not a quantity
+        if above:
+            problems.append(
+                Problem(
+                    f"spec.runtime.resources.requests.{resource}",
+                    f"{requests[resource]!r} is above its limit {limits[resource]!r} "
+                    "(a request must not exceed its limit)",
+                )
+            )
+    return problems
+
+
+#: The fields of a Kubernetes Affinity, each an object.
+AFFINITY_FIELDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+def _check_affinity(affinity: Mapping[str, Any] | None) -> list[Problem]:
+    """The affinity's shape at its top: the API server would refuse the pods of any other."""
+    if affinity is None:
+        return []
+    problems = []
+    for key, value in affinity.items():
+        if key not in AFFINITY_FIELDS:
+            problems.append(
+                Problem(
+                    f"spec.runtime.affinity.{key}", f"unknown field (one of {', '.join(AFFINITY_FIELDS)})"
+                )
+            )
+        elif not isinstance(value, Mapping):
+            problems.append(Problem(f"spec.runtime.affinity.{key}", "must be an object"))
+    return problems
 
 
 def check_batching(batching: BatchingConfig, *, engine_max_batch_size: int) -> list[Problem]:

@@ -54,3 +54,48 @@ def test_batching_outside_engine_profile() -> None:
     fields = [p.field for p in check_batching(cfg, engine_max_batch_size=32)]
     assert fields == ["spec.batching.maxBatchSize", "spec.batching.preferredBatchSizes"]
     assert check_batching(BatchingConfig(max_batch_size=32), engine_max_batch_size=32) == []
+
+
+def test_amounts_the_api_server_would_refuse_in_every_pod_are_named_before_any_build() -> None:
+    spec = _spec(
+        CPU_BASE,
+        {
+            "runtime": {
+                "resources": {
+                    "limits": {"cpu": "1", "memory": "lots"},
+                    "requests": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "-1"},
+                }
+            }
+        },
+    )
+    problems = check_spec(spec, name="x")
+    assert [p.field for p in problems] == [
+        "spec.runtime.resources.limits.memory",
+        "spec.runtime.resources.requests.ephemeral-storage",
+        "spec.runtime.resources.requests.cpu",
+    ]
+    assert "'lots' is not a quantity" in problems[0].message
+    assert "'2' is above its limit '1'" in problems[2].message
+    # Equal amounts, and binary against decimal spellings of one value, are fine.
+    fine = _spec(
+        CPU_BASE,
+        {
+            "runtime": {
+                "resources": {
+                    "limits": {"cpu": "1", "memory": "1Gi"},
+                    "requests": {"cpu": "1000m", "memory": "1073741824"},
+                }
+            }
+        },
+    )
+    assert check_spec(fine, name="x") == []
+
+
+def test_an_affinity_the_api_server_would_refuse_is_named() -> None:
+    spec = _spec(CPU_BASE, {"runtime": {"affinity": {"nodeAfinity": {}, "podAntiAffinity": ["x"]}}})
+    problems = check_spec(spec, name="x")
+    assert [p.field for p in problems] == [
+        "spec.runtime.affinity.nodeAfinity",
+        "spec.runtime.affinity.podAntiAffinity",
+    ]
+    assert "unknown field" in problems[0].message and "must be an object" in problems[1].message
