@@ -22,7 +22,9 @@ from pydantic import ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import CanaryStatus, CanaryTrackStatus, InferenceService
+from tailpilot.controllers.canary_rollout import phase_conditions
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.conditions import merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
 from tailpilot.controllers.kubeapi import ISVC, PODS, Kube
 from tailpilot.controllers.metrics import OperatorMetrics
@@ -156,9 +158,21 @@ class CanaryAnalyst:
         return event is not None
 
     async def _record(self, body: dict[str, Any], canary: CanaryStatus, event: EventRecord | None) -> bool:
-        """Write status.canary (when it changed) and post the verdict's Event; False (no verdict)."""
+        """Write status.canary (when it changed) and post the verdict's Event; False (no verdict).
+
+        A verdict's phase goes in the same patch as the conditions that say it (`phase_conditions`,
+        which the reconcile's pass uses too): a reader never sees the canary rolled back while
+        RolloutBlocked still says it is being analysed.
+        """
         old = decode_status(body.get("status"))
         new = old.model_copy(update={"canary": canary})
+        if event is not None:
+            updates = [u for u in phase_conditions(canary) if u is not None]
+            generation = old.observed_generation or int(body.get("metadata", {}).get("generation") or 0)
+            conditions = merge_conditions(
+                old.conditions, updates, generation=generation, now=utc_now(self.clock)
+            )
+            new = new.model_copy(update={"conditions": conditions})
         if new != old:
             await asyncio.to_thread(self.kube.patch_status, body, status_patch(body.get("status"), new))
         if event is not None:

@@ -152,38 +152,43 @@ def canary_step(
         )
     elif canary.phase in ("Starting", "Analysing") and canary.replicas != replicas:
         canary = canary.model_copy(update={"replicas": replicas})
-    status = status.model_copy(update={"canary": canary})
+    engine_ready, blocked = phase_conditions(canary)
+    return CanaryStep(
+        engine_ready=engine_ready,
+        blocked=blocked,
+        status=status.model_copy(update={"canary": canary}),
+        events=events,
+    )
 
+
+def phase_conditions(canary: CanaryStatus) -> tuple[ConditionUpdate | None, ConditionUpdate]:
+    """(EngineReady, RolloutBlocked) as the canary's phase has them; EngineReady None: the engine serves.
+
+    One function for the reconcile's pass and the analyst's verdict: the verdict's phase and the
+    conditions that say it are written in one status patch, never a phase without its conditions.
+    """
+    key = canary.engine.key[:12]
     if canary.phase in ("Promoting", "Promoted"):
-        return CanaryStep(
-            engine_ready=None,
-            blocked=ConditionUpdate(
-                c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_FALSE, c.REASON_CANARY_PROMOTED, canary.message
-            ),
-            status=status,
-            events=events,
+        return None, ConditionUpdate(
+            c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_FALSE, c.REASON_CANARY_PROMOTED, canary.message
         )
     if canary.phase == "RolledBack":
         message = (
             f"canary of engine {key} rolled back: {canary.message}. The serving engine keeps serving; "
             f"to serve the new one anyway, annotate the service {c.ANNOTATION_ACCEPT_ENGINE}={key}"
         )
-        return _held(status, events, c.REASON_CANARY_ROLLED_BACK, message, blocked=True)
+        return _held(c.REASON_CANARY_ROLLED_BACK, message, blocked=True)
     message = f"engine {key} under canary analysis: {canary.message}"
-    return _held(status, events, c.REASON_CANARY_ANALYSIS, message, blocked=False)
+    return _held(c.REASON_CANARY_ANALYSIS, message, blocked=False)
 
 
-def _held(
-    status: InferenceServiceStatus, events: list[EventRecord], reason: str, message: str, *, blocked: bool
-) -> CanaryStep:
+def _held(reason: str, message: str, *, blocked: bool) -> tuple[ConditionUpdate, ConditionUpdate]:
     """The new engine does not serve yet: EngineReady False and RolloutBlocked, both with `reason`."""
-    return CanaryStep(
-        engine_ready=ConditionUpdate(c.CONDITION_ENGINE_READY, c.STATUS_FALSE, reason, message),
-        blocked=ConditionUpdate(
+    return (
+        ConditionUpdate(c.CONDITION_ENGINE_READY, c.STATUS_FALSE, reason, message),
+        ConditionUpdate(
             c.CONDITION_ROLLOUT_BLOCKED, c.STATUS_TRUE if blocked else c.STATUS_FALSE, reason, message
         ),
-        status=status,
-        events=events,
     )
 
 
