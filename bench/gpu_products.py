@@ -51,7 +51,7 @@ import numpy.typing as npt
 from tailpilot.api.autoscaling import BatchingConfig, Observation
 from tailpilot.api.engine import EngineProfile
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
-from tailpilot.bench import quotes
+from tailpilot.bench import cli_lists, quotes
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, default_batching, load_profile
 from tailpilot.bench.metrics import p99, summarize
 from tailpilot.bench.published import REPO, git_commit, utc_minute
@@ -572,28 +572,19 @@ vs best single: the choice's saving against the cheapest fixed-product run holdi
 with the most requests within the SLO)."""
 
 
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _seconds(value: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(v) for v in _names(value))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a list of seconds: {value!r}") from exc
-    if not out or any(not math.isfinite(v) or v < 0 for v in out):
-        raise argparse.ArgumentTypeError(f"not a list of seconds: {value!r}")
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -P -m tailpilot.bench.gpu_products", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--traces", type=_names, default=TRACE_NAMES, help="comma-separated (default all)")
     ap.add_argument(
-        "--ts", type=_seconds, default=(30.0, 90.0), help="replica start-up times, s (default 30,90)"
+        "--traces", type=cli_lists.names, default=TRACE_NAMES, help="comma-separated (default all)"
+    )
+    ap.add_argument(
+        "--ts",
+        type=cli_lists.seconds,
+        default=(30.0, 90.0),
+        help="replica start-up times, s (default 30,90)",
     )
     ap.add_argument("--duration-s", type=float, default=3600.0)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tailpilot.bench import quotes
+from tailpilot.bench import cli_lists, quotes
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.published import REPO, git_commit, utc_minute
 from tailpilot.bench.report import markdown, plot_timelines, text_table, write_csv
@@ -51,20 +51,6 @@ def method_href(out: Path) -> str:
     return Path(os.path.relpath(REPO / "docs" / "benchmarks" / "method.md", out.resolve())).as_posix()
 
 
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _seconds(value: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(v) for v in _names(value))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a list of seconds: {value!r}") from exc
-    if not out or any(not math.isfinite(v) or v < 0 for v in out):
-        raise argparse.ArgumentTypeError(f"not a list of seconds >= 0: {value!r}")
-    return out
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -P -m tailpilot.bench.run", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI smoke subset: 4 traces, 20 min, Ts=30 s")
@@ -77,16 +63,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument(
-        "--ts", type=_seconds, help="comma-separated replica start-up times, s (default 5,30,90; quick 30)"
+        "--ts",
+        type=cli_lists.seconds,
+        help="comma-separated replica start-up times, s (default 5,30,90; quick 30)",
     )
     ap.add_argument(
         "--traces",
-        type=_names,
+        type=cli_lists.names,
         help=f"comma-separated subset of the traces (default all: {','.join(TRACE_NAMES)})",
     )
     ap.add_argument(
         "--policies",
-        type=_names,
+        type=cli_lists.names,
         help="comma-separated policies to run (default every one of the table; "
         f"{','.join(EXPERIMENTAL_POLICIES)} only when named)",
     )
