@@ -245,6 +245,8 @@ GPU_TAINT_KEY: Final = "nvidia.com/gpu"
 GPU_TAINT_VALUE: Final = "present"
 GPU_TAINT_EFFECT: Final = "NoSchedule"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+#: The label the API server puts on every namespace, holding its name (namespace selectors match it).
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 #: Known GPU products (node label value -> memory in GiB); the semantic validation warns on others.
 KNOWN_GPU_PRODUCTS: Final[dict[str, int]] = {

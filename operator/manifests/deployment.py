@@ -233,7 +233,10 @@ def serving_placement(isvc: InferenceService) -> dict[str, Any]:
     if tolerations:
         fields["tolerations"] = tolerations
     affinity = placement.affinity(
-        isvc_name=isvc.name, exclusive=bool(gpu and gpu.exclusive), user=runtime.affinity
+        isvc_name=isvc.name,
+        namespace=isvc.namespace,
+        exclusive=bool(gpu and gpu.exclusive),
+        user=runtime.affinity,
     )
     if affinity:
         fields["affinity"] = affinity

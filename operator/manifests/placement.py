@@ -4,9 +4,10 @@ GPU nodes carry `nvidia.com/gpu.product=<product>` (GPU feature discovery)
 and usually the taint `nvidia.com/gpu=present:NoSchedule`. A TensorRT plan
 only runs on the product it was built for, so both the build Job and the
 serving pods select that product. Exclusive placement is a required pod
-anti-affinity against pods of *other* InferenceServices (label key exists,
-value not this one) per node, in every namespace; required anti-affinity is
-symmetric in the scheduler, so other services' pods also stay off our nodes.
+anti-affinity against pods of *other* InferenceServices per node: in the
+service's namespace those of another name, in every other namespace all of
+them; required anti-affinity is symmetric in the scheduler, so other services'
+pods also stay off our nodes.
 
 `ServingTarget` says where a model's instances run (the CPU, or GPUs of one
 product). It is derived here only: from the InferenceService spec (model
@@ -80,25 +81,44 @@ def tolerations(*, gpu: bool, user: Sequence[Mapping[str, Any]]) -> list[dict[st
     return merged
 
 
-def exclusive_anti_affinity_term(isvc_name: str) -> dict[str, Any]:
-    """Return a required anti-affinity term: no pod of another InferenceService (any namespace) per node."""
-    return {
-        "labelSelector": {
-            "matchExpressions": [
-                {"key": c.LABEL_ISVC, "operator": "Exists"},
-                {"key": c.LABEL_ISVC, "operator": "NotIn", "values": [isvc_name]},
-            ]
+def exclusive_anti_affinity_terms(isvc_name: str, namespace: str) -> list[dict[str, Any]]:
+    """Required anti-affinity terms: no pod of another InferenceService on the node, in any namespace.
+
+    Two terms, because a service is its namespace and its name: in its own namespace every other
+    service's pods (the label's value is not this name), in every other namespace every service's
+    pods whatever their name. One term keyed on the name alone let a service of the same name in
+    another namespace share the node. Pods no InferenceService owns (no label) are not repelled:
+    a term that matched them would match the node's DaemonSet pods too and place nothing; keeping
+    other workloads off GPU nodes is a taint's job (docs/security.md).
+    """
+    return [
+        {
+            "labelSelector": {
+                "matchExpressions": [
+                    {"key": c.LABEL_ISVC, "operator": "Exists"},
+                    {"key": c.LABEL_ISVC, "operator": "NotIn", "values": [isvc_name]},
+                ]
+            },
+            "namespaces": [namespace],
+            "topologyKey": c.HOSTNAME_LABEL,
         },
-        "namespaceSelector": {},
-        "topologyKey": c.HOSTNAME_LABEL,
-    }
+        {
+            "labelSelector": {"matchExpressions": [{"key": c.LABEL_ISVC, "operator": "Exists"}]},
+            "namespaceSelector": {
+                "matchExpressions": [{"key": c.NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [namespace]}]
+            },
+            "topologyKey": c.HOSTNAME_LABEL,
+        },
+    ]
 
 
-def affinity(*, isvc_name: str, exclusive: bool, user: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """User affinity with the exclusive anti-affinity term appended; None when both are empty."""
+def affinity(
+    *, isvc_name: str, namespace: str, exclusive: bool, user: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """User affinity with the exclusive anti-affinity terms appended; None when both are empty."""
     merged: dict[str, Any] = copy.deepcopy(dict(user or {}))
     if exclusive:
         anti = merged.setdefault("podAntiAffinity", {})
         terms = anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
-        terms.append(exclusive_anti_affinity_term(isvc_name))
+        terms.extend(exclusive_anti_affinity_terms(isvc_name, namespace))
     return merged or None

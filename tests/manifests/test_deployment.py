@@ -83,13 +83,19 @@ def test_exclusive_anti_affinity_against_other_services_only() -> None:
     user = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     pod = _deploy(make_isvc("a").gpu(exclusive=True).runtime(affinity=user))["spec"]["template"]["spec"]
     assert pod["affinity"]["nodeAffinity"] == user["nodeAffinity"]
-    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["topologyKey"] == "kubernetes.io/hostname"
-    assert term["namespaceSelector"] == {}
-    assert term["labelSelector"]["matchExpressions"] == [
+    here, elsewhere = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert here["topologyKey"] == elsewhere["topologyKey"] == "kubernetes.io/hostname"
+    # In its own namespace: every other service's pods.
+    assert here["namespaces"] == ["ml"] and "namespaceSelector" not in here
+    assert here["labelSelector"]["matchExpressions"] == [
         {"key": c.LABEL_ISVC, "operator": "Exists"},
         {"key": c.LABEL_ISVC, "operator": "NotIn", "values": ["a"]},
     ]
+    # In every other namespace: every service's pods, one named "a" too.
+    assert elsewhere["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ml"]}]
+    }
+    assert elsewhere["labelSelector"]["matchExpressions"] == [{"key": c.LABEL_ISVC, "operator": "Exists"}]
     # Its own pods carry the label with value "a", so the term does not repel them.
     labels = _deploy(make_isvc("a").gpu(exclusive=True))["spec"]["template"]["metadata"]["labels"]
     assert labels[c.LABEL_ISVC] == "a"
