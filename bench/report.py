@@ -222,6 +222,19 @@ def robustness_table(rows: Sequence[Row], *, method_href: str = "method.md") -> 
     ]
 
 
+def _warmup_line(setup: Setup) -> str:
+    """How the causal policies' history before the scored trace was made."""
+    if setup.warmup_s <= 0:
+        return "- Warm-up: none (an arrival file has no process to draw a history from)."
+    return (
+        f"- Warm-up: every causal policy (the autoscalers and TailPilot) first serves {setup.warmup_s:g} s "
+        "of the same arrival process, unscored: the end of another realization of the trace (another "
+        "seed; for the Azure replays another thinning of the same hour), so that what a policy learns "
+        "from history starts as a running service's would. The static fleets and the oracles run "
+        "the scored trace alone. Every figure below covers the scored trace only."
+    )
+
+
 def markdown(
     result: SuiteResult,
     *,
@@ -253,6 +266,7 @@ def markdown(
         f"{setup.capacity_rps:.1f} req/s within the SLO; every policy is bounded to "
         f"1..{setup.max_replicas} replicas. Every autoscaler starts from the realizable oracle's "
         "own first fleet at the same Ts, ready at t = 0 (the trace is a stretch of a running service).",
+        _warmup_line(setup),
         f"- Baseline knobs: batching max {b.batching.max_batch_size}, "
         f"delay {b.batching.max_queue_delay_us} us; "
         f"KEDA queue target {b.queue_per_replica:g}/replica; "

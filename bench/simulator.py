@@ -120,6 +120,11 @@ class SimConfig:
     #: payload before the instance takes it. `make bench-batcher-probe` measured about one half on
     #: this project's machines (docs/benchmarks/batcher-probe.md).
     batcher_wins_race: float = 0.5
+    #: Seconds of unscored warm-up at the start of the run: the fleet serves and the controller
+    #: decides from 0 s, but the result covers [score_from_s, duration_s) only, its times shifted so
+    #: that the scored part starts at 0 (the requests, batches, samples, actions and replica-seconds
+    #: of the warm-up are left out; the work it left queued is served within the scored part).
+    score_from_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -607,14 +612,15 @@ class Simulation:
         return cum
 
     def _result(self) -> SimResult:
-        end = self._cfg.duration_s
-        cost = sum(max(0.0, min(r.ended_at, end) - r.requested_at) for r in self._replicas)
+        end, begin = self._cfg.duration_s, self._cfg.score_from_s
         by_product: dict[str, float] = {}
         for r in self._replicas:
             key = r.product or ""
-            by_product[key] = by_product.get(key, 0.0) + max(0.0, min(r.ended_at, end) - r.requested_at)
+            held = max(0.0, min(r.ended_at, end) - max(r.requested_at, begin))
+            by_product[key] = by_product.get(key, 0.0) + held
+        cost = sum(max(0.0, min(r.ended_at, end) - max(r.requested_at, begin)) for r in self._replicas)
         s = self._samples
-        return SimResult(
+        full = SimResult(
             arrival_s=np.asarray(self._arr, dtype=np.float64),
             start_s=np.asarray(self._start, dtype=np.float64),
             done_s=np.asarray(self._done, dtype=np.float64),
@@ -630,6 +636,36 @@ class Simulation:
             replica_seconds_by_product=by_product,
             moves=list(self._moves),
         )
+        return scored_part(full, begin) if begin > 0 else full
+
+
+def scored_part(full: SimResult, begin_s: float) -> SimResult:
+    """`full` from `begin_s` on, every time shifted by -`begin_s` (its replica-seconds already are).
+
+    The batching in force at `begin_s` becomes the first change, at 0 s.
+    """
+    keep = full.arrival_s >= begin_s
+    batches = full.batch_start_s >= begin_s
+    samples = full.sample_s >= begin_s
+    before = [cfg for t, cfg in full.batching_changes if t < begin_s]
+    after = [(t - begin_s, cfg) for t, cfg in full.batching_changes if t >= begin_s]
+    changes = ([(0.0, before[-1])] if before and (not after or after[0][0] > 0) else []) + after
+    return SimResult(
+        arrival_s=full.arrival_s[keep] - begin_s,
+        start_s=full.start_s[keep] - begin_s,
+        done_s=full.done_s[keep] - begin_s,
+        batch_start_s=full.batch_start_s[batches] - begin_s,
+        batch_size=full.batch_size[batches],
+        sample_s=full.sample_s[samples] - begin_s,
+        sample_ready=full.sample_ready[samples],
+        sample_provisioned=full.sample_provisioned[samples],
+        actions=[(t - begin_s, old, new) for t, old, new in full.actions if t >= begin_s],
+        batching_changes=changes,
+        replica_seconds=full.replica_seconds,
+        duration_s=full.duration_s - begin_s,
+        replica_seconds_by_product=full.replica_seconds_by_product,
+        moves=[(t - begin_s, old, new) for t, old, new in full.moves if t >= begin_s],
+    )
 
 
 def _pod_name(idx: int) -> str:

@@ -24,7 +24,14 @@ from tailpilot.bench.engine_profiles import batching_candidates, default_batchin
 from tailpilot.bench.metrics import RunMetrics, Timeline, settle_time, summarize, timeline
 from tailpilot.bench.oracle import ScheduledOracle, WindowNeed, window_needs
 from tailpilot.bench.simulator import Controller, SimConfig, SimResult, Target, simulate
-from tailpilot.bench.traces import TRACE_NAMES, TraceSpec, build_trace, read_arrivals, step_onsets
+from tailpilot.bench.traces import (
+    TRACE_NAMES,
+    TraceSpec,
+    build_trace,
+    read_arrivals,
+    step_onsets,
+    warmup_arrivals,
+)
 
 STATIC_POLICIES = ("static-peak", "static-mean")
 ORACLES = ("oracle-fluid", "oracle-realizable")
@@ -60,6 +67,9 @@ EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_NO_SURGE)
 OBJECTIVE_POLICIES = {"tailpilot-objective-95": 95.0, "tailpilot-objective-99.9": 99.9}
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
+#: Policies that run without the unscored warm-up: a constant fleet and a schedule learn nothing
+#: from history (the oracles follow the scored trace's own windows).
+UNWARMED_POLICIES = (*STATIC_POLICIES, *ORACLES)
 
 
 def policy_names(*, with_tailpilot: bool) -> list[str]:
@@ -96,6 +106,16 @@ class Setup:
     #: An arrival file to run instead of the built-in traces (name "custom").
     trace_file: Path | None = None
     policies: tuple[str, ...] | None = None
+    #: Unscored warm-up before each trace, as a share of its duration: every causal policy (the
+    #: baselines and TailPilot) serves it first, so that what they learn from history (the learned
+    #: speed, the headroom's rises, the baselines' windows) starts as a running service's would.
+    #: None for an arrival file (it has no process to draw another realization from).
+    warmup_fraction: float = 0.5
+
+    @property
+    def warmup_s(self) -> float:
+        """Seconds of unscored warm-up before each trace (0 for an arrival file)."""
+        return 0.0 if self.trace_file is not None else self.warmup_fraction * self.duration_s
 
     @property
     def capacity_rps(self) -> float:
@@ -326,14 +346,21 @@ def sim_config(setup: Setup, name: str, *, startup_s: float) -> SimConfig:
 
 
 def run_controller(
-    setup: Setup, name: str, controller: Controller, *, startup_s: float
+    setup: Setup, name: str, controller: Controller, *, startup_s: float, warmup: bool = False
 ) -> tuple[SimResult, RunMetrics]:
-    """One controller on trace `name`, on the fleet every policy runs on, scored like the table."""
-    res = simulate(
-        arrivals_s=trace_of(setup, name).arrivals,
-        config=sim_config(setup, name, startup_s=startup_s),
-        controller=controller,
-    )
+    """One controller on trace `name`, on the fleet every policy runs on, scored like the table.
+
+    `warmup`: the controller serves `setup.warmup_s` seconds of the same process first, unscored.
+    """
+    arrivals, config = trace_of(setup, name).arrivals, sim_config(setup, name, startup_s=startup_s)
+    lead = setup.warmup_s if warmup else 0.0
+    if lead > 0:
+        history = warmup_arrivals(
+            name, capacity_rps=setup.capacity_rps, duration_s=setup.duration_s, warmup_s=lead, seed=setup.seed
+        )
+        arrivals = np.concatenate([history, arrivals + lead])
+        config = replace(config, duration_s=lead + setup.duration_s, score_from_s=lead)
+    res = simulate(arrivals_s=arrivals, config=config, controller=controller)
     return res, summarize(res, slo_ms=setup.slo_ms, step_onsets_s=step_onsets(name, setup.duration_s))
 
 
@@ -366,11 +393,13 @@ def _run(
     setup, name, ts, policy, needs, params, want_timeline = task
     ctl = make_controller(setup, policy=policy, ts=ts, needs=needs, params=params)
     startup = 0.0 if policy == "oracle-fluid" else ts
-    res, metrics = run_controller(setup, name, ctl, startup_s=startup)
+    warmup = policy not in UNWARMED_POLICIES
+    res, metrics = run_controller(setup, name, ctl, startup_s=startup, warmup=warmup)
+    # The learned speed's series runs on the controller's clock, from the warm-up's start.
     metrics = with_learned_scale(
         metrics,
         getattr(ctl, "service_scales", None),
-        duration_s=setup.duration_s,
+        duration_s=setup.duration_s + (setup.warmup_s if warmup else 0.0),
         slopes=getattr(ctl, "slope_scales", None),
     )
     errors: list[str] = list(getattr(ctl, "errors", []))

@@ -317,6 +317,32 @@ def build_trace(name: str, *, capacity_rps: float, duration_s: float, seed: int)
     raise ValueError(f"unknown trace {name!r}")
 
 
+#: Seed offset of a trace's warm-up: another realization of the same arrival process.
+WARMUP_SEED_OFFSET = 1_000_003
+
+
+def warmup_arrivals(
+    name: str, *, capacity_rps: float, duration_s: float, warmup_s: float, seed: int
+) -> Arrivals:
+    """The `warmup_s` seconds before trace `name`'s run: the end of another realization of its process.
+
+    A running service has seen its traffic before the hour a benchmark scores: the same arrival
+    process, not these arrivals. So the warm-up is the last `warmup_s` seconds of the trace built with
+    another seed (the same generator, rates and events; for the Azure replays, the same hour thinned
+    and duplicated by another draw, the only history of that process the trace holds), shifted to
+    [0, warmup_s). Its end meets the run's start where the process is continuous (T4's sine, T10's
+    ramp at its low level).
+    """
+    if warmup_s <= 0:
+        return np.empty(0)
+    other = build_trace(
+        name, capacity_rps=capacity_rps, duration_s=duration_s, seed=seed + WARMUP_SEED_OFFSET
+    )
+    start = duration_s - min(warmup_s, duration_s)
+    tail = other.arrivals[other.arrivals >= start] - start
+    return np.asarray(tail, dtype=np.float64)
+
+
 #: T9: each flash crowd multiplies the base rate by this within `FLASH_RISE_S`, holds it, and fades.
 FLASH_FACTOR = 5.0
 FLASH_RISE_S = 20.0
