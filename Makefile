@@ -73,7 +73,7 @@ test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step 
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
-bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product page; rewrites docs/benchmarks and the figures docs quote from it (~6 min)
+bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product page; rewrites docs/benchmarks and the figures docs quote from it (~7 min)
 	$(PY) -P -m tailpilot.bench.run
 	$(PY) -P -m tailpilot.bench.gpu_products
 
@@ -92,7 +92,7 @@ MEASURED_POLICIES := static-peak,hpa-util70,keda-queue,knative-kpa,clipper-aimd+
 	tailpilot,tailpilot-profile-0.7x,tailpilot-profile-1.4x,tailpilot-profile-slope,oracle-realizable
 
 .PHONY: bench-measured
-bench-measured: venv ## the policy benchmark on the measured CPU profile (bench/profiles/example-cpu.json), Ts = 30 s, into docs/benchmarks/measured-cpu/ (~10 min)
+bench-measured: venv ## the policy benchmark on the measured CPU profile (bench/profiles/example-cpu.json), Ts = 30 s, into docs/benchmarks/measured-cpu/ (~18 min)
 	@test -f "$(MEASURED_PROFILE)" || { echo "no $(MEASURED_PROFILE): the measured profile.json of the example model is not there yet" >&2; exit 1; }
 	$(PY) -P -m tailpilot.bench.run --profile "$(MEASURED_PROFILE)" --ts 30 --traces "$(MEASURED_TRACES)" \
 		--policies "$(MEASURED_POLICIES)" --out "$(MEASURED_OUT)"
