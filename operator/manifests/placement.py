@@ -105,7 +105,9 @@ def exclusive_anti_affinity_terms(isvc_name: str, namespace: str) -> list[dict[s
         {
             "labelSelector": {"matchExpressions": [{"key": c.LABEL_ISVC, "operator": "Exists"}]},
             "namespaceSelector": {
-                "matchExpressions": [{"key": c.NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [namespace]}]
+                "matchExpressions": [
+                    {"key": c.NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [namespace]}
+                ]
             },
             "topologyKey": c.HOSTNAME_LABEL,
         },

@@ -1,4 +1,4 @@
-"""The benchmark's unscored warm-up: another realization of the process, served first, left out of the score."""
+"""The benchmark's unscored warm-up: another realization of the process, served first, not scored."""
 
 from __future__ import annotations
 
@@ -20,9 +20,8 @@ def test_the_scored_part_leaves_the_warm_up_out_and_starts_at_zero():
     config = SimConfig(
         service=PROFILE.service_time, duration_s=warm + scored, startup_s=5.0, score_from_s=warm
     )
-    res = simulate(
-        arrivals_s=arrivals, config=config, controller=Static(replicas=3, batching=BatchingConfig(max_batch_size=1))
-    )
+    static = Static(replicas=3, batching=BatchingConfig(max_batch_size=1))
+    res = simulate(arrivals_s=arrivals, config=config, controller=static)
     assert res.duration_s == scored
     assert res.replica_seconds == 3 * scored  # the warm-up's 300 replica-seconds are not paid
     assert res.arrival_s.size == np.count_nonzero(arrivals >= warm)
