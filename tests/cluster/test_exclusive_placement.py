@@ -18,6 +18,7 @@ from tailpilot.api import constants as c
 from tailpilot.manifests.placement import affinity, gpu_toleration
 from tailpilot_e2e.kube import temporary_namespace
 from tailpilot_e2e.wait import eventually
+from tests.cluster.gpu_usage import gpus_in_use
 
 pytestmark = pytest.mark.cluster
 
@@ -49,16 +50,7 @@ def service_pod(namespace: str) -> dict[str, Any]:
 
 
 def l4_gpus_in_use(core: client.CoreV1Api) -> int:
-    used = 0
-    for pod in core.list_pod_for_all_namespaces(
-        field_selector="status.phase!=Succeeded,status.phase!=Failed"
-    ).items:
-        if pod.spec.node_name and pod.spec.node_name.startswith("gpu-l4-"):
-            for container in pod.spec.containers:
-                used += int(
-                    ((container.resources and container.resources.limits) or {}).get(c.GPU_RESOURCE, 0)
-                )
-    return used
+    return gpus_in_use(core, node_prefix="gpu-l4-")
 
 
 def node_of(core: client.CoreV1Api, namespace: str, name: str) -> str | None:

@@ -6,6 +6,7 @@ import pytest
 from kubernetes import client
 
 from tailpilot_e2e.wait import eventually
+from tests.cluster.gpu_usage import gpus_in_use
 
 pytestmark = pytest.mark.cluster
 
@@ -74,23 +75,13 @@ def test_gpu_pod_without_toleration_stays_pending(k8s, namespace):
     assert pod.status.phase == "Pending" and pod.spec.node_name is None
 
 
-def _h100_gpus_in_use(core: client.CoreV1Api) -> int:
-    used = 0
-    for pod in core.list_pod_for_all_namespaces(
-        field_selector="status.phase!=Succeeded,status.phase!=Failed"
-    ).items:
-        if pod.spec.node_name and pod.spec.node_name.startswith("gpu-h100-"):
-            for container in pod.spec.containers:
-                limits = (container.resources and container.resources.limits) or {}
-                used += int(limits.get("nvidia.com/gpu", 0))
-    return used
-
-
 def test_gpu_capacity_is_real(k8s, namespace):
     """4 H100 nodes x 8 GPUs = 32: of 33 single-GPU replicas exactly one stays Pending."""
     apps, core = client.AppsV1Api(k8s), client.CoreV1Api(k8s)
     eventually(
-        lambda: _h100_gpus_in_use(core) == 0, timeout=60, description="H100 GPUs free of other tests' pods"
+        lambda: gpus_in_use(core, node_prefix="gpu-h100-") == 0,
+        timeout=60,
+        description="H100 GPUs free of other tests' pods",
     )
     apps.create_namespaced_deployment(
         namespace, gpu_deployment("h100", replicas=33, product="NVIDIA-H100-80GB-HBM3")
