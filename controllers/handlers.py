@@ -16,6 +16,7 @@ import logging
 import random
 from collections.abc import Mapping
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -31,6 +32,7 @@ from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.kubeapi import ISVC
 from tailpilot.controllers.progress import PassWatch
 from tailpilot.controllers.reconciler import Reconciler
+from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.surge import SurgeReading
 
@@ -43,6 +45,9 @@ RELEASE_TIMEOUT_S = 10.0
 #: in a row doubles it, up to `RETRY_MAX_S`, and each wait is jittered (`retry_delay_s`).
 RETRY_S = 5.0
 RETRY_MAX_S = 300.0
+#: A decision that raised is tried again after at most this many seconds (one default control
+#: period): autoscaling resumes within a period of the API server's or Prometheus' return.
+DECISION_RETRY_MAX_S = DEFAULT_CONTROL_PERIOD_S
 #: An error told in an Event is cut to this many characters.
 MAX_ERROR_CHARS = 512
 
@@ -56,6 +61,29 @@ def retry_delay_s(failures: int, *, jitter: float) -> float:
     """
     ceiling = min(RETRY_MAX_S, RETRY_S * 2.0 ** max(0, failures - 1))
     return ceiling / 2 + ceiling / 2 * jitter
+
+
+@dataclass
+class _PartRetries:
+    """The failures in a row of one part of a service's loop (its reconcile, decision or analysis).
+
+    Each part backs off on its own: `cap_s` bounds its wait, so a decision that failed while the
+    API server was away is tried again within a control period of its return.
+    """
+
+    what: str
+    reason: str
+    cap_s: float
+    failures: int = 0
+    #: The last error told in an Event (the same error is not told again while it repeats).
+    told: str = ""
+
+    def failed(self, *, jitter: float) -> float:
+        self.failures += 1
+        return min(self.cap_s, retry_delay_s(self.failures, jitter=jitter))
+
+    def succeeded(self) -> None:
+        self.failures = 0
 
 
 class ServiceLoops:
@@ -224,52 +252,79 @@ class ServiceLoops:
         A decision alone does not reconcile: with both on one timer, every control period cost a
         full reconcile (five API reads), 33 reconciles/s at 500 services (`make bench-scale`). A
         decision that changes the replicas wakes the loop, which reconciles at once.
+
+        The three parts fail apart. A reconcile that raises backs off doubling up to `RETRY_MAX_S`;
+        a decision or a canary analysis that raises is tried again after at most its own period
+        (`_PartRetries`). With one back-off for all, a two-minute API outage paused the service's
+        decisions for up to five minutes after the API server came back.
         """
         key = (namespace, name)
         wake = self._wakeups[key]
         loop = asyncio.get_running_loop()
         woken, reconcile_due = True, 0.0
-        failures, told = 0, ""
+        reconciles = _PartRetries("a pass", c.REASON_RECONCILE_FAILED, cap_s=RETRY_MAX_S)
+        decisions = _PartRetries("a decision", c.REASON_DECISION_FAILED, cap_s=DECISION_RETRY_MAX_S)
+        analyses = _PartRetries("a canary analysis", c.REASON_DECISION_FAILED, cap_s=ANALYSIS_PERIOD_S)
         while True:
             wake.clear()
-            try:
-                with self.passes.watching(key):
-                    if woken or self.clock.monotonic() >= reconcile_due:
+            with self.passes.watching(key):
+                if woken or self.clock.monotonic() >= reconcile_due:
+                    try:
                         result = await loop.run_in_executor(
                             self._executor, self._reconciler.reconcile, namespace, name
                         )
+                    except Exception as exc:  # noqa: BLE001 - one bad pass must not end the loop
+                        delay = await self._failed(key, reconciles, exc)
+                        reconcile_due = self.clock.monotonic() + delay
+                    else:
+                        reconciles.succeeded()
                         reconcile_due = self.clock.monotonic() + result.requeue_after
                         self._sync_fast_checks(key, wanted=result.fast_checks)
                         self._sync_canary(key, wanted=result.canary_analysis)
+                try:
                     control_in = await self._control(namespace, name, wake)
+                    decisions.succeeded()
+                except Exception as exc:  # noqa: BLE001 - a failed decision is tried again
+                    control_in = await self._failed(key, decisions, exc)
+                    self._next_control[key] = self.clock.monotonic() + control_in
+                try:
                     analysis_in = await self._analyse_canary(namespace, name, wake)
-                delay = min(reconcile_due - self.clock.monotonic(), control_in, analysis_in)
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - one bad pass must not end the loop
-                failures += 1
-                delay = retry_delay_s(failures, jitter=random.random())
-                log.exception(
-                    "reconcile of %s/%s failed (%d in a row); retrying in %.0f s", *key, failures, delay
-                )
-                reconcile_due = self.clock.monotonic() + delay
-                error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-                if error != told:  # told once per distinct error, not every retry
-                    told = error
-                    await self._post_event(
-                        namespace,
-                        name,
-                        EventRecord(
-                            "Warning",
-                            c.REASON_RECONCILE_FAILED,
-                            f"a pass failed ({failures} in a row; retrying in {delay:.0f} s, doubling "
-                            f"up to {RETRY_MAX_S:.0f} s): {error}",
-                        ),
-                    )
+                    analyses.succeeded()
+                except Exception as exc:  # noqa: BLE001 - a failed analysis is tried again
+                    analysis_in = await self._failed(key, analyses, exc)
+                    if key in self._canaries:
+                        self._canaries[key] = self.clock.monotonic() + analysis_in
+            delay = min(reconcile_due - self.clock.monotonic(), control_in, analysis_in)
             try:
                 await asyncio.wait_for(wake.wait(), timeout=max(0.0, delay))
                 woken = True
             except TimeoutError:
                 woken = False
+
+    async def _failed(self, key: tuple[str, str], part: _PartRetries, exc: Exception) -> float:
+        """Log a part that raised, tell it once per distinct error; return the seconds until its retry."""
+        delay = part.failed(jitter=random.random())
+        log.error(
+            "%s of %s/%s failed (%d in a row); retrying in %.0f s",
+            part.what,
+            *key,
+            part.failures,
+            delay,
+            exc_info=exc,
+        )
+        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        if error != part.told:  # told once per distinct error, not every retry
+            part.told = error
+            await self._post_event(
+                *key,
+                EventRecord(
+                    "Warning",
+                    part.reason,
+                    f"{part.what} failed ({part.failures} in a row; retrying in {delay:.0f} s, doubling "
+                    f"up to {part.cap_s:.0f} s): {error}",
+                ),
+            )
+        return delay
 
     def _sync_fast_checks(self, key: tuple[str, str], *, wanted: bool) -> None:
         """Run the fast checks of a service while it asks for them (and a fast checker exists)."""

@@ -170,8 +170,10 @@ EVENT_CHILD_REMOVED: Final = "ChildRemoved"
 EVENT_SLO_ALERT_FIRING: Final = "SLOAlertFiring"
 #: Normal Event: a firing SLO alert about the service resolved.
 EVENT_SLO_ALERT_RESOLVED: Final = "SLOAlertResolved"
-#: Warning Event: a reconcile or decision pass raised; it is retried with back-off.
+#: Warning Event: a reconcile pass raised; it is retried with a doubling back-off.
 REASON_RECONCILE_FAILED: Final = "ReconcileFailed"
+#: Warning Event: a control decision or a canary analysis raised; it is retried within its period.
+REASON_DECISION_FAILED: Final = "DecisionFailed"
 #: Build failure reasons that only a spec change can cure (the request itself is at fault): such a
 #: build is not retried; a spec change makes another request, hence another build. Failures of the
 #: model's content (unreachable, wrong checksum, not a valid model) are retried with back-off, since

@@ -326,3 +326,70 @@ def test_a_failing_pass_is_retried_with_growing_waits_and_told_once_per_error(
         ("Warning", "ReconcileFailed", "ConnectionError: API server refused the connection"),
         ("Warning", "ReconcileFailed", "ValueError: status patch rejected"),
     ]
+
+
+def test_decisions_go_on_while_every_reconcile_fails():
+    """A failing reconcile backs off; the decisions keep their own period meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Refusing:
+        def __init__(self) -> None:
+            self.kube = EventSink()
+            self.calls = 0
+
+        def reconcile(self, namespace: str, name: str) -> ReconcileResult:
+            self.calls += 1
+            raise ConnectionError("API server refused the connection")
+
+    reconciler = Refusing()
+
+    async def scenario() -> int:
+        autoscaler = FastAutoscaler(wanted=5)
+        with ThreadPoolExecutor(1) as executor:
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)  # type: ignore[arg-type]
+            loops.ensure("ns", "svc")
+            # Five decisions 10 ms apart, well before the reconcile's first retry (2.5 s at least).
+            await asyncio.wait_for(autoscaler.decided.wait(), timeout=2.0)
+            await loops.stop_all()
+        return autoscaler.steps
+
+    assert asyncio.run(scenario()) >= 5
+    assert reconciler.calls == 1
+    assert [r for _, r, _ in reconciler.kube.events] == ["ReconcileFailed"]
+
+
+def test_a_failing_decision_is_retried_within_its_cap_without_a_reconcile_and_told_once(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tailpilot.controllers import handlers
+
+    monkeypatch.setattr(handlers, "DECISION_RETRY_MAX_S", 0.01)
+
+    class FailingTwice(FastAutoscaler):
+        async def step(self, namespace: str, name: str, **kwargs: Any) -> tuple[float, bool]:
+            if self.steps < 2:
+                self.steps += 1
+                raise ConnectionError("Prometheus refused the connection")
+            return await super().step(namespace, name, **kwargs)
+
+    class Reconciling(CountingReconciler):
+        kube = EventSink()
+
+    reconciler = Reconciling()
+
+    async def scenario() -> int:
+        autoscaler = FailingTwice(wanted=4)
+        with ThreadPoolExecutor(1) as executor:
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)  # type: ignore[arg-type]
+            loops.ensure("ns", "svc")
+            # Under the reconcile's back-off the first retry would wait 2.5 s at least.
+            await asyncio.wait_for(autoscaler.decided.wait(), timeout=2.0)
+            await loops.stop_all()
+        return autoscaler.steps
+
+    assert asyncio.run(scenario()) >= 4
+    assert reconciler.calls == 1  # a failed decision does not make the service reconcile
+    told = [(r, m.split("): ")[-1]) for _, r, m in reconciler.kube.events]
+    assert told == [("DecisionFailed", "ConnectionError: Prometheus refused the connection")]
