@@ -114,6 +114,7 @@ from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.children import ClusterCapabilities, is_canary_child, plan_children
 from tailpilot.manifests.deployment import deployment_name
 from tailpilot.manifests.meta import controlled_by, selector_string
+from tailpilot.manifests.network_policy import engine_jobs_network_policy
 from tailpilot.manifests.service import rotation_selectable
 from tailpilot.manifests.triton_access import admin_key_ref
 from tailpilot.policy.from_spec import policy_config
@@ -154,6 +155,16 @@ class _EngineJob:
     def taken(self, what: str) -> str:
         """The words of a condition and an Event about a Job of the name that is not the service's."""
         return f"{self.not_owned}: no {what} is read from it and it is never deleted; rename or remove it"
+
+
+@dataclass(frozen=True)
+class _AppliedChild:
+    """A child after `_apply_child`: as it now is, how many writes that took, or that its name is taken."""
+
+    live: dict[str, Any] | None
+    written: int
+    #: An object this service does not control holds the child's name: left alone.
+    taken: bool = False
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -352,8 +363,32 @@ class Reconciler:
             return self._invalid(body, status, generation, format_problems(problems))
         admin = ensure_admin_key(self.kube, isvc)
         if isinstance(admin, AdminKeyUnavailable):
-            return self._admin_key_unavailable(body, status, generation, admin.message)
+            return self._child_unavailable(body, status, generation, admin.message)
+        policy_taken = self._guard_engine_jobs(isvc)
+        if policy_taken:
+            return self._child_unavailable(body, status, generation, policy_taken)
         return isvc, admin
+
+    def _guard_engine_jobs(self, isvc: InferenceService) -> str:
+        """Make sure of the NetworkPolicy over the service's Job pods before any Job; "" when done.
+
+        Created (or brought back) before a build or profile Job can start, so none of their pods
+        runs without it; deleted when the operator runs without NetworkPolicies. Returns the words of
+        a condition when an object this service does not control holds the policy's name: then no
+        Job starts, as no pod starts on a key someone else chose.
+        """
+        policy = engine_jobs_network_policy(isvc=isvc)
+        if self.settings.manifests.network_policy is None:
+            self._prune(isvc, [policy], [], why="the operator runs without NetworkPolicies")
+            return ""
+        events: list[EventRecord] = []  # a policy brought back is not told: the pass's own Events are
+        if self._apply_child(isvc, policy, events).taken:
+            return (
+                f"NetworkPolicy {policy['metadata']['name']} exists and is not controlled by this "
+                "InferenceService; it is left alone and no build or profile Job starts without the "
+                "service's own policy: rename or remove it"
+            )
+        return ""
 
     def _invalid(
         self, body: dict[str, Any], status: InferenceServiceStatus, generation: int, message: str
@@ -369,13 +404,13 @@ class Reconciler:
             )
         return ReconcileResult(requeue_after=self.settings.resync_seconds, status_written=written)
 
-    def _admin_key_unavailable(
+    def _child_unavailable(
         self, body: dict[str, Any], status: InferenceServiceStatus, generation: int, message: str
     ) -> ReconcileResult:
-        """Stop the pass: without the service's own admin key no pod may start.
+        """Stop the pass: without the service's own admin key, or its Jobs' NetworkPolicy, no pod may start.
 
-        A pod would not start, or would start on a key someone else chose. What serves keeps serving as
-        it is; the condition says why nothing moves.
+        A pod would not start, or would start on a key someone else chose, or unguarded. What serves
+        keeps serving as it is; the condition says why nothing moves.
         """
         updates = [
             ConditionUpdate(c.CONDITION_ROLLOUT_READY, c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN, message),
@@ -1390,41 +1425,17 @@ class Reconciler:
         )
         written = self._prune(isvc, children.turned_off, events)
         written += self._prune(isvc, children.canary_over, events, why="the canary is over")
-        uid = str(isvc.metadata.get("uid", ""))
         lives: dict[str, dict[str, Any] | None] = {}
         #: Children whose name an object this service does not control already has: left alone.
         taken: list[dict[str, Any]] = []
         for obj in children.wanted:
-            resource, name = resource_of(obj), obj["metadata"]["name"]
-            # Wanted again (a new canary): a later pass that no longer wants it must look it up.
-            self._gone.pop((uid, resource.kind, name), None)
-            live = self.kube.get(resource, isvc.namespace, name)
-            if live is not None and not controlled_by(live, isvc):
+            applied = self._apply_child(isvc, obj, events)
+            if applied.taken:
                 taken.append(obj)
                 continue
-            outcome = drift.plan(obj, live)
-            if outcome is drift.Outcome.CREATE:
-                created = self.kube.create(obj)
-                if created is None:  # created meanwhile: ours (a pass before) or someone else's
-                    live = self.kube.get(resource, isvc.namespace, name)
-                    if live is not None and not controlled_by(live, isvc):
-                        taken.append(obj)
-                        continue
-                live = created if created is not None else self.kube.apply(obj)
-                written += 1
-            elif outcome is drift.Outcome.UPDATE:
-                live = self.kube.apply(obj)
-                written += 1
-                events.append(
-                    EventRecord(
-                        "Normal",
-                        "Updated",
-                        f"{resource.kind} {obj['metadata']['name']} brought back to the "
-                        "desired state (spec change or drift)",
-                    )
-                )
-            if resource is DEPLOYMENTS:
-                lives[obj["metadata"]["name"]] = live
+            written += applied.written
+            if resource_of(obj) is DEPLOYMENTS:
+                lives[obj["metadata"]["name"]] = applied.live
         deployment_live = lives.get(deployment_name(isvc.name))
         ready = int(((deployment_live or {}).get("status") or {}).get("readyReplicas", 0))
         rolled = status.model_copy(
@@ -1453,6 +1464,35 @@ class Reconciler:
                 canary_children = [o for o in children.wanted if is_canary_child(o)]
                 written += self._prune(isvc, canary_children, events, why="the canary is over")
         return rollout, written, rolled
+
+    def _apply_child(
+        self, isvc: InferenceService, obj: dict[str, Any], events: list[EventRecord]
+    ) -> _AppliedChild:
+        """Create `obj` or bring it to the desired state; never touch one this service does not control."""
+        resource, name = resource_of(obj), obj["metadata"]["name"]
+        # Wanted again (a new canary): a later pass that no longer wants it must look it up.
+        self._gone.pop((str(isvc.metadata.get("uid", "")), resource.kind, name), None)
+        live = self.kube.get(resource, isvc.namespace, name)
+        if live is not None and not controlled_by(live, isvc):
+            return _AppliedChild(live=None, written=0, taken=True)
+        outcome = drift.plan(obj, live)
+        if outcome is drift.Outcome.CREATE:
+            created = self.kube.create(obj)
+            if created is None:  # created meanwhile: ours (a pass before) or someone else's
+                live = self.kube.get(resource, isvc.namespace, name)
+                if live is not None and not controlled_by(live, isvc):
+                    return _AppliedChild(live=None, written=0, taken=True)
+            return _AppliedChild(live=created if created is not None else self.kube.apply(obj), written=1)
+        if outcome is drift.Outcome.UPDATE:
+            events.append(
+                EventRecord(
+                    "Normal",
+                    "Updated",
+                    f"{resource.kind} {name} brought back to the desired state (spec change or drift)",
+                )
+            )
+            return _AppliedChild(live=self.kube.apply(obj), written=1)
+        return _AppliedChild(live=live, written=0)
 
     def _name_conflicts(
         self,

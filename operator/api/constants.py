@@ -58,7 +58,16 @@ ADMIN_KEY_SECRET_SUFFIX: Final = "-triton-admin"
 #: either. The Jobs need no entry: their suffixes (`-build-` and 10 hex, `-profile-` and 8 hex) are of
 #: fixed length and differ, so a Job's name determines its service. `tests/manifests/test_child_names.py`
 #: checks every child the manifests build against this list.
-RESERVED_NAME_SUFFIXES: Final = ("-metrics", "-canary", "-model-config", "-slo", ADMIN_KEY_SECRET_SUFFIX)
+#: The NetworkPolicy over a service's build and profile Job pods (`<name>-engine-jobs`).
+ENGINE_JOBS_POLICY_SUFFIX: Final = "-engine-jobs"
+RESERVED_NAME_SUFFIXES: Final = (
+    "-metrics",
+    "-canary",
+    "-model-config",
+    "-slo",
+    ADMIN_KEY_SECRET_SUFFIX,
+    ENGINE_JOBS_POLICY_SUFFIX,
+)
 
 #: Value = name of the owning InferenceService; the key selects every child of one service
 #: and, by "key exists", every pod of any InferenceService (exclusive GPU placement).

@@ -17,6 +17,12 @@ not configured is left out instead (closed), except the clients' rule, where eve
 The admin APIs on 8000/8001 are guarded by the admin key (`triton_access`), not by this policy:
 clients and the operator share those ports.
 
+Build and profile Job pods are not serving pods; their own policy (`engine_jobs_network_policy`,
+`<service>-engine-jobs`) admits ingress only from the service's profile pods themselves (the
+profiler reaches its sidecar Triton at its own pod address) and leaves egress open: a build fetches
+its model from wherever `spec.model.uri` names. The operator creates it before any Job, so no Job pod
+runs unguarded.
+
 Enforcement is the CNI's: on a cluster whose network plugin ignores NetworkPolicies (the local test
 cluster has none), the object exists and stops nothing.
 """
@@ -34,6 +40,11 @@ from tailpilot.manifests.settings import NetworkPolicySettings, Peer
 def network_policy_name(isvc_name: str) -> str:
     """Name of the service's NetworkPolicy (the service's own: no other child is a NetworkPolicy)."""
     return isvc_name
+
+
+def engine_jobs_network_policy_name(isvc_name: str) -> str:
+    """Name of the NetworkPolicy over the service's build and profile Job pods."""
+    return f"{isvc_name}{c.ENGINE_JOBS_POLICY_SUFFIX}"
 
 
 def _ports(*numbers: int) -> list[dict[str, Any]]:
@@ -65,5 +76,41 @@ def triton_network_policy(*, isvc: InferenceService, settings: NetworkPolicySett
             # without the key, the API server omits empty lists, and look like drift every pass.)
             "policyTypes": ["Ingress", "Egress"],
             "ingress": ingress,
+        },
+    }
+
+
+def engine_jobs_network_policy(*, isvc: InferenceService) -> dict[str, Any]:
+    """Build the NetworkPolicy over the service's build and profile Job pods (ingress only).
+
+    Its pods are selected by the service's label and a Job component; the only peers admitted are
+    the service's profile pods (a profile pod's client calls its own Triton sidecar at the pod's
+    address, which a policy may treat as any other source). The kubelet's probes come from the node,
+    which NetworkPolicies do not cut.
+    """
+    jobs = {
+        "matchLabels": {c.LABEL_ISVC: isvc.name},
+        "matchExpressions": [
+            {"key": c.LABEL_COMPONENT, "operator": "In", "values": [c.COMPONENT_BUILD, c.COMPONENT_PROFILE]}
+        ],
+    }
+    profile_pods = {
+        "podSelector": {"matchLabels": {c.LABEL_ISVC: isvc.name, c.LABEL_COMPONENT: c.COMPONENT_PROFILE}}
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(
+            isvc=isvc, name=engine_jobs_network_policy_name(isvc.name), component=c.COMPONENT_BUILD
+        ),
+        "spec": {
+            "podSelector": jobs,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [profile_pods],
+                    "ports": _ports(c.TRITON_HTTP_PORT, c.TRITON_GRPC_PORT, c.TRITON_METRICS_PORT),
+                }
+            ],
         },
     }

@@ -113,3 +113,24 @@ def test_a_child_created_by_another_owner_between_lookup_and_create_is_not_taken
     assert (rollout.status, rollout.reason) == ("False", c.REASON_CHILD_NAME_TAKEN)
     assert "ConfigMap a-model-config exists and is not controlled by this InferenceService" in rollout.message
     assert [e.reason for e in events] == [c.REASON_CHILD_NAME_TAKEN]
+
+
+def test_the_jobs_network_policy_is_never_taken_from_another_owner_and_goes_when_policies_are_off():
+    from tailpilot.manifests.network_policy import engine_jobs_network_policy
+
+    isvc = make_isvc("a").obj()
+    ours = engine_jobs_network_policy(isvc=isvc)
+    foreign = {"metadata": {"name": "a-engine-jobs", "ownerReferences": [{"controller": True, "uid": "x"}]}}
+    kube = CountingKube({("NetworkPolicy", "a-engine-jobs"): foreign})
+    with_policies = Reconciler(kube, OperatorSettings(manifests=WITH_POLICY))  # type: ignore[arg-type]
+    message = with_policies._guard_engine_jobs(isvc)
+    assert message.startswith("NetworkPolicy a-engine-jobs exists and is not controlled by this InferenceService")
+    assert kube.deleted == []
+
+    without = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    assert without._guard_engine_jobs(isvc) == ""
+    assert kube.deleted == []  # the other owner's policy stays, policies on or off
+    kube.live[("NetworkPolicy", "a-engine-jobs")] = ours  # the service's own, from a time they were on
+    newer = isvc.model_copy(update={"metadata": {**isvc.metadata, "generation": 2}})
+    assert without._guard_engine_jobs(newer) == ""
+    assert kube.deleted == [("NetworkPolicy", "a-engine-jobs")]

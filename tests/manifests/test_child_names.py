@@ -17,6 +17,7 @@ from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import MAX_NAME_LENGTH, RULE_NAME_SUFFIX
 from tailpilot.manifests.build_job import build_job, make_build_request
 from tailpilot.manifests.children import CanaryPlan, ClusterCapabilities, plan_children
+from tailpilot.manifests.network_policy import engine_jobs_network_policy
 from tailpilot.manifests.profile_job import make_profile_request, profile_job
 from tailpilot.manifests.triton_access import admin_key_secret
 from tests.api.crd_sim import admit
@@ -51,7 +52,8 @@ def children_of(name: str) -> list[dict[str, Any]]:
     )
     profile = profile_job(isvc=isvc, request=request, settings=SETTINGS, admin_key=admin_key(name))
     secret = admin_key_secret(isvc=isvc, key="k")
-    return [*plan.wanted, *plan.turned_off, *plan.canary_over, build, profile, secret]
+    jobs_policy = engine_jobs_network_policy(isvc=isvc)
+    return [*plan.wanted, *plan.turned_off, *plan.canary_over, build, profile, secret, jobs_policy]
 
 
 def _names(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:

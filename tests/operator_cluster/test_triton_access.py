@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tailpilot.api import constants as c
+from tailpilot.manifests.network_policy import engine_jobs_network_policy_name
 from tailpilot.manifests.settings import ENV_NETWORK_POLICY
 from tailpilot.manifests.triton_access import (
     ADMIN_KEY_ENV,
@@ -122,8 +123,22 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
     key = base64.b64decode(secret.data[SECRET_KEY]).decode()
     assert len(key) >= 40
 
-    play_build(core, running_build_pod(core, namespace), result=gpu_build_result())
+    build_pod = running_build_pod(core, namespace)
+    # The Jobs' own policy was made in the pass before the build Job's: it guards the pod from its start.
+    jobs_policy = _policy(networking, namespace, engine_jobs_network_policy_name("guarded"))
+    assert jobs_policy is not None, "the build pod runs without its NetworkPolicy"
+    (owner,) = jobs_policy.metadata.owner_references
+    assert (owner.uid, owner.controller) == (uid, True)
+    assert jobs_policy.spec.policy_types == ["Ingress"]  # a build keeps its egress to fetch the model
+    assert _selects(jobs_policy.spec.pod_selector, build_pod.metadata.labels)
+    play_build(core, build_pod, result=gpu_build_result())
     profile_pod = running_profile_pod(core, namespace)
+    assert _selects(jobs_policy.spec.pod_selector, profile_pod.metadata.labels)
+    (only_profile_pods,) = jobs_policy.spec.ingress
+    assert [p.port for p in only_profile_pods.ports] == [8000, 8001, 8002]
+    (peer,) = only_profile_pods._from
+    assert _selects(peer.pod_selector, profile_pod.metadata.labels)
+    assert not _selects(peer.pod_selector, build_pod.metadata.labels)
     sidecar, profiler = profile_pod.spec.init_containers[-1], profile_pod.spec.containers[0]
     for container in (sidecar, profiler):
         ref = _key_env(container).value_from.secret_key_ref
@@ -134,6 +149,7 @@ def test_a_service_gets_its_admin_key_secret_and_network_policy_owned(
         lambda: _deployment(apps, namespace, "guarded"), timeout=90, description="Deployment"
     )
     template = deployment.spec.template
+    assert not _selects(jobs_policy.spec.pod_selector, template.metadata.labels)  # serving pods: their own
     (triton,) = template.spec.containers
     assert _key_env(triton).value_from.secret_key_ref.name == admin_key_secret_name("guarded")
     assert "--http-restricted-api=model-repository,model-config,trace,logging,shared-memory:" in " ".join(
@@ -219,6 +235,9 @@ def test_a_foreign_secret_or_network_policy_with_the_childs_name_is_not_taken(
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
     }
     networking.create_namespaced_network_policy(namespace, foreign_policy)
+    jobs_policy_name = engine_jobs_network_policy_name("taken")
+    foreign_jobs_policy = {**foreign_policy, "metadata": {"name": jobs_policy_name, "namespace": namespace}}
+    networking.create_namespaced_network_policy(namespace, foreign_jobs_policy)
     _create(k8s, example, namespace, "taken")
 
     def stopped() -> dict[str, Any] | None:
@@ -252,7 +271,26 @@ def test_a_foreign_secret_or_network_policy_with_the_childs_name_is_not_taken(
     assert base64.b64decode(owned.data[SECRET_KEY]).decode() != "a-key-someone-else-chose"
     team_secret = core.read_namespaced_secret("taken", namespace)
     assert not team_secret.metadata.owner_references and set(team_secret.data) == {"k"}
+
+    # Next, the Jobs' policy's name is taken: still no Job, said on Ready; the foreign object is kept.
+    def jobs_policy_taken() -> dict[str, Any] | None:
+        obj = custom_object(k8s, namespace, "taken")
+        cond = condition(obj, "Ready")
+        return obj if cond and f"NetworkPolicy {jobs_policy_name}" in cond["message"] else None
+
+    obj = eventually(
+        jobs_policy_taken, timeout=30, description="Ready=False ChildNameTaken (the Jobs' policy)"
+    )
+    assert condition(obj, "Ready")["reason"] == c.REASON_CHILD_NAME_TAKEN
+    assert batch.list_namespaced_job(namespace).items == [], dump(obj.get("status"))
+    assert not networking.read_namespaced_network_policy(
+        jobs_policy_name, namespace
+    ).metadata.owner_references
+    networking.delete_namespaced_network_policy(jobs_policy_name, namespace)
+    _nudge(k8s, namespace, "taken", "2")
     _serve(k8s, namespace)
+    own_jobs_policy = _policy(networking, namespace, jobs_policy_name)
+    assert own_jobs_policy is not None and own_jobs_policy.metadata.owner_references
 
     def policy_taken() -> dict[str, Any] | None:
         obj = custom_object(k8s, namespace, "taken")
@@ -283,3 +321,15 @@ def _policy(api: client.NetworkingV1Api, namespace: str, name: str) -> client.V1
         if error.status == 404:
             return None
         raise
+
+
+def _selects(selector: client.V1LabelSelector, labels: dict[str, str] | None) -> bool:
+    """Whether a selector (matchLabels and `In` expressions, all the operator writes) selects `labels`."""
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in (selector.match_labels or {}).items()):
+        return False
+    for expression in selector.match_expressions or []:
+        assert expression.operator == "In", expression
+        if labels.get(expression.key) not in expression.values:
+            return False
+    return True
