@@ -131,15 +131,20 @@ def _volumes(
     return volumes, mounts
 
 
+#: CPU a build requests when it runs under no CPU limit (a GPU target, or a CPU service without
+#: one): it was scheduled as needing none, beside pods whose requests the node had promised.
+BUILD_CPU_REQUEST = "500m"
+
+
 def _resources(request: BuildRequest, settings: ManifestSettings) -> dict[str, Any]:
     """Memory as the operator says; one GPU for a GPU target; the serving pods' CPU limit for a CPU one.
 
-    The CPU limit is its request too (as Kubernetes defaults it). The memory limit keeps a build
-    (ONNX Runtime's quantizer, trtexec on a large model) from taking
+    The CPU limit is its request too (as Kubernetes defaults it); without one, `BUILD_CPU_REQUEST`.
+    The memory limit keeps a build (ONNX Runtime's quantizer, trtexec on a large model) from taking
     the node's memory from its serving pods; a build past it is OOM-killed and retried by its Job.
     """
     limits: dict[str, Any] = {"memory": settings.build_memory_limit}
-    requests: dict[str, Any] = {"memory": settings.build_memory_request}
+    requests: dict[str, Any] = {"memory": settings.build_memory_request, "cpu": BUILD_CPU_REQUEST}
     if request.target != "cpu":
         limits[c.GPU_RESOURCE] = 1
     elif request.cpu_limit_millis is not None:

@@ -111,13 +111,28 @@ def model_repository_init(
     }
 
 
+#: What Triton requests of CPU and memory when `spec.runtime.resources` names neither a request nor
+#: a limit of it. Without any, the pod was BestEffort: the first evicted under memory pressure, and
+#: scheduled as if it needed nothing. A floor, not a sizing: enough for Triton's own threads and
+#: HTTP front end beside a GPU model; a CPU model is sized by the service's own resources.
+DEFAULT_TRITON_REQUESTS: dict[str, str] = {"cpu": "250m", "memory": "512Mi"}
+
+
 def _resources(isvc: InferenceService) -> dict[str, Any]:
-    """User resources, with the GPU limit forced to gpu.count (drift on it is put back)."""
+    """User resources, with the GPU limit forced to gpu.count (drift on it is put back).
+
+    CPU and memory the user names neither a request nor a limit of are requested at
+    `DEFAULT_TRITON_REQUESTS` (a limit alone needs nothing: Kubernetes takes it as the request).
+    """
     resources: dict[str, Any] = copy.deepcopy(dict(isvc.spec.runtime.resources or {}))
     gpu = isvc.spec.runtime.gpu
     for section in ("limits", "requests"):
         if section in resources:
             resources[section] = {k: v for k, v in dict(resources[section]).items() if k != c.GPU_RESOURCE}
+    named = {*resources.get("limits", {}), *resources.get("requests", {})}
+    for resource, amount in DEFAULT_TRITON_REQUESTS.items():
+        if resource not in named:
+            resources.setdefault("requests", {})[resource] = amount
     if isvc.spec.runtime.device is Device.GPU and gpu is not None:
         resources.setdefault("limits", {})[c.GPU_RESOURCE] = gpu.count
     return resources

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildRequest
-from tailpilot.manifests.build_job import build_job, build_job_name, make_build_request
+from tailpilot.manifests.build_job import BUILD_CPU_REQUEST, build_job, build_job_name, make_build_request
 
 from .fixtures import H100, SETTINGS, assert_mounts_resolve, assert_restricted, make_isvc
 
@@ -72,7 +72,10 @@ def test_gpu_build_is_pinned_to_the_product() -> None:
 def test_cpu_build_has_no_gpu_and_mounts_sources() -> None:
     pod = _job(make_isvc("a").model(uri="pvc://models/m.onnx"))["spec"]["template"]["spec"]
     assert "nodeSelector" not in pod and "tolerations" not in pod
-    assert pod["containers"][0]["resources"] == {"requests": {"memory": "1Gi"}, "limits": {"memory": "8Gi"}}
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"memory": "1Gi", "cpu": BUILD_CPU_REQUEST},
+        "limits": {"memory": "8Gi"},
+    }
     claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
     assert claims == {SETTINGS.engine_store_claim, "models"}
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
@@ -97,7 +100,7 @@ def test_cpu_build_runs_under_the_serving_cpu_limit() -> None:
     gpu = make_isvc("a").gpu().tensorrt().runtime(resources={"limits": {"cpu": "4"}})
     assert make_build_request(isvc=gpu.obj()).cpu_limit_millis is None
     assert _job(gpu)["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "requests": {"memory": "1Gi"},
+        "requests": {"memory": "1Gi", "cpu": BUILD_CPU_REQUEST},
         "limits": {"nvidia.com/gpu": 1, "memory": "8Gi"},
     }
 

@@ -183,3 +183,19 @@ def test_the_model_repository_script_takes_its_values_as_arguments_never_as_code
     done = subprocess.run([*init["command"], *missing], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 1 and f"engine {hostile} not found in the store" in done.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+def test_triton_requests_a_floor_of_what_the_user_names_neither_request_nor_limit_of() -> None:
+    """Never BestEffort: CPU and memory the spec leaves out are requested at the defaults."""
+    from tailpilot.manifests.deployment import DEFAULT_TRITON_REQUESTS
+
+    bare = _deploy(make_isvc("a").gpu().tensorrt())["spec"]["template"]["spec"]["containers"][0]
+    assert bare["resources"]["requests"] == DEFAULT_TRITON_REQUESTS
+    # A limit alone is the request (Kubernetes' default): nothing is added beside it.
+    limited = make_isvc("a").runtime(resources={"limits": {"cpu": "2"}})
+    resources = _deploy(limited)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"limits": {"cpu": "2"}, "requests": {"memory": DEFAULT_TRITON_REQUESTS["memory"]}}
+    # What the user requests is kept as written.
+    asked = make_isvc("a").runtime(resources={"requests": {"cpu": "100m", "memory": "64Mi"}})
+    resources = _deploy(asked)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "100m", "memory": "64Mi"}}
