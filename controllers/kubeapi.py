@@ -280,6 +280,22 @@ class Kube:
             )
         )
 
+    def dry_run_create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Have the API server judge a create of `body` without persisting it (`dryRun=All`).
+
+        Raises:
+            ApiException: What the API server refused, as for a create (422 for an invalid object).
+        """
+        resource = resource_of(body)
+        return dict(
+            self._call(
+                "POST",
+                resource.path(body["metadata"].get("namespace")),
+                body=body,
+                query=[("fieldManager", FIELD_MANAGER), ("dryRun", "All")],
+            )
+        )
+
     def create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """Create; None when an object of that name already exists (idempotent re-runs)."""
         resource = resource_of(body)

@@ -23,12 +23,14 @@ and none at all while a Secret of its name belongs to someone else (`ChildNameTa
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from tailpilot.api import constants as c
@@ -116,6 +118,7 @@ from tailpilot.manifests.deployment import deployment_name
 from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.network_policy import engine_jobs_network_policy
 from tailpilot.manifests.service import rotation_selectable
+from tailpilot.manifests.spec_check import refusal_in_spec_terms, spec_check_deployment
 from tailpilot.manifests.triton_access import admin_key_ref
 from tailpilot.policy.from_spec import policy_config
 from tailpilot.policy.gpu_choice import REASON_WAITING, MoveMemory, choose_product
@@ -165,6 +168,16 @@ class _AppliedChild:
     written: int
     #: An object this service does not control holds the child's name: left alone.
     taken: bool = False
+
+
+def _api_message(error: ApiException) -> str:
+    """The message of the API server's Status in a refusal, or its HTTP reason."""
+    try:
+        status = json.loads(error.body or "")
+    except ValueError:
+        status = None
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message) if message else f"{error.status} {error.reason}"
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -232,6 +245,9 @@ class Reconciler:
         #: Turned-off children known gone, per (service uid, kind, name): the spec generation that
         #: was checked. A pass looks one up again only after the spec changes, not on every pass.
         self._gone: dict[tuple[str, str, str], int] = {}
+        #: Per service uid: the spec generation whose pod template the API server judged, and its
+        #: refusal ("" when accepted).
+        self._spec_judged: dict[str, tuple[int, str]] = {}
 
     # ---- entry point ----------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> ReconcileResult:
@@ -367,7 +383,35 @@ class Reconciler:
         policy_taken = self._guard_engine_jobs(isvc)
         if policy_taken:
             return self._child_unavailable(body, status, generation, policy_taken)
+        refusal = self._judged_by_api_server(isvc, admin)
+        if refusal:
+            return self._invalid(body, status, generation, refusal)
         return isvc, admin
+
+    def _judged_by_api_server(self, isvc: InferenceService, admin: AdminKey) -> str:
+        """Why the API server refuses the serving pods' template this spec makes; "" when it accepts.
+
+        Asked once per spec generation, before any build (`tailpilot.manifests.spec_check`). Only a
+        refusal of the object (400, 422) is the spec's; any other failure (a quota, the API server
+        busy) is not judged here and is asked again next pass.
+        """
+        uid, generation = str(isvc.metadata.get("uid", "")), int(isvc.metadata.get("generation", 0))
+        judged = self._spec_judged.get(uid)
+        if judged is not None and judged[0] == generation:
+            return judged[1]
+        deployment = spec_check_deployment(isvc=isvc, settings=self.settings.manifests, admin_key=admin.ref)
+        try:
+            self.kube.dry_run_create(deployment)
+            verdict = ""
+        except ApiException as error:
+            if error.status not in (400, 422):
+                log.warning(
+                    "%s/%s: the dry run of its template failed: %s", isvc.namespace, isvc.name, error.status
+                )
+                return ""
+            verdict = refusal_in_spec_terms(_api_message(error))
+        self._spec_judged[uid] = (generation, verdict)
+        return verdict
 
     def _guard_engine_jobs(self, isvc: InferenceService) -> str:
         """Make sure of the NetworkPolicy over the service's Job pods before any Job; "" when done.

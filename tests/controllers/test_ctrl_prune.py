@@ -124,7 +124,7 @@ def test_the_jobs_network_policy_is_never_taken_from_another_owner_and_goes_when
     kube = CountingKube({("NetworkPolicy", "a-engine-jobs"): foreign})
     with_policies = Reconciler(kube, OperatorSettings(manifests=WITH_POLICY))  # type: ignore[arg-type]
     message = with_policies._guard_engine_jobs(isvc)
-    assert message.startswith("NetworkPolicy a-engine-jobs exists and is not controlled by this InferenceService")
+    assert message.startswith("NetworkPolicy a-engine-jobs exists and is not controlled by this")
     assert kube.deleted == []
 
     without = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
