@@ -149,6 +149,10 @@ bench-p99-estimate: tools ## the service P99 estimate vs client-side P99 (real T
 bench-scale: tools ## 500 InferenceServices of 2 pods on a dedicated local cluster with a real Prometheus: time to Ready, RSS, the fast loop's cost at rest (~20 min)
 	$(PY) -P -m tailpilot_e2e.bench_scale
 
+.PHONY: bench-adversarial
+bench-adversarial: tools ## one hostile tenant (huge, slow, malformed, silent answers; many URLs) beside calm services: the operator's peak RSS and the calm services' decision periods, before and after (~10 min)
+	$(PY) -P -m tailpilot_e2e.bench_adversarial
+
 .PHONY: bench-failover
 bench-failover: tools ## operator failover on the local cluster: two elected operators, the leader SIGKILLed 3 times; seconds until the standby acts (~2 min)
 	$(PY) -P -m tailpilot_e2e.failover --kills 3

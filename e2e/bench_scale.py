@@ -29,6 +29,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,11 +80,13 @@ def service(index: int, pods: int) -> dict[str, Any]:
     return obj
 
 
-def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) -> Path:
+def operator_identity(
+    cluster: LocalCluster, api: client.ApiClient, path: Path, namespace: str = NAMESPACE
+) -> Path:
     """A ServiceAccount with cluster-admin for the operator, so the audit log tells its requests apart."""
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     core.create_namespaced_service_account(
-        NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=OPERATOR_ACCOUNT))
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=OPERATOR_ACCOUNT))
     )
     rbac.create_cluster_role_binding(
         client.V1ClusterRoleBinding(
@@ -92,7 +95,7 @@ def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) 
                 api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"
             ),
             subjects=[
-                client.RbacV1Subject(kind="ServiceAccount", name=OPERATOR_ACCOUNT, namespace=NAMESPACE)
+                client.RbacV1Subject(kind="ServiceAccount", name=OPERATOR_ACCOUNT, namespace=namespace)
             ],
         )
     )
@@ -100,7 +103,7 @@ def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) 
         api,
         server=cluster.server,
         ca_file=cluster.paths.pki / "ca.crt",
-        namespace=NAMESPACE,
+        namespace=namespace,
         account=OPERATOR_ACCOUNT,
         path=path,
         expiration_seconds=7200,
@@ -110,22 +113,27 @@ def operator_identity(cluster: LocalCluster, api: client.ApiClient, path: Path) 
 class BuildPlayer(threading.Thread):
     """Finishes every build and profile pod that appears, as if they succeed (bounded by `stop`)."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, namespaces: tuple[str, ...] = (NAMESPACE,)):
         super().__init__(daemon=True)
         self.core = client.CoreV1Api(api)
+        self.namespaces = namespaces
         self.stop = threading.Event()
         self.played: set[str] = set()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            play_engine_jobs(
-                self.core,
-                NAMESPACE,
-                self.played,
-                build=lambda pod: played_resnet_build(pod.metadata.labels["job-name"][-10:] * 3),
-                profile=RESNET_H100_PROFILE,
-            )
+            for namespace in self.namespaces:
+                self.play(namespace)
             self.stop.wait(1.0)
+
+    def play(self, namespace: str) -> None:
+        play_engine_jobs(
+            self.core,
+            namespace,
+            self.played,
+            build=lambda pod: played_resnet_build(pod.metadata.labels["job-name"][-10:] * 3),
+            profile=RESNET_H100_PROFILE,
+        )
 
 
 class RssSampler(threading.Thread):
@@ -183,25 +191,39 @@ def operator_requests(audit_log: Path, since: float, until: float) -> dict[str, 
 
 
 class PodFeeder(threading.Thread):
-    """Gives every Ready Triton pod of the namespace a metrics endpoint on its IP (bounded by `stop`)."""
+    """Gives every Ready Triton pod of the namespace a metrics endpoint on its IP (bounded by `stop`).
 
-    def __init__(self, api: client.ApiClient, pages: TritonPages):
+    `mode_of`: how a service's pods answer (`triton_pages.HOSTILE_MODES`; "" as Triton does).
+    """
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        pages: TritonPages,
+        namespace: str = NAMESPACE,
+        mode_of: Callable[[str], str] = lambda service: "",
+    ):
         super().__init__(daemon=True)
         self.core = client.CoreV1Api(api)
         self.pages = pages
+        self.namespace = namespace
+        self.mode_of = mode_of
         self.stop = threading.Event()
 
     def feed(self) -> int:
         """One pass; returns the pods newly served. Raw JSON: typed pods cost a second of CPU per 1,000."""
         response = self.core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"{c.LABEL_COMPONENT}={c.COMPONENT_SERVER}", _preload_content=False
+            self.namespace,
+            label_selector=f"{c.LABEL_COMPONENT}={c.COMPONENT_SERVER}",
+            _preload_content=False,
         )
         pods = json.loads(response.data)["items"]
         return self.pages.add(
             [
-                PodEndpoint(ip=ip, model=pod["metadata"]["labels"][c.LABEL_ISVC])
+                PodEndpoint(ip=ip, model=service, mode=self.mode_of(service))
                 for pod in pods
                 if (ip := ready_pod_ip(pod)) is not None
+                and (service := pod["metadata"]["labels"][c.LABEL_ISVC])
             ]
         )
 

@@ -20,7 +20,9 @@ HTTP/1.1 with keep-alive is answered by hand on asyncio streams: a thread per co
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -30,13 +32,22 @@ from tailpilot.api import constants as c
 from tailpilot.bench.triton_metrics import metrics_page
 from tailpilot.policy.signals import PodLatency, TritonCounters
 
+#: How an endpoint answers: as a Triton pod does (""), or as a hostile one would
+#: (`tailpilot_e2e.bench_adversarial`): a body far past any reader's bound, one byte a second for
+#: ever, a document nested past every parser's stack, or nothing at all after accepting.
+HOSTILE_MODES = ("huge", "slow", "malformed", "silent")
+#: Bytes of a "huge" answer, announced in its Content-Length and sent in 1 MiB chunks.
+HUGE_BYTES = 256 << 20
+
 
 @dataclass(frozen=True)
 class PodEndpoint:
-    """A simulated pod: its IP and the model its Triton serves."""
+    """A simulated pod: its IP and the model its Triton serves; or, with `mode`, a hostile endpoint."""
 
     ip: str
     model: str
+    mode: str = ""
+    port: int = c.TRITON_METRICS_PORT
 
 
 @dataclass(frozen=True)
@@ -118,16 +129,18 @@ class _PageServer:
             if endpoint.ip in self.servers:
                 continue
             since = time.monotonic()
+            if endpoint.mode:
+                answer = functools.partial(self.answer_hostile, mode=endpoint.mode)
+            else:
+                answer = functools.partial(self.answer, model=endpoint.model, since=since)
             self.servers[endpoint.ip] = await asyncio.start_server(
-                lambda r, w, model=endpoint.model, since=since: self.answer(r, w, model, since),
-                host=endpoint.ip,
-                port=c.TRITON_METRICS_PORT,
+                answer, host=endpoint.ip, port=endpoint.port
             )
             added += 1
         return added
 
     async def answer(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, model: str, since: float
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, model: str, since: float
     ) -> None:
         """Answer every request of one keep-alive connection with the pod's page, now."""
         try:
@@ -151,6 +164,44 @@ class _PageServer:
         finally:
             writer.close()
 
+    async def answer_hostile(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mode: str
+    ) -> None:
+        """Answer every request of one connection as a hostile endpoint of `mode` does."""
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.counts[client_of(_user_agent(head))] += 1
+                if mode == "silent":
+                    await asyncio.Event().wait()  # accepted, never answered
+                if mode == "malformed":
+                    # Valid JSON to any parser with a deep enough stack; Python's raises RecursionError.
+                    body = b"[" * 200_000 + b"]" * 200_000
+                    writer.write(_head(len(body), "application/json") + body)
+                    await writer.drain()
+                    continue
+                length = HUGE_BYTES if mode == "huge" else 1 << 30
+                writer.write(_head(length, "application/json"))
+                chunk = b'{"status":"success","data":{"result":[' + b" " * ((1 << 20) - 37)
+                for _ in range(length // len(chunk)):
+                    if mode == "slow":
+                        writer.write(b" ")
+                        await writer.drain()
+                        await asyncio.sleep(1.0)
+                    else:
+                        writer.write(chunk)
+                        await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            pass  # the process is stopping (see `answer`)
+        finally:
+            writer.close()
+
+
+def _head(length: int, content_type: str) -> bytes:
+    return f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n".encode()
+
 
 def _user_agent(head: bytes) -> str:
     for line in head.split(b"\r\n")[1:]:
@@ -161,12 +212,14 @@ def _user_agent(head: bytes) -> str:
 
 
 class TritonPages:
-    """The server process, driven from the caller's thread (`add`, `stats`, `stop`)."""
+    """The server process, driven from the callers' threads (`add`, `stats`, `stop`)."""
 
     def __init__(self, load: PageLoad | None = None):
         self.load = load or PageLoad()
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
+        #: One question and its answer at a time on the pipe (several feeders may ask).
+        self._asking = threading.Lock()
 
     def start(self) -> TritonPages:
         ctx = multiprocessing.get_context("spawn")
@@ -185,10 +238,11 @@ class TritonPages:
 
     def _ask(self, message: tuple[Any, ...], timeout: float = 30) -> Any:
         assert self._conn is not None
-        self._conn.send(message)
-        if not self._conn.poll(timeout):
-            raise RuntimeError(f"the Triton pages server did not answer {message[0]!r} within {timeout} s")
-        return self._conn.recv()
+        with self._asking:
+            self._conn.send(message)
+            if not self._conn.poll(timeout):
+                raise RuntimeError(f"the Triton pages server gave no answer to {message[0]!r} in {timeout} s")
+            return self._conn.recv()
 
     def add(self, endpoints: list[PodEndpoint]) -> int:
         """Listen for these pods (those already served are skipped); returns how many are new."""
