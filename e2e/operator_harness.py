@@ -352,6 +352,29 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def events_once(
+    core: client.CoreV1Api,
+    namespace: str,
+    holds: Callable[[list[client.CoreV1Event]], bool],
+    *,
+    name: str | None = None,
+    timeout: float = 10,
+    description: str = "the Events",
+) -> list[client.CoreV1Event]:
+    """The namespace's Events (of object `name`, if given) once `holds` says they include what is awaited.
+
+    The operator posts a pass's Events after its status write, so a test that saw a condition
+    reads the Event it comes with a moment later: it waits for it, bounded, instead of reading once.
+    """
+    selector = f"involvedObject.name={name}" if name else ""
+
+    def listed() -> list[client.CoreV1Event] | None:
+        events = list(core.list_namespaced_event(namespace, field_selector=selector).items)
+        return events if holds(events) else None
+
+    return eventually(listed, timeout=timeout, description=description)
+
+
 def dump(obj: Any) -> str:
     """Readable JSON for assertion messages."""
     return json.dumps(obj, indent=1, default=str)[:3000]

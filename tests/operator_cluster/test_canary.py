@@ -14,6 +14,7 @@ from kubernetes import client
 from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
+    events_once,
     play_build,
     play_profile,
     running_build_pod,
@@ -133,7 +134,8 @@ def test_a_canary_runs_beside_the_stable_replicas_is_promoted_by_acceptance_and_
 
     obj = eventually(stopped, timeout=60, description="the canary stopped by the spec change")
     assert obj["status"]["engine"]["key"] == "2" * 32  # still the promoted engine
-    reasons = [e.reason for e in core.list_namespaced_event(namespace).items]
+    events = events_once(core, namespace, lambda es: any(e.reason == "CanaryStopped" for e in es))
+    reasons = [e.reason for e in events]
     assert reasons.count("CanaryStarted") == 2, reasons
     assert {"CanaryStopped", "CanaryPromoted", "RegressionAccepted"} <= set(reasons), reasons
 
@@ -214,7 +216,8 @@ def test_a_child_name_held_by_another_object_is_reported_not_adopted(k8s, namesp
     assert f"ConfigMap {name}-model-config exists and is not controlled" in cond["message"], cond
     mine = core.read_namespaced_config_map(f"{name}-model-config", namespace)
     assert mine.data == {"mine": "1"} and not mine.metadata.owner_references
-    warnings = [e for e in core.list_namespaced_event(namespace).items if e.reason == "ChildNameTaken"]
+    events = events_once(core, namespace, lambda es: any(e.reason == "ChildNameTaken" for e in es))
+    warnings = [e for e in events if e.reason == "ChildNameTaken"]
     assert len(warnings) == 1, [e.message for e in warnings]  # said once, not every pass
     # Once the user removes theirs, the service's own is created and the rollout proceeds.
     core.delete_namespaced_config_map(f"{name}-model-config", namespace)

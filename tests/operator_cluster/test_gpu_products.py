@@ -33,6 +33,7 @@ from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
     dump,
+    events_once,
     play_engine_pods,
     played_profile,
 )
@@ -141,10 +142,13 @@ def test_a_service_allowed_h100_and_l4_is_built_on_both_and_served_on_the_cheape
     chosen = condition(obj, "GpuProductChosen")
     assert chosen["status"] == "True" and chosen["reason"] == "PlacedOnCheapest", chosen
     assert "serving on NVIDIA-L4" in chosen["message"] and H100 in chosen["message"]
-    events = client.CoreV1Api(k8s).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}"
+    events_once(
+        client.CoreV1Api(k8s),
+        namespace,
+        lambda es: any(e.reason == "PlacedOnCheapest" and L4 in e.message for e in es),
+        name=name,
+        description="the PlacedOnCheapest Event",
     )
-    assert any(e.reason == "PlacedOnCheapest" and L4 in e.message for e in events.items)
 
     # The same, as a user reads it: kubectl's plugin mechanism runs `kubectl-tailpilot status`.
     path = f"{VENV_BIN}:{os.environ['PATH']}"

@@ -24,7 +24,14 @@ from tailpilot.api.engine import (
     ServiceTimeModel,
     TensorSpec,
 )
-from tailpilot_e2e.operator_harness import condition, custom_object, dump, play_engine_pods, played_profile
+from tailpilot_e2e.operator_harness import (
+    condition,
+    custom_object,
+    dump,
+    events_once,
+    play_engine_pods,
+    played_profile,
+)
 from tailpilot_e2e.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -126,10 +133,13 @@ def test_auto_precision_serves_the_accurate_engine_with_the_most_capacity(k8s, n
     assert obj["status"]["engine"]["key"] == ENGINE_KEYS["int8"]
     deployment = client.AppsV1Api(k8s).read_namespaced_deployment(NAME, namespace)
     assert ENGINE_KEYS["int8"] in json.dumps(deployment.spec.template.to_dict())
-    events = client.CoreV1Api(k8s).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={NAME}"
+    events_once(
+        client.CoreV1Api(k8s),
+        namespace,
+        lambda es: any(e.reason == "FewestReplicasForSLO" and "int8" in e.message for e in es),
+        name=NAME,
+        description="the FewestReplicasForSLO Event",
     )
-    assert any(e.reason == "FewestReplicasForSLO" and "int8" in e.message for e in events.items)
 
 
 def test_an_int8_engine_refused_by_the_accuracy_guard_leaves_fp32_serving_and_says_why(

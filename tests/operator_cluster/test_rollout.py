@@ -13,6 +13,7 @@ from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
     dump,
+    events_once,
     play_build,
     play_profile,
     running_build_pod,
@@ -110,8 +111,8 @@ def test_gpu_example_builds_rolls_out_on_h100_and_reports_status(
     assert status["profile"]["key"] == profile_pod.metadata.labels["tailpilot.io/profile-key"]
     assert status["profile"]["serviceTime"]["interceptMs"] == GPU_PROFILE.service_time.intercept_ms
     assert status["profiling"]["phase"] == "Succeeded"
-    reasons = {e.reason for e in core.list_namespaced_event(namespace).items}
-    assert {"EngineProfiling", "EngineProfiled", "EngineBuilt"} <= reasons, reasons
+    wanted = {"EngineProfiling", "EngineProfiled", "EngineBuilt"}
+    events_once(core, namespace, lambda es: wanted <= {e.reason for e in es}, description=str(wanted))
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     for cond_type in ("Ready", "EngineReady", "RolloutReady"):
         assert condition(obj, cond_type)["status"] == "True", dump(status)
@@ -201,7 +202,8 @@ def test_a_failed_profile_serves_the_engine_without_one_and_says_why(k8s, namesp
     status = obj["status"]
     assert "profile" not in status, dump(status)
     assert (status["profiling"]["phase"], status["profiling"]["reason"]) == ("Failed", "ProfileFailed")
-    warnings = [e.message for e in core.list_namespaced_event(namespace).items if e.reason == "ProfileFailed"]
+    events = events_once(core, namespace, lambda es: any(e.reason == "ProfileFailed" for e in es))
+    warnings = [e.message for e in events if e.reason == "ProfileFailed"]
     assert warnings and "inference failed at batch 8" in warnings[0], warnings
     assert "learns its service time online" in warnings[0]
 

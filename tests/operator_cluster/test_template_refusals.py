@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from tailpilot.api import constants as c
-from tailpilot_e2e.operator_harness import condition, custom_object, dump
+from tailpilot_e2e.operator_harness import condition, custom_object, dump, events_once
 from tailpilot_e2e.wait import eventually
 
 from .test_updates import patch, ready_at_generation, serve_gpu_example
@@ -52,8 +52,13 @@ def test_a_template_the_api_server_refuses_stops_before_the_build_naming_the_fie
     assert NAMED in message and "Sometimes" in message, message
     assert "spec.template" not in message  # in the service's terms, not the Deployment's
     assert client.BatchV1Api(k8s).list_namespaced_job(namespace).items == [], dump(obj.get("status"))
-    events = client.CoreV1Api(k8s).list_namespaced_event(namespace).items
-    assert [e.reason for e in events if e.involved_object.name == "unplaceable"].count("InvalidSpec") == 1
+    events = events_once(
+        client.CoreV1Api(k8s),
+        namespace,
+        lambda es: any(e.reason == "InvalidSpec" for e in es),
+        name="unplaceable",
+    )
+    assert [e.reason for e in events].count("InvalidSpec") == 1
 
 
 def test_a_serving_service_given_such_a_block_keeps_serving_as_it_was(k8s, namespace, operator, example):

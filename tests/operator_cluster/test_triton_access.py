@@ -32,6 +32,7 @@ from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
     dump,
+    events_once,
     play_build,
     play_profile,
     running_build_pod,
@@ -255,8 +256,8 @@ def test_a_foreign_secret_or_network_policy_with_the_childs_name_is_not_taken(
     secret = core.read_namespaced_secret(secret_name, namespace)
     assert not secret.metadata.owner_references
     assert base64.b64decode(secret.data[SECRET_KEY]).decode() == "a-key-someone-else-chose"
-    reasons = [e.reason for e in core.list_namespaced_event(namespace).items]
-    assert reasons.count(c.REASON_CHILD_NAME_TAKEN) == 1
+    events = events_once(core, namespace, lambda es: any(e.reason == c.REASON_CHILD_NAME_TAKEN for e in es))
+    assert [e.reason for e in events].count(c.REASON_CHILD_NAME_TAKEN) == 1
 
     # Removed by its owner, the name is the service's: it makes its own Secret and goes on.
     core.delete_namespaced_secret(secret_name, namespace)

@@ -8,6 +8,7 @@ from kubernetes import client
 from tailpilot_e2e.operator_harness import (
     condition,
     custom_object,
+    events_once,
     play_build,
     play_profile,
     played_profile,
@@ -168,7 +169,8 @@ def test_a_slower_engine_is_held_until_accepted_and_a_faster_one_rolls_out_by_it
     assert apps.read_namespaced_deployment(name, namespace).metadata.annotations[
         "tailpilot.io/engine-key"
     ] == ("1" * 32)
-    warnings = [e for e in core.list_namespaced_event(namespace).items if e.reason == "LatencyRegression"]
+    events = events_once(core, namespace, lambda es: any(e.reason == "LatencyRegression" for e in es))
+    warnings = [e for e in events if e.reason == "LatencyRegression"]
     assert len(warnings) == 1, [e.message for e in warnings]
 
     # Accepting it (the annotation names its key) rolls it out.
