@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     hostile_urls = [hostile_prometheus(i) for i in range(args.hostile)]
     allowed = [arg for e in hostile_urls for arg in ("--allowed-prometheus-url", f"http://{e.ip}:{e.port}")]
     windows: list[Window] = []
+    asked: dict[str, int] = {}
     try:
         prometheus.start()
         pages.start()
@@ -355,7 +356,13 @@ def main(argv: list[str] | None = None) -> int:
                     description="every hostile pod running",
                 )
                 feeders[1].feed()  # their pages answer (hostile) from the window's start
+                asked_before = pages.stats()
             windows += out
+            asked = {
+                key.removeprefix("hostile "): n - asked_before.get(key, 0)
+                for key, n in pages.stats().items()
+                if key.startswith("hostile ")
+            }
             decisions.stop.set()
     finally:
         player.stop.set()
@@ -365,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
         pages.stop()
         prometheus.stop()
     tables = render_tables(windows, args.calm, args.hostile)
-    answered = f"Requests answered by the pages' server, by client: {stats}."
+    answered = (
+        f"Requests the hostile endpoints were sent during the second window, by how they answer: {asked}. "
+        f"Requests answered by the pages' server over the whole run, by client: {stats}."
+    )
     command = (
         "make bench-adversarial"
         if argv is None

@@ -102,6 +102,8 @@ class _PageServer:
         self.conn, self.load = conn, load
         self.latency = load.latency()
         self.counts = {"operator": 0, "prometheus": 0, "other": 0}
+        #: Requests hostile endpoints were asked, by mode (the operator's, Prometheus' or others').
+        self.hostile: dict[str, int] = {}
         self.servers: dict[str, asyncio.Server] = {}
         self.done = asyncio.Event()
 
@@ -119,7 +121,13 @@ class _PageServer:
         if message[0] == "add":
             self.conn.send(await self.add(message[1]))
         elif message[0] == "stats":
-            self.conn.send(dict(self.counts, pods=len(self.servers)))
+            self.conn.send(
+                dict(
+                    self.counts,
+                    pods=len(self.servers),
+                    **{f"hostile {m}": n for m, n in self.hostile.items()},
+                )
+            )
         else:
             self.done.set()
 
@@ -172,6 +180,7 @@ class _PageServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.counts[client_of(_user_agent(head))] += 1
+                self.hostile[mode] = self.hostile.get(mode, 0) + 1
                 if mode == "silent":
                     await asyncio.Event().wait()  # accepted, never answered
                 if mode == "malformed":
