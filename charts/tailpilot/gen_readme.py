@@ -139,6 +139,17 @@ and CSI volumes) the kubelet hands the store to group 10001 at the next mount; w
 (NFS), give the store to 10001 once (`chown -R 10001:10001` on the export), or builds cannot
 publish into directories the old UID made.
 
+## Upgrading
+
+- **Pods without resources now request a floor.** A Triton container whose service's
+  `spec.runtime.resources` names neither a request nor a limit of CPU or memory requests 250m CPU
+  and 512Mi memory (it was BestEffort, the first evicted under pressure); build pods without a CPU
+  limit request 500m CPU. Services that relied on the old template roll their pods once after the
+  upgrade (the usual rolling update, within their PodDisruptionBudget).
+- **Build and profile Job pods get their own NetworkPolicy** (`<service>-engine-jobs`, with
+  `networkPolicy.enabled`): ingress only from the service's profile pods. A new InferenceService may
+  no longer be named with that suffix; existing ones keep working.
+
 ## Alertmanager
 
 The PrometheusRules the operator generates label every alert `tailpilot="operator"` and keep the
