@@ -182,7 +182,9 @@ class _PageServer:
                 self.counts[client_of(_user_agent(head))] += 1
                 self.hostile[mode] = self.hostile.get(mode, 0) + 1
                 if mode == "silent":
-                    await asyncio.Event().wait()  # accepted, never answered
+                    # Accepted, never answered. A sleep, not an Event nobody else holds: the loop
+                    # keeps a timer's task alive, and a collected task would close the connection.
+                    await asyncio.sleep(3600)
                 if mode == "malformed":
                     # Valid JSON to any parser with a deep enough stack; Python's raises RecursionError.
                     body = b"[" * 200_000 + b"]" * 200_000
