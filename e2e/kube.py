@@ -37,13 +37,22 @@ def create_namespace(
 
 
 @contextmanager
-def temporary_namespace(core: client.CoreV1Api, name: str) -> Iterator[str]:
-    """A test namespace (labelled `tailpilot.io/test`), deleted afterwards without waiting for it to go."""
+def temporary_namespace(core: client.CoreV1Api, name: str, *, force_pods: bool = False) -> Iterator[str]:
+    """A test namespace (labelled `tailpilot.io/test`), deleted afterwards without waiting for it to go.
+
+    `force_pods` (KWOK nodes only, where a pod is an API object and nothing runs): its pods are
+    also deleted at once (grace 0) after the namespace is marked for deletion, so that none can be
+    recreated in it. The namespace controller would delete them seconds later, but until then the
+    exclusive placement's anti-affinity, which spans namespaces, keeps the next test's GPU pods off
+    their nodes.
+    """
     create_namespace(core, name, labels={"tailpilot.io/test": "true"})
     try:
         yield name
     finally:
         core.delete_namespace(name, propagation_policy="Background")
+        if force_pods:
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
 
 
 def token_client(*, server: str, ca_file: Path, token: str) -> client.ApiClient:

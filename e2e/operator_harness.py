@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes import client
 
+from tailpilot.api.constants import LABEL_ISVC
 from tailpilot.api.engine import (
     BuildOutcome,
     BuildResult,
@@ -35,7 +36,7 @@ from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
 from tailpilot_e2e.procs import pid_runs
-from tailpilot_e2e.wait import eventually
+from tailpilot_e2e.wait import EventuallyTimeout, eventually
 
 CRD_FILE = REPO_ROOT / "crds" / "tailpilot.io_inferenceservices.yaml"
 AWAIT_RESULT_LABEL = "kwok.tailpilot.io/await-result"
@@ -251,10 +252,37 @@ def _running_pod(
                 return pod
         return None
 
-    pod: client.V1Pod = eventually(
-        find, timeout=timeout, description=f"a running {selector} pod in {namespace}"
-    )
+    try:
+        pod: client.V1Pod = eventually(
+            find, timeout=timeout, description=f"a running {selector} pod in {namespace}"
+        )
+    except EventuallyTimeout as timeout_error:
+        raise EventuallyTimeout(f"{timeout_error}; {_why_not_running(core, namespace, selector)}") from None
     return pod
+
+
+def _why_not_running(core: client.CoreV1Api, namespace: str, selector: str) -> str:
+    """The selector's pods with their phase and scheduling message, and which nodes hold other services' pods.
+
+    A pod that waits for a node says why (the scheduler's message names the anti-affinity or the
+    resource that ruled each node out), so a timeout in a test names its cause.
+    """
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    if not pods:
+        return f"no pod matches {selector}"
+    states = []
+    for pod in pods:
+        scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        message = (
+            f" ({scheduled.reason}: {scheduled.message})" if scheduled and scheduled.status != "True" else ""
+        )
+        states.append(f"{pod.metadata.name} {pod.status.phase} on {pod.spec.node_name}{message}")
+    held = sorted(
+        f"{p.metadata.namespace}/{p.metadata.name} on {p.spec.node_name}"
+        for p in core.list_pod_for_all_namespaces(label_selector=LABEL_ISVC).items
+        if p.metadata.namespace != namespace and p.spec.node_name
+    )
+    return f"pods: {'; '.join(states)}; other services' pods on nodes: {', '.join(held) or 'none'}"
 
 
 def play_profile(

@@ -43,13 +43,18 @@ def admin_client(cluster: LocalCluster) -> Iterator[client.ApiClient]:
 
 
 @contextmanager
-def fresh_namespace(request: pytest.FixtureRequest, api: client.ApiClient) -> Iterator[str]:
-    """A namespace named after the test, deleted (not awaited) afterwards; the test must be marked cluster."""
+def fresh_namespace(
+    request: pytest.FixtureRequest, api: client.ApiClient, *, force_pods: bool = False
+) -> Iterator[str]:
+    """A namespace named after the test, deleted (not awaited) afterwards; the test must be marked cluster.
+
+    `force_pods`: its pods are deleted at once with it (`temporary_namespace`; KWOK clusters only).
+    """
     if request.node.get_closest_marker("cluster") is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses the cluster: mark it @pytest.mark.cluster")
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
-    with temporary_namespace(client.CoreV1Api(api), name):
+    with temporary_namespace(client.CoreV1Api(api), name, force_pods=force_pods):
         yield name
 
 
@@ -69,6 +74,6 @@ def k8s(local_cluster: LocalCluster) -> Iterator[client.ApiClient]:
 
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, k8s: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace named after the test; deleted (not awaited) afterwards."""
-    with fresh_namespace(request, k8s) as name:
+    """A fresh namespace named after the test on the KWOK cluster; deleted (not awaited) with its pods."""
+    with fresh_namespace(request, k8s, force_pods=True) as name:
         yield name
