@@ -73,7 +73,7 @@ test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step 
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
-bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product page; rewrites docs/benchmarks and the figures docs quote from it (~7 min)
+bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product page; rewrites docs/benchmarks and the figures docs quote from it (~10 min)
 	$(PY) -P -m tailpilot.bench.run
 	$(PY) -P -m tailpilot.bench.gpu_products
 

@@ -22,6 +22,20 @@ from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.bench.simulator import FleetView, SimConfig, Target, simulate
 
+#: Shares of one replica's capacity at which the load tests run: 70% is the default setting of KEDA
+#: and KPA (the value a careful operator reads off a load test); 50% and 90% are their other settings.
+LOAD_TEST_SHARES = (0.5, 0.7, 0.9)
+DEFAULT_LOAD_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class LoadTest:
+    """One replica under Poisson load at `share` of its capacity: mean queued and in flight (each >= 1)."""
+
+    share: float
+    queued: float
+    inflight: float
+
 
 @dataclass(frozen=True)
 class BaselineParams:
@@ -33,10 +47,23 @@ class BaselineParams:
     min_replicas: int
     max_replicas: int
     profile_max_batch: int
-    #: Queued requests per replica KEDA aims for (`load_test_targets` at 70% of a replica's capacity).
-    queue_per_replica: float
-    #: Requests in flight per replica KPA aims for (same load test).
-    concurrency_per_replica: float
+    #: One replica's load tests, one per share of its capacity in `LOAD_TEST_SHARES`: what KEDA's
+    #: queue target and KPA's concurrency target are read from.
+    load_tests: tuple[LoadTest, ...]
+
+    def _load_test(self, share: float) -> LoadTest:
+        for test in self.load_tests:
+            if math.isclose(test.share, share):
+                return test
+        raise ValueError(f"no load test at {share:g} of a replica's capacity")
+
+    def queue_target(self, share: float = DEFAULT_LOAD_SHARE) -> float:
+        """Queued requests per replica KEDA aims for: the load test's mean queue at `share`."""
+        return self._load_test(share).queued
+
+    def concurrency_target(self, share: float = DEFAULT_LOAD_SHARE) -> float:
+        """Requests in flight per replica KPA aims for: the load test's mean in flight at `share`."""
+        return self._load_test(share).inflight
 
 
 class Static:
@@ -118,8 +145,8 @@ class ClipperAimd(HpaUtilization):
     when it does not.
     """
 
-    def __init__(self, params: BaselineParams, *, start_batch: int = 4) -> None:
-        super().__init__(params)
+    def __init__(self, params: BaselineParams, *, target: float = 0.7, start_batch: int = 4) -> None:
+        super().__init__(params, target=target)
         self._mb = min(start_batch, params.profile_max_batch)
         self._batching = params.batching.model_copy(update={"max_batch_size": self._mb})
 
@@ -139,8 +166,9 @@ class KedaQueue:
 
     tick_s = 15.0
 
-    def __init__(self, params: BaselineParams) -> None:
+    def __init__(self, params: BaselineParams, *, share: float = DEFAULT_LOAD_SHARE) -> None:
         self._p = params
+        self._per_replica = params.queue_target(share)
         self._hpa = HpaBehavior(min_replicas=params.min_replicas, max_replicas=params.max_replicas)
 
     def initial(self) -> Target:
@@ -148,10 +176,10 @@ class KedaQueue:
 
     def decide(self, view: FleetView) -> Target:
         queued = view.mean_queued(self.tick_s)
-        desired = max(1, math.ceil(queued / self._p.queue_per_replica))
+        desired = max(1, math.ceil(queued / self._per_replica))
         current = view.target_replicas
         ready = max(1, view.ready_replicas)
-        if abs(queued / (ready * self._p.queue_per_replica) - 1.0) <= 0.1:
+        if abs(queued / (ready * self._per_replica) - 1.0) <= 0.1:
             desired = current
         return Target(self._hpa.apply(now_s=view.now_s, current=current, desired=desired), self._p.batching)
 
@@ -165,15 +193,23 @@ class KnativeKpa:
 
     tick_s = 2.0
 
-    def __init__(self, params: BaselineParams, *, stable_s: float = 60.0, panic_s: float = 6.0) -> None:
+    def __init__(
+        self,
+        params: BaselineParams,
+        *,
+        share: float = DEFAULT_LOAD_SHARE,
+        stable_s: float = 60.0,
+        panic_s: float = 6.0,
+    ) -> None:
         self._p, self._stable_s, self._panic_s = params, stable_s, panic_s
+        self._target = params.concurrency_target(share)
         self._panic_until: float | None = None
 
     def initial(self) -> Target:
         return Target(self._p.initial_replicas, self._p.batching)
 
     def decide(self, view: FleetView) -> Target:
-        target = self._p.concurrency_per_replica
+        target = self._target
         stable = math.ceil(view.mean_inflight(self._stable_s) / target)
         panic = math.ceil(view.mean_inflight(self._panic_s) / target)
         ready = max(1, view.ready_replicas)
@@ -192,16 +228,17 @@ class KnativeKpa:
 class WvaSaturation:
     """WVA-style saturation scaler: +1 replica when saturated, -1 when the rest keep spare capacity.
 
-    Saturated: busy > 80% over the tick, or more than a max-size batch queued per replica.
-    Spare: the same work on one replica fewer would keep them below 60% busy with
-    almost nothing queued.  30 s reconcile period, one replica per step (as the
+    Saturated: busy > 80% (`saturated`) over the tick, or more than a max-size batch queued per
+    replica. Spare: the same work on one replica fewer would keep them below 60% busy (`saturated`
+    - 0.2) with almost nothing queued.  30 s reconcile period, one replica per step (as the
     llm-d workload-variant-autoscaler's saturation mode does).
     """
 
     tick_s = 30.0
 
-    def __init__(self, params: BaselineParams) -> None:
+    def __init__(self, params: BaselineParams, *, saturated: float = 0.8) -> None:
         self._p = params
+        self._saturated, self._spare = saturated, saturated - 0.2
 
     def initial(self) -> Target:
         return Target(self._p.initial_replicas, self._p.batching)
@@ -212,23 +249,102 @@ class WvaSaturation:
         queued = view.mean_queued(self.tick_s) / ready
         current = view.target_replicas
         desired = current
-        if util > 0.8 or queued > self._p.profile_max_batch:
+        if util > self._saturated or queued > self._p.profile_max_batch:
             desired = current + 1 if ready >= current else current
-        elif ready > 1 and util * ready / (ready - 1) < 0.6 and queued < 1.0:
+        elif ready > 1 and util * ready / (ready - 1) < self._spare and queued < 1.0:
             desired = current - 1
         return Target(max(self._p.min_replicas, min(self._p.max_replicas, desired)), self._p.batching)
 
 
-#: Name -> factory, in table order (TailPilot and the oracles are added by run.py).
-AUTOSCALERS: dict[
-    str, Callable[[BaselineParams], HpaUtilization | KedaQueue | KnativeKpa | WvaSaturation]
-] = {
-    "hpa-util70": HpaUtilization,
-    "keda-queue": KedaQueue,
-    "knative-kpa": KnativeKpa,
-    "clipper-aimd+hpa": ClipperAimd,
-    "wva-saturation": WvaSaturation,
+BaselineController = HpaUtilization | KedaQueue | KnativeKpa | WvaSaturation
+
+
+@dataclass(frozen=True)
+class BaselineSetting:
+    """One autoscaler at one setting of its main knob.
+
+    Attributes:
+        family: The autoscaler (one line per family in the trade plots).
+        knob: The setting in words, for the tables.
+        make: The controller at this setting, from the model-derived params.
+        default: Whether this is the setting the main tables and the default goals compare against
+            (the upstream default, or the value a careful operator reads off a load test).
+    """
+
+    family: str
+    knob: str
+    make: Callable[[BaselineParams], BaselineController]
+    default: bool = False
+
+
+def _hpa(target: float) -> Callable[[BaselineParams], BaselineController]:
+    return lambda p: HpaUtilization(p, target=target)
+
+
+def _clipper(target: float) -> Callable[[BaselineParams], BaselineController]:
+    return lambda p: ClipperAimd(p, target=target)
+
+
+def _keda(share: float) -> Callable[[BaselineParams], BaselineController]:
+    return lambda p: KedaQueue(p, share=share)
+
+
+def _kpa(share: float) -> Callable[[BaselineParams], BaselineController]:
+    return lambda p: KnativeKpa(p, share=share)
+
+
+def _wva(saturated: float) -> Callable[[BaselineParams], BaselineController]:
+    return lambda p: WvaSaturation(p, saturated=saturated)
+
+
+def _share_name(base: str, share: float) -> str:
+    return base if math.isclose(share, DEFAULT_LOAD_SHARE) else f"{base}-at{round(share * 100)}"
+
+
+#: Every causal baseline at every setting the benchmark runs, in table order (`default` marks the
+#: setting the main tables show). A user tunes these knobs to trade cost for attainment,
+#: so TailPilot's curve (its attainment objectives) is compared with every point, not only the
+#: defaults (docs/benchmarks/method.md, "Tuned baselines").
+BASELINE_SETTINGS: dict[str, BaselineSetting] = {
+    **{
+        f"hpa-util{round(t * 100)}": BaselineSetting(
+            "hpa-util", f"utilization target {t:.0%}", _hpa(t), t == 0.7
+        )
+        for t in (0.5, 0.6, 0.7, 0.8, 0.9)
+    },
+    **{
+        _share_name("keda-queue", s): BaselineSetting(
+            "keda-queue", f"queue target from a load test at {s:.0%}", _keda(s), s == DEFAULT_LOAD_SHARE
+        )
+        for s in LOAD_TEST_SHARES
+    },
+    **{
+        _share_name("knative-kpa", s): BaselineSetting(
+            "knative-kpa", f"concurrency target from a load test at {s:.0%}", _kpa(s), s == DEFAULT_LOAD_SHARE
+        )
+        for s in LOAD_TEST_SHARES
+    },
+    **{
+        ("clipper-aimd+hpa" if t == 0.7 else f"clipper-aimd+hpa-util{round(t * 100)}"): BaselineSetting(
+            "clipper-aimd+hpa", f"utilization target {t:.0%}", _clipper(t), t == 0.7
+        )
+        for t in (0.5, 0.7, 0.9)
+    },
+    **{
+        ("wva-saturation" if u == 0.8 else f"wva-saturation-{round(u * 100)}"): BaselineSetting(
+            "wva-saturation", f"saturated above {u:.0%} busy", _wva(u), u == 0.8
+        )
+        for u in (0.6, 0.7, 0.8, 0.9)
+    },
 }
+
+#: Name -> factory of each baseline at its default setting, in table order (the main tables and the
+#: default goals; TailPilot and the oracles are added by the suite).
+AUTOSCALERS: dict[str, Callable[[BaselineParams], BaselineController]] = {
+    name: setting.make for name, setting in BASELINE_SETTINGS.items() if setting.default
+}
+#: The other settings: in results.csv and the attainment-cost section, not in the main tables.
+TUNED_BASELINES: tuple[str, ...] = tuple(n for n, s in BASELINE_SETTINGS.items() if not s.default)
 
 
 def load_test_targets(

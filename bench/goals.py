@@ -6,8 +6,10 @@
 - Recovery from T5's step and T6's spike within Ts + 30 s, at every Ts.
 - Cost: at most 1.15x the realizable oracle's replica-seconds on T1 and T4; on every other trace no
   more than the hindsight static-peak fleet unless within 1.15x of the oracle.
-- No causal baseline (HPA, KEDA, Knative, Clipper, WVA) has at least TailPilot's share of requests
-  within the SLO for no more replica-seconds, on any trace and Ts.
+- No causal baseline (HPA, KEDA, Knative, Clipper, WVA) at its default setting has at least
+  TailPilot's share of requests within the SLO for no more replica-seconds, on any trace and Ts.
+- No tuned baseline (each at every setting run) lies above TailPilot's attainment-cost curve (its
+  points at its objectives joined linearly; `tailpilot.bench.curves`), on any trace and Ts.
 
 Each check says what it measured; a goal that does not hold is printed as such, not left out.
 """
@@ -18,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tailpilot.bench import curves
 from tailpilot.bench.baselines import AUTOSCALERS
 from tailpilot.bench.suite import TAILPILOT, Row
 
@@ -58,6 +61,7 @@ def goal_checks(rows: Sequence[Row], *, policy: str = TAILPILOT) -> list[GoalChe
     robustness runs, TailPilot handed a wrong profile).
     """
     keyed = _by_key(rows)
+    by_group = curves.groups(rows)
     checks: list[GoalCheck] = []
     for row in rows:  # in the table's order of traces and Ts
         if row.policy != policy:
@@ -65,6 +69,8 @@ def goal_checks(rows: Sequence[Row], *, policy: str = TAILPILOT) -> list[GoalChe
         checks += slo_checks(row)
         checks += _cost_checks(keyed, row)
         checks += _baseline_checks(keyed, row)
+        if policy == TAILPILOT:
+            checks += _curve_checks(by_group[(row.trace, row.ts_s)])
     return checks
 
 
@@ -151,6 +157,28 @@ def _baseline_checks(keyed: dict[tuple[str, float, str], Row], row: Row) -> list
             row.ts_s,
             ", ".join(better) if better else "none",
             not better,
+        )
+    ]
+
+
+def _curve_checks(group: Sequence[Row]) -> list[GoalCheck]:
+    """Whether a tuned baseline lies above TailPilot's curve at one trace and Ts (no check without both)."""
+    curve = curves.tailpilot_curve(group)
+    if len(curve) < 2 or not curves.baseline_points(group):
+        return []
+    above = curves.points_above(group)
+    parts = []
+    if above.beating:
+        parts.append(f"at its cost: {curves.describe(above.beating, most=2)}")
+    if above.beyond:
+        parts.append(f"dearer, keeping more: {curves.describe(above.beyond, most=1)}")
+    return [
+        GoalCheck(
+            "no tuned baseline above TailPilot's curve",
+            group[0].trace,
+            group[0].ts_s,
+            "; ".join(parts) or "none",
+            not above,
         )
     ]
 

@@ -83,9 +83,41 @@ def gpu_products_totals(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+_TRADE_COUNT = re.compile(
+    r"^A baseline lies above the curve at (\d+) of (\d+) trace and Ts pairs: at (\d+) at TailPilot's cost "
+    r"or less, at (\d+) only dearer, keeping more\.",
+    re.MULTILINE,
+)
+_TRADE_ROW = re.compile(r"^\| (T[^|]+) \| ([0-9.]+) \| [^|]+ \| ([^|]+) \| [^|]+ \|$", re.MULTILINE)
+
+
+def tuned_baselines(root: Path) -> str:
+    """The pairs with a tuned baseline above TailPilot's curve, and those where one beats it at its cost."""
+    readme = (root / BENCHMARKS / "README.md").read_text()
+    count = _TRADE_COUNT.search(readme)
+    if count is None:
+        raise QuoteError(f"{BENCHMARKS / 'README.md'} has no attainment-cost section")
+    section = readme[count.end() :].split("\n## ", 1)[0]
+    total, pairs, beaten, beyond = count.groups()
+    lines = [
+        f'From [benchmarks/README.md](benchmarks/README.md) (`make bench`, "Attainment against cost"): '
+        f"a tuned baseline lies above TailPilot's curve at {total} of {pairs} trace and Ts pairs; at "
+        f"{beaten} it keeps more at TailPilot's cost or less, at the other {beyond} only by paying more "
+        "than TailPilot's dearest point for more than its best attainment. Where a baseline beats the "
+        "curve at its cost:",
+        "",
+    ]
+    rows = [(trace, ts, cell.strip()) for trace, ts, cell in _TRADE_ROW.findall(section)]
+    lines += [f"- {trace}, Ts = {ts} s: {cell}" for trace, ts, cell in rows if cell != "none"] or [
+        "- nowhere"
+    ]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: Mapping[str, Callable[[Path], str]] = {
     "tailpilot-attainment": tailpilot_attainment,
     "gpu-products-totals": gpu_products_totals,
+    "tuned-baselines": tuned_baselines,
 }
 
 

@@ -7,6 +7,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from tailpilot.bench import curves
+from tailpilot.bench.baselines import BASELINE_SETTINGS, TUNED_BASELINES
+from tailpilot.bench.curves import CURVE_OBJECTIVES, TradePoint
 from tailpilot.bench.goals import goal_table, slo_checks
 from tailpilot.bench.published import provenance_lines
 from tailpilot.bench.suite import (
@@ -222,6 +225,58 @@ def robustness_table(rows: Sequence[Row], *, method_href: str = "method.md") -> 
     ]
 
 
+def _objective_cell(point: TradePoint) -> str:
+    objective = CURVE_OBJECTIVES[point.policy]
+    kept = "" if point.pct_requests >= objective else " (**missed**)"
+    return f"{objective:g}: {point.pct_requests:.2f}% for {point.replica_seconds:.0f}{kept}"
+
+
+def trade_table(rows: Sequence[Row], *, method_href: str = "method.md") -> list[str]:
+    """Markdown lines: per trace and Ts, TailPilot's curve and the tuned baselines above it, by rule.
+
+    Empty when the run has no TailPilot curve (fewer than two objectives) or no baseline.
+    """
+    body = []
+    beaten = beyond = checked = 0
+    for (trace, ts), group in curves.groups(rows).items():
+        curve = curves.tailpilot_curve(group)
+        if len(curve) < 2 or not curves.baseline_points(group):
+            continue
+        above = curves.points_above(group)
+        checked += 1
+        beaten += bool(above.beating)
+        beyond += bool(above.beyond) and not above.beating
+        by_objective = sorted(curve, key=lambda p: CURVE_OBJECTIVES[p.policy])
+        cells = "; ".join(_objective_cell(p) for p in by_objective)
+        body.append(
+            f"| {trace} | {ts:g} | {cells} | {curves.describe(above.beating) or 'none'} | "
+            f"{curves.describe(above.beyond, most=1) or 'none'} |"
+        )
+    if not body:
+        return []
+    return [
+        "Each policy at each of its settings is one point: replica-seconds paid, % of requests within "
+        "the SLO. TailPilot's knob is its attainment objective (spec.slo.objectivePercent, "
+        f"{', '.join(f'{o:g}' for o in sorted(CURVE_OBJECTIVES.values()))}%); its points, joined "
+        "linearly in order of cost, are its curve. Every causal baseline runs at several settings of "
+        f"its own knob ({', '.join(BASELINE_SETTINGS)}; what each is: [method.md]({method_href}), "
+        '"Tuned baselines and TailPilot\'s curve"). A baseline point lies above the curve when, at its '
+        "cost, the curve keeps less, or when it is cheaper than every TailPilot point and keeps at least "
+        'as much as the cheapest ("at TailPilot\'s cost"); or when it is dearer than every TailPilot '
+        'point and keeps more than the best ("dearer, keeping more": attainment no objective reached, '
+        "for more money). Each objective cell: the objective, the attainment, the replica-seconds, and "
+        "whether the attainment reached the objective (an objective of time, checked here on requests).",
+        "",
+        f"A baseline lies above the curve at {beaten + beyond} of {checked} trace and Ts pairs: at "
+        f"{beaten} at TailPilot's cost or less, at {beyond} only dearer, keeping more.",
+        "",
+        "| trace | Ts (s) | TailPilot: objective: attainment for replica-s | above, at TailPilot's cost | "
+        "above, dearer, keeping more |",
+        "|---|---:|---|---|---|",
+        *body,
+    ]
+
+
 def _warmup_line(setup: Setup) -> str:
     """How the causal policies' history before the scored trace was made."""
     if setup.warmup_s <= 0:
@@ -244,6 +299,7 @@ def markdown(
     date: str,
     elapsed_s: float,
     plots: Sequence[str],
+    trade_plots: Sequence[str] = (),
     method_href: str = "method.md",
 ) -> str:
     """docs/benchmarks/README.md (`method_href`: the link to method.md from where it is written)."""
@@ -269,8 +325,11 @@ def markdown(
         _warmup_line(setup),
         f"- Baseline knobs: batching max {b.batching.max_batch_size}, "
         f"delay {b.batching.max_queue_delay_us} us; "
-        f"KEDA queue target {b.queue_per_replica:g}/replica; "
-        f"KPA concurrency target {b.concurrency_per_replica:g}/replica.",
+        f"KEDA queue target {b.queue_target():g}/replica; "
+        f"KPA concurrency target {b.concurrency_target():g}/replica "
+        "(each from a load test of one replica at 70% of its capacity). The main tables show each "
+        "baseline at this default setting; every setting run is in results.csv and in "
+        '"Attainment against cost" below.',
         "",
         "Columns: % of requests with latency <= SLO; % of 1-minute windows whose P99 <= SLO; "
         "replica-seconds paid (from the moment a replica is asked for); ratio to the realizable oracle "
@@ -289,6 +348,8 @@ def markdown(
     lines += ["", "## Results", ""]
     current = None
     for r in result.rows:
+        if r.policy in TUNED_BASELINES:
+            continue  # in results.csv and the attainment-cost section
         if r.trace != current:
             current = r.trace
             lines += [
@@ -309,6 +370,9 @@ def markdown(
     goals = goal_table(result.rows)
     if goals:
         lines += ["", "## Goals at the operator's defaults (computed from the table)", "", *goals]
+    trade = trade_table(result.rows, method_href=method_href)
+    if trade:
+        lines += ["", "## Attainment against cost (computed from the table)", "", *trade]
     robustness = robustness_table(result.rows, method_href=method_href)
     if robustness:
         lines += ["", "## Robustness to a wrong profile (computed from the table)", "", *robustness]
@@ -317,6 +381,10 @@ def markdown(
     lines += [f"- {f}" for f in findings] if findings else ["- Nowhere in this run."]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
+    if trade_plots:
+        lines += ["", "## Attainment against cost, plotted", ""] + [
+            f"![{name}]({name})" for name in trade_plots
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -354,6 +422,84 @@ def plot_timelines(result: SuiteResult, *, setup: Setup, out_dir: Path, ts: floa
         fig.suptitle(f"{trace}, Ts = {ts:g} s, SLO {setup.slo_ms:g} ms")
         fig.tight_layout()
         name = f"plot-{trace}-ts{ts:g}.png"
+        fig.savefig(out_dir / name, dpi=80)
+        plt.close(fig)
+        names.append(name)
+    return names
+
+
+#: Marker of each baseline family in the trade plots.
+_FAMILY_MARKERS = {
+    "hpa-util": "o",
+    "keda-queue": "s",
+    "knative-kpa": "^",
+    "clipper-aimd+hpa": "D",
+    "wva-saturation": "v",
+}
+
+
+def plot_trades(rows: Sequence[Row], *, traces: Sequence[str], out_dir: Path) -> list[str]:
+    """One PNG per trace: per Ts, % of requests outside the SLO (log) against replica-seconds.
+
+    TailPilot's curve is a line through its objectives; each baseline family a thinner line through
+    its settings; the hindsight static-peak fleet and the realizable oracle are single points.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    by_group = curves.groups(rows)
+    for trace in traces:
+        ts_values = [ts for (t, ts) in by_group if t == trace]
+        if not ts_values or not any(curves.tailpilot_curve(by_group[(trace, ts)]) for ts in ts_values):
+            continue
+        fig, axes = plt.subplots(1, len(ts_values), figsize=(5.5 * len(ts_values), 5), squeeze=False)
+        for ax, ts in zip(axes[0], ts_values, strict=True):
+            group = by_group[(trace, ts)]
+
+            def miss(p: TradePoint) -> float:
+                return max(100.0 - p.pct_requests, 1e-3)  # log axis: 0 misses drawn at 0.001%
+
+            curve = curves.tailpilot_curve(group)
+            ax.plot(
+                [p.replica_seconds for p in curve],
+                [miss(p) for p in curve],
+                "-o",
+                color="crimson",
+                lw=2,
+                label="tailpilot (objectives)",
+            )
+            for p in curve:
+                ax.annotate(f"{CURVE_OBJECTIVES[p.policy]:g}", (p.replica_seconds, miss(p)), fontsize=7)
+            points = curves.baseline_points(group)
+            for family, marker in _FAMILY_MARKERS.items():
+                own = sorted(
+                    (p for p in points if BASELINE_SETTINGS[p.policy].family == family),
+                    key=lambda p: p.replica_seconds,
+                )
+                if own:
+                    ax.plot(
+                        [p.replica_seconds for p in own],
+                        [miss(p) for p in own],
+                        marker=marker,
+                        lw=0.8,
+                        label=family,
+                    )
+            for r in group:
+                if r.policy in ("static-peak", "oracle-realizable"):
+                    p = curves.point_of(r)
+                    ax.plot([p.replica_seconds], [miss(p)], marker="*", ms=10, ls="none", label=r.policy)
+            ax.set_yscale("log")
+            ax.set_xlabel("replica-seconds")
+            ax.set_ylabel("% of requests outside the SLO")
+            ax.set_title(f"Ts = {ts:g} s")
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(f"{trace}: attainment against cost (lower left is better)")
+        fig.tight_layout()
+        name = f"trade-{trace}.png"
         fig.savefig(out_dir / name, dpi=80)
         plt.close(fig)
         names.append(name)

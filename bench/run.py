@@ -22,7 +22,7 @@ import numpy.typing as npt
 from tailpilot.bench import cli_lists, quotes
 from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.published import REPO, git_commit, utc_minute
-from tailpilot.bench.report import markdown, plot_timelines, text_table, write_csv
+from tailpilot.bench.report import markdown, plot_timelines, plot_trades, text_table, write_csv
 from tailpilot.bench.suite import EXPERIMENTAL_POLICIES, Setup, policy_names, run_suite
 from tailpilot.bench.traces import TRACE_NAMES, read_arrivals
 
@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(result.rows, out / "results.csv")
     plots = plot_timelines(result, setup=setup, out_dir=out, ts=plot_ts)
+    trade_plots = plot_trades(result.rows, traces=[*PLOT_TRACES, "custom"], out_dir=out)
     command = "python -P -m tailpilot.bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
     date = utc_minute()
     (out / "README.md").write_text(
@@ -161,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             date=date,
             elapsed_s=time.monotonic() - started,
             plots=plots,
+            trade_plots=trade_plots,
             method_href=method_href(out),
         )
     )
-    print(f"wrote {out}/README.md, results.csv and {len(plots)} plots")
+    print(f"wrote {out}/README.md, results.csv and {len(plots) + len(trade_plots)} plots")
     if out.resolve() == (REPO / "docs" / "benchmarks").resolve():
         for name in quotes.refresh():
             print(f"rewrote the figures {name} quotes from them")

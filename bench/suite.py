@@ -19,7 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
-from tailpilot.bench.baselines import AUTOSCALERS, BaselineParams, Static, load_test_targets
+from tailpilot.api.v1alpha1 import SloSpec
+from tailpilot.bench.baselines import (
+    AUTOSCALERS,
+    BASELINE_SETTINGS,
+    LOAD_TEST_SHARES,
+    TUNED_BASELINES,
+    BaselineParams,
+    LoadTest,
+    Static,
+    load_test_targets,
+)
 from tailpilot.bench.engine_profiles import batching_candidates, default_batching, replica_capacity
 from tailpilot.bench.metrics import RunMetrics, Timeline, settle_time, summarize, timeline
 from tailpilot.bench.oracle import ScheduledOracle, WindowNeed, window_needs
@@ -64,7 +74,14 @@ TAILPILOT_NO_SURGE = "tailpilot-no-surge"
 EXPERIMENTAL_POLICIES = (TAILPILOT_ROTATION, TAILPILOT_NO_SURGE)
 #: TailPilot at other attainment objectives (spec.slo.objectivePercent; `tailpilot` runs the
 #: default, 99): the trade between cost and attainment a user chooses, as points of one curve.
-OBJECTIVE_POLICIES = {"tailpilot-objective-95": 95.0, "tailpilot-objective-99.9": 99.9}
+OBJECTIVE_POLICIES = {
+    "tailpilot-objective-95": 95.0,
+    "tailpilot-objective-97": 97.0,
+    "tailpilot-objective-99.5": 99.5,
+    "tailpilot-objective-99.9": 99.9,
+}
+#: The objective `tailpilot` runs at: the API's default of spec.slo.objectivePercent.
+DEFAULT_OBJECTIVE_PERCENT = float(SloSpec.model_fields["objective_percent"].default)
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 #: Policies that run without the unscored warm-up: a constant fleet and a schedule learn nothing
@@ -77,7 +94,7 @@ def policy_names(*, with_tailpilot: bool) -> list[str]:
     names = [*STATIC_POLICIES, *AUTOSCALERS]
     if with_tailpilot:
         names += [TAILPILOT, *OBJECTIVE_POLICIES, *WRONG_PROFILE_POLICIES]
-    return [*names, *ORACLES]
+    return [*names, *TUNED_BASELINES, *ORACLES]
 
 
 def tailpilot_available() -> bool:
@@ -178,12 +195,15 @@ def oracle_needs(task: tuple[Setup, str]) -> tuple[str, list[WindowNeed]]:
 
 
 def baseline_params(setup: Setup, initial_replicas: int) -> BaselineParams:
-    """Model-derived knobs of the baselines (load test at 70% of one replica's capacity)."""
+    """Model-derived knobs of the baselines (one load test per share of a replica in `LOAD_TEST_SHARES`)."""
     batching = default_batching(setup.profile, setup.slo_ms)
-    rate = 0.7 * replica_capacity(setup.profile, setup.slo_ms)
-    queued, inflight = load_test_targets(
-        service=setup.profile.service_time, batching=batching, rate=rate, seed=setup.seed
-    )
+    capacity = replica_capacity(setup.profile, setup.slo_ms)
+    tests = []
+    for share in LOAD_TEST_SHARES:
+        queued, inflight = load_test_targets(
+            service=setup.profile.service_time, batching=batching, rate=share * capacity, seed=setup.seed
+        )
+        tests.append(LoadTest(share, max(1.0, round(queued, 2)), max(1.0, round(inflight, 2))))
     return BaselineParams(
         slo_ms=setup.slo_ms,
         batching=batching,
@@ -191,8 +211,7 @@ def baseline_params(setup: Setup, initial_replicas: int) -> BaselineParams:
         min_replicas=1,
         max_replicas=setup.max_replicas,
         profile_max_batch=setup.profile.max_batch_size,
-        queue_per_replica=max(1.0, round(queued, 2)),
-        concurrency_per_replica=max(1.0, round(inflight, 2)),
+        load_tests=tuple(tests),
     )
 
 
@@ -331,7 +350,7 @@ def make_controller(
         profile = wrong_profile(policy, setup.profile) if policy in WRONG_PROFILE_POLICIES else setup.profile
         adapter = RotatingTailPilot if policy == TAILPILOT_ROTATION else TailPilot
         return adapter(profile=profile, spec=spec, initial=Target(params.initial_replicas, params.batching))
-    return AUTOSCALERS[policy](params)
+    return BASELINE_SETTINGS[policy].make(params)
 
 
 def sim_config(setup: Setup, name: str, *, startup_s: float) -> SimConfig:
