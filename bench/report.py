@@ -404,8 +404,8 @@ def plot_timelines(result: SuiteResult, *, setup: Setup, out_dir: Path, ts: floa
         axes[0].plot(first.t_s / 60, first.load_rps, color="black", lw=0.8)
         axes[0].set_ylabel("load (req/s)")
         for policy, tl in series.items():
-            if policy in WRONG_PROFILE_POLICIES:
-                continue  # in the tables; a second TailPilot line would hide the first
+            if policy in (*WRONG_PROFILE_POLICIES, *OBJECTIVE_POLICIES, *TUNED_BASELINES):
+                continue  # in the tables and the trade plots; more lines would hide the defaults
             style = {"lw": 2.0, "color": "crimson"} if policy == TAILPILOT else {"lw": 0.9}
             if policy.startswith("oracle"):
                 style = {"lw": 1.2, "ls": "--"}

@@ -453,7 +453,11 @@ def run_suite(
         for n in names:
             for policy in policies:
                 for ts in setup.ts_values[:1] if policy in TS_INDEPENDENT else setup.ts_values:
-                    plot = n in plot_traces and (ts == plot_ts or policy in TS_INDEPENDENT)
+                    plot = (
+                        n in plot_traces
+                        and (ts == plot_ts or policy in TS_INDEPENDENT)
+                        and policy not in (*OBJECTIVE_POLICIES, *TUNED_BASELINES)
+                    )
                     warm = replace(params[n], initial_replicas=warm_start_replicas(needs[n], ts=ts))
                     tasks.append((setup, n, ts, policy, needs[n], warm, plot))
         # Longest first keeps both workers busy to the end.
