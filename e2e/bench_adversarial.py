@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
+    commit = git_commit()  # before the run's cluster state and page land in the tree
 
     h100_nodes = ((PODS + 1) * (args.calm + args.hostile)) // 8 + 2
     state = REPO_ROOT / ".cluster-adversarial"
@@ -382,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         else f"python -m tailpilot_e2e.bench_adversarial {' '.join(argv)}"
     )
     provenance = provenance_lines(
-        command=command, commit=git_commit(), date=utc_minute(), elapsed_s=time.monotonic() - started
+        command=command, commit=commit, date=utc_minute(), elapsed_s=time.monotonic() - started
     )
     page = [PAGE_INTRO, *provenance, "", *tables, "", answered, ""]
     print("\n".join([*tables, "", answered]))
