@@ -265,14 +265,12 @@ class BaselineSetting:
 
     Attributes:
         family: The autoscaler (one line per family in the trade plots).
-        knob: The setting in words, for the tables.
         make: The controller at this setting, from the model-derived params.
         default: Whether this is the setting the main tables and the default goals compare against
             (the upstream default, or the value a careful operator reads off a load test).
     """
 
     family: str
-    knob: str
     make: Callable[[BaselineParams], BaselineController]
     default: bool = False
 
@@ -307,32 +305,26 @@ def _share_name(base: str, share: float) -> str:
 #: defaults (docs/benchmarks/method.md, "Tuned baselines").
 BASELINE_SETTINGS: dict[str, BaselineSetting] = {
     **{
-        f"hpa-util{round(t * 100)}": BaselineSetting(
-            "hpa-util", f"utilization target {t:.0%}", _hpa(t), t == 0.7
-        )
+        f"hpa-util{round(t * 100)}": BaselineSetting("hpa-util", _hpa(t), t == 0.7)
         for t in (0.5, 0.6, 0.7, 0.8, 0.9)
     },
     **{
-        _share_name("keda-queue", s): BaselineSetting(
-            "keda-queue", f"queue target from a load test at {s:.0%}", _keda(s), s == DEFAULT_LOAD_SHARE
-        )
+        _share_name("keda-queue", s): BaselineSetting("keda-queue", _keda(s), s == DEFAULT_LOAD_SHARE)
         for s in LOAD_TEST_SHARES
     },
     **{
-        _share_name("knative-kpa", s): BaselineSetting(
-            "knative-kpa", f"concurrency target from a load test at {s:.0%}", _kpa(s), s == DEFAULT_LOAD_SHARE
-        )
+        _share_name("knative-kpa", s): BaselineSetting("knative-kpa", _kpa(s), s == DEFAULT_LOAD_SHARE)
         for s in LOAD_TEST_SHARES
     },
     **{
         ("clipper-aimd+hpa" if t == 0.7 else f"clipper-aimd+hpa-util{round(t * 100)}"): BaselineSetting(
-            "clipper-aimd+hpa", f"utilization target {t:.0%}", _clipper(t), t == 0.7
+            "clipper-aimd+hpa", _clipper(t), t == 0.7
         )
         for t in (0.5, 0.7, 0.9)
     },
     **{
         ("wva-saturation" if u == 0.8 else f"wva-saturation-{round(u * 100)}"): BaselineSetting(
-            "wva-saturation", f"saturated above {u:.0%} busy", _wva(u), u == 0.8
+            "wva-saturation", _wva(u), u == 0.8
         )
         for u in (0.6, 0.7, 0.8, 0.9)
     },

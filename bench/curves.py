@@ -107,8 +107,9 @@ def above_curve(curve: Sequence[TradePoint], point: TradePoint) -> bool:
 
 @dataclass(frozen=True)
 class Above:
-    """The baseline points above TailPilot's curve at one trace and Ts, by rule."""
+    """TailPilot's curve at one trace and Ts, and the baseline points above it, by rule."""
 
+    curve: list[TradePoint]
     beating: list[TradePoint]
     beyond: list[TradePoint]
 
@@ -116,11 +117,17 @@ class Above:
         return bool(self.beating or self.beyond)
 
 
-def points_above(group: Sequence[Row]) -> Above:
-    """The baseline points above TailPilot's curve among one trace and Ts's rows."""
+def points_above(group: Sequence[Row]) -> Above | None:
+    """The baseline points above TailPilot's curve among one trace and Ts's rows.
+
+    None when there is nothing to compare: fewer than two TailPilot objectives, or no baseline.
+    """
     curve = tailpilot_curve(group)
     points = baseline_points(group)
+    if len(curve) < 2 or not points:
+        return None
     return Above(
+        curve=curve,
         beating=[p for p in points if beats_curve(curve, p)],
         beyond=[p for p in points if beyond_curve(curve, p)],
     )

@@ -163,10 +163,9 @@ def _baseline_checks(keyed: dict[tuple[str, float, str], Row], row: Row) -> list
 
 def _curve_checks(group: Sequence[Row]) -> list[GoalCheck]:
     """Whether a tuned baseline lies above TailPilot's curve at one trace and Ts (no check without both)."""
-    curve = curves.tailpilot_curve(group)
-    if len(curve) < 2 or not curves.baseline_points(group):
-        return []
     above = curves.points_above(group)
+    if above is None:
+        return []
     parts = []
     if above.beating:
         parts.append(f"at its cost: {curves.describe(above.beating, most=2)}")

@@ -6,6 +6,7 @@ import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tailpilot.bench import curves
 from tailpilot.bench.baselines import BASELINE_SETTINGS, TUNED_BASELINES
@@ -239,14 +240,13 @@ def trade_table(rows: Sequence[Row], *, method_href: str = "method.md") -> list[
     body = []
     beaten = beyond = checked = 0
     for (trace, ts), group in curves.groups(rows).items():
-        curve = curves.tailpilot_curve(group)
-        if len(curve) < 2 or not curves.baseline_points(group):
-            continue
         above = curves.points_above(group)
+        if above is None:
+            continue
         checked += 1
         beaten += bool(above.beating)
         beyond += bool(above.beyond) and not above.beating
-        by_objective = sorted(curve, key=lambda p: CURVE_OBJECTIVES[p.policy])
+        by_objective = sorted(above.curve, key=lambda p: CURVE_OBJECTIVES[p.policy])
         cells = "; ".join(_objective_cell(p) for p in by_objective)
         body.append(
             f"| {trace} | {ts:g} | {cells} | {curves.describe(above.beating) or 'none'} | "
@@ -388,6 +388,16 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
+def _saved(fig: Any, path: Path) -> str:
+    """Lay `fig` out, write it to `path` (PNG, 80 dpi), close it; its file name."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path.name
+
+
 def plot_timelines(result: SuiteResult, *, setup: Setup, out_dir: Path, ts: float) -> list[str]:
     """One PNG per plotted trace: load, replicas, batch and P99 over time, one line per policy."""
     import matplotlib
@@ -404,8 +414,6 @@ def plot_timelines(result: SuiteResult, *, setup: Setup, out_dir: Path, ts: floa
         axes[0].plot(first.t_s / 60, first.load_rps, color="black", lw=0.8)
         axes[0].set_ylabel("load (req/s)")
         for policy, tl in series.items():
-            if policy in (*WRONG_PROFILE_POLICIES, *OBJECTIVE_POLICIES, *TUNED_BASELINES):
-                continue  # in the tables and the trade plots; more lines would hide the defaults
             style = {"lw": 2.0, "color": "crimson"} if policy == TAILPILOT else {"lw": 0.9}
             if policy.startswith("oracle"):
                 style = {"lw": 1.2, "ls": "--"}
@@ -420,11 +428,7 @@ def plot_timelines(result: SuiteResult, *, setup: Setup, out_dir: Path, ts: floa
         axes[3].set_xlabel("minutes")
         axes[1].legend(fontsize=7, ncol=3)
         fig.suptitle(f"{trace}, Ts = {ts:g} s, SLO {setup.slo_ms:g} ms")
-        fig.tight_layout()
-        name = f"plot-{trace}-ts{ts:g}.png"
-        fig.savefig(out_dir / name, dpi=80)
-        plt.close(fig)
-        names.append(name)
+        names.append(_saved(fig, out_dir / f"plot-{trace}-ts{ts:g}.png"))
     return names
 
 
@@ -498,9 +502,5 @@ def plot_trades(rows: Sequence[Row], *, traces: Sequence[str], out_dir: Path) ->
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
         fig.suptitle(f"{trace}: attainment against cost (lower left is better)")
-        fig.tight_layout()
-        name = f"trade-{trace}.png"
-        fig.savefig(out_dir / name, dpi=80)
-        plt.close(fig)
-        names.append(name)
+        names.append(_saved(fig, out_dir / f"trade-{trace}.png"))
     return names

@@ -82,6 +82,9 @@ OBJECTIVE_POLICIES = {
 }
 #: The objective `tailpilot` runs at: the API's default of spec.slo.objectivePercent.
 DEFAULT_OBJECTIVE_PERCENT = float(SloSpec.model_fields["objective_percent"].default)
+#: Policies without a line in the timeline plots: the tables and the trade plots show them, and
+#: more lines would hide the defaults (a second TailPilot line would hide the first).
+UNPLOTTED_POLICIES = (*WRONG_PROFILE_POLICIES, *OBJECTIVE_POLICIES, *TUNED_BASELINES)
 #: Policies whose run does not depend on Ts (they never start a replica).
 TS_INDEPENDENT = (*STATIC_POLICIES, "oracle-fluid")
 #: Policies that run without the unscored warm-up: a constant fleet and a schedule learn nothing
@@ -456,7 +459,7 @@ def run_suite(
                     plot = (
                         n in plot_traces
                         and (ts == plot_ts or policy in TS_INDEPENDENT)
-                        and policy not in (*OBJECTIVE_POLICIES, *TUNED_BASELINES)
+                        and policy not in UNPLOTTED_POLICIES
                     )
                     warm = replace(params[n], initial_replicas=warm_start_replicas(needs[n], ts=ts))
                     tasks.append((setup, n, ts, policy, needs[n], warm, plot))
