@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.controllers.kubeapi import SECRETS, Kube
+from tailpilot.controllers.kubeapi import SECRETS
+from tailpilot.controllers.seams import AdminKeyKube, GetsObjects
 from tailpilot.manifests.meta import controlled_by
 from tailpilot.manifests.triton_access import (
     AdminKeyRef,
@@ -54,7 +55,7 @@ def generate_key() -> str:
 
 
 def ensure_admin_key(
-    kube: Kube, isvc: InferenceService, *, generate: Callable[[], str] = generate_key
+    kube: AdminKeyKube, isvc: InferenceService, *, generate: Callable[[], str] = generate_key
 ) -> AdminKey | AdminKeyUnavailable:
     """The service's admin key, creating its Secret when missing (one GET per call at rest)."""
     name = admin_key_secret_name(isvc.name)
@@ -82,7 +83,7 @@ def ensure_admin_key(
     return AdminKey(ref=admin_key_ref(isvc.name, secret_uid=uid), value=value)
 
 
-def read_admin_key(kube: Kube, isvc: InferenceService) -> str | None:
+def read_admin_key(kube: GetsObjects, isvc: InferenceService) -> str | None:
     """The key the operator sends on admin calls, or None without a Secret this service controls."""
     live = kube.get(SECRETS, isvc.namespace, admin_key_secret_name(isvc.name))
     if live is None or not controlled_by(live, isvc):

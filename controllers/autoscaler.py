@@ -51,7 +51,7 @@ from tailpilot.controllers.gpu_products import (
     options_of,
     serving_spec,
 )
-from tailpilot.controllers.kubeapi import PODS, Kube, pod_url, ready_pod_ip
+from tailpilot.controllers.kubeapi import PODS, pod_url, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import (
     ClientLatency,
@@ -62,6 +62,7 @@ from tailpilot.controllers.observe import (
 )
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.prometheus_client import prometheus_for
+from tailpilot.controllers.seams import AutoscalerKube
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
     MAX_MESSAGE,
@@ -295,7 +296,7 @@ def with_unobserved(observation: Observation, status_ready: int | None) -> Obser
 class Autoscaler:
     """Observe, decide and act for one service per call; keeps each service's policy state in memory."""
 
-    kube: Kube
+    kube: AutoscalerKube
     http: httpx.AsyncClient
     metrics: OperatorMetrics
     default_prometheus_url: str | None

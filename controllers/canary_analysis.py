@@ -26,10 +26,11 @@ from tailpilot.controllers.canary_rollout import phase_conditions
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.kubeapi import ISVC, PODS, Kube
+from tailpilot.controllers.kubeapi import ISVC, PODS
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import ObservationError, Selector, pod_metrics
 from tailpilot.controllers.prometheus_client import prometheus_for
+from tailpilot.controllers.seams import CanaryKube
 from tailpilot.controllers.status import decode_status, service_without_status, status_patch
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
 from tailpilot.policy.canary import CanaryCriteria, TrackReading, Verdict, judge_canary
@@ -83,7 +84,7 @@ def track_status(reading: TrackReading) -> CanaryTrackStatus:
 class CanaryAnalyst:
     """Judges the canaries being analysed (one call per service and period)."""
 
-    kube: Kube
+    kube: CanaryKube
     http: httpx.AsyncClient
     metrics: OperatorMetrics
     default_prometheus_url: str | None = None

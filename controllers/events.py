@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tailpilot.controllers.clock import iso_time
-from tailpilot.controllers.kubeapi import Kube
+from tailpilot.controllers.seams import PostsEvents
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class EventRecord:
 
 
 def post_events(
-    kube: Kube, involved: dict[str, Any], events: Iterable[EventRecord], *, now: datetime
+    kube: PostsEvents, involved: dict[str, Any], events: Iterable[EventRecord], *, now: datetime
 ) -> None:
     """Post each Event about `involved` (one API call each)."""
     stamp = iso_time(now)

@@ -33,9 +33,10 @@ from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.kubeapi import PODS, Kube, ready_pod_ip
+from tailpilot.controllers.kubeapi import PODS, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.seams import FastCheckKube
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
     batching_in_force,
@@ -95,7 +96,7 @@ class FastCheck:
 class FastChecker:
     """Runs one period of a service's fast loop per call: the read, then the opted-in rules."""
 
-    kube: Kube
+    kube: FastCheckKube
     signals: PodSignals
     metrics: OperatorMetrics
     control_period_s: float = DEFAULT_CONTROL_PERIOD_S

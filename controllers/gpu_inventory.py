@@ -21,7 +21,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.kubeapi import NODES, PODS, Kube
+from tailpilot.controllers.kubeapi import NODES, PODS
+from tailpilot.controllers.seams import ListsObjects
 
 log = logging.getLogger("tailpilot.gpu_inventory")
 
@@ -123,7 +124,7 @@ def replicas_available(
 class GpuInventory:
     """The GPU nodes and the pods bound to nodes, listed at most once per `ttl_s`."""
 
-    kube: Kube
+    kube: ListsObjects
     clock: Clock = SYSTEM_CLOCK
     ttl_s: float = INVENTORY_TTL_S
     _at: float | None = None

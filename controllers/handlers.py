@@ -17,21 +17,21 @@ import random
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.alert_webhook import AlertNotification
 from tailpilot.controllers.alerts import FiringAlerts
-from tailpilot.controllers.autoscaler import Autoscaler
-from tailpilot.controllers.canary_analysis import ANALYSIS_PERIOD_S, CanaryAnalyst
+from tailpilot.controllers.canary_analysis import ANALYSIS_PERIOD_S
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.fast_checks import FastChecker
+from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.kubeapi import ISVC
 from tailpilot.controllers.progress import PassWatch
-from tailpilot.controllers.reconciler import Reconciler
+from tailpilot.controllers.reconciler import ReconcileResult
+from tailpilot.controllers.seams import EventsKube
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.surge import SurgeReading
@@ -86,6 +86,81 @@ class _PartRetries:
         self.failures = 0
 
 
+# What a service's loop calls of the jobs it runs (`reconciler.Reconciler`, `autoscaler.Autoscaler`,
+# `fast_checks.FastChecker` and `canary_analysis.CanaryAnalyst` in the operator), so that the loop's
+# tests hand it doubles with just these calls, checked. Here where they are called, not in `seams`:
+# they name the jobs' results, and `seams` sits in the layer below the jobs.
+
+
+class LoopReconciler(Protocol):
+    """Reconciles a service on the loop's worker; its client also tells the loop's Events."""
+
+    @property
+    def kube(self) -> EventsKube:
+        """The client the loop posts its Events through."""
+        ...
+
+    def reconcile(self, namespace: str, name: str, /) -> ReconcileResult:
+        """One pass over the service."""
+        ...
+
+
+class LoopAutoscaler(Protocol):
+    """Decides a service's replicas once per control period."""
+
+    async def step(
+        self, namespace: str, name: str, /, *, alert_active: bool, surge: SurgeReading | None
+    ) -> tuple[float, bool]:
+        """One period: (seconds until the next, whether the Deployment must change)."""
+        ...
+
+    def forget(self, namespace: str, name: str, /) -> None:
+        """Drop a deleted service's state."""
+        ...
+
+
+class ReadPeriod(Protocol):
+    """How often the fast checks read a service's pods."""
+
+    @property
+    def period_s(self) -> float:
+        """Seconds between two checks of a service."""
+        ...
+
+
+class LoopFastChecker(Protocol):
+    """Runs a service's fast checks, and puts its held pods back at shutdown."""
+
+    @property
+    def signals(self) -> ReadPeriod:
+        """The pods' reader, whose period paces the checks."""
+        ...
+
+    async def check(self, namespace: str, name: str, /) -> FastCheck:
+        """One check of the service."""
+        ...
+
+    async def release(self, namespace: str, name: str, /) -> object:
+        """Put the service's held pods back (the answer is not read)."""
+        ...
+
+    async def close(self) -> None:
+        """Close the connections to the pods."""
+        ...
+
+    def forget(self, namespace: str, name: str, /) -> None:
+        """Drop a service's reads."""
+        ...
+
+
+class LoopCanaryAnalyst(Protocol):
+    """Judges a service's canary once per analysis period."""
+
+    async def analyse(self, namespace: str, name: str, /) -> bool:
+        """Whether a verdict was reached."""
+        ...
+
+
 class ServiceLoops:
     """One asyncio task per InferenceService that reconciles it whenever woken, and on a timer.
 
@@ -98,15 +173,15 @@ class ServiceLoops:
     def __init__(
         self,
         *,
-        reconciler: Reconciler,
-        executor: Executor,
-        autoscaler: Autoscaler | None = None,
-        fast_checker: FastChecker | None = None,
-        canary_analyst: CanaryAnalyst | None = None,
+        reconciler: LoopReconciler,
+        executor: Executor | None,
+        autoscaler: LoopAutoscaler | None = None,
+        fast_checker: LoopFastChecker | None = None,
+        canary_analyst: LoopCanaryAnalyst | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ):
         self._reconciler = reconciler
-        self._executor = executor
+        self._executor = executor  # None: the event loop's default executor
         self.autoscaler = autoscaler
         self.fast_checker = fast_checker
         self.clock = clock

@@ -93,7 +93,8 @@ from tailpilot.controllers.gpu_products import (
     serving_product,
 )
 from tailpilot.controllers.job_ownership import job_not_owned
-from tailpilot.controllers.kubeapi import DEPLOYMENTS, ISVC, JOBS, PODS, Kube, resource_of
+from tailpilot.controllers.kubeapi import DEPLOYMENTS, ISVC, JOBS, PODS, resource_of
+from tailpilot.controllers.seams import ReconcilerKube
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.controllers.status import (
     applied_spec_replicas,
@@ -230,7 +231,7 @@ class Reconciler:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: ReconcilerKube,
         settings: OperatorSettings,
         *,
         clock: Clock = SYSTEM_CLOCK,

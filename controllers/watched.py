@@ -25,7 +25,8 @@ from typing import Any, Final, Protocol
 
 from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.kubeapi import ISVC, PODS, Kube
+from tailpilot.controllers.kubeapi import ISVC, PODS
+from tailpilot.controllers.seams import ServiceReadsKube
 from tailpilot.manifests.meta import selector_labels, selector_string
 
 #: Seconds after which a service's pods are listed from the API server again (see the module doc).
@@ -55,7 +56,7 @@ class DirectReads:
     shutdown putting held pods back).
     """
 
-    kube: Kube
+    kube: ServiceReadsKube
 
     async def service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The service's body now (None: it does not exist)."""
@@ -72,7 +73,7 @@ class DirectReads:
 class WatchedObjects:
     """Newest InferenceService and pod bodies by service, from watch events, else from the API server."""
 
-    kube: Kube
+    kube: ServiceReadsKube
     clock: Clock = SYSTEM_CLOCK
     _services: dict[_Key, dict[str, Any]] = field(default_factory=dict)
     #: (namespace, service) -> pod name -> body, and when that set was last listed whole.

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tailpilot.controllers.kubeapi import Resource
 
 
 @dataclass
@@ -20,6 +24,55 @@ class FakeClock:
     def advance(self, seconds: float) -> float:
         self.now += seconds
         return self.now
+
+
+class UnexpectedKube:
+    """A cluster client whose every call fails the test: each call of `tailpilot.controllers.seams`.
+
+    A double subclasses it and answers the calls its test expects, so that it fits the consumer's
+    Protocol whole while a call nobody expected fails by name. Alone, it stands in where the code
+    under test must not reach the API server at all.
+    """
+
+    def get(self, resource: Resource, namespace: str, name: str, /) -> dict[str, Any] | None:
+        raise AssertionError(f"unexpected get of {resource.kind} {name}")
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        /,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[dict[str, Any]]:
+        raise AssertionError(f"unexpected list of {resource.kind}")
+
+    def create(self, body: dict[str, Any], /) -> dict[str, Any] | None:
+        raise AssertionError(f"unexpected create of {body.get('kind')}")
+
+    def dry_run_create(self, body: dict[str, Any], /) -> dict[str, Any]:
+        raise AssertionError(f"unexpected dry-run create of {body.get('kind')}")
+
+    def apply(self, body: dict[str, Any], /) -> dict[str, Any]:
+        raise AssertionError(f"unexpected apply of {body.get('kind')}")
+
+    def delete(self, resource: Resource, namespace: str, name: str, /, *, uid: str | None = None) -> bool:
+        raise AssertionError(f"unexpected delete of {resource.kind} {name}")
+
+    def patch_status(self, body: dict[str, Any], patch: dict[str, Any], /) -> object:
+        raise AssertionError("unexpected status patch")
+
+    def merge_patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any], /) -> object:
+        raise AssertionError(f"unexpected patch of {resource.kind} {name}")
+
+    def post_event(
+        self, involved: dict[str, Any], /, *, type_: str, reason: str, message: str, now: str
+    ) -> None:
+        raise AssertionError(f"unexpected {reason} Event")
+
+    def has_resource(self, group: str, version: str, plural: str, /) -> bool:
+        raise AssertionError(f"unexpected discovery of {group}/{version} {plural}")
 
 
 class PageServer:

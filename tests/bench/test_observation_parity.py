@@ -29,7 +29,7 @@ from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.policy.batch_sizes import BatchCounts
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.signals import PodLatency, TritonCounters
-from tests.fakes import FakeClock, PageServer
+from tests.fakes import FakeClock, PageServer, UnexpectedKube
 
 NAMESPACE, NAME, MODEL = "shop", "resnet", "resnet"
 TEXT = "text/plain; version=0.0.4"
@@ -101,7 +101,7 @@ def test_the_operator_and_the_benchmark_build_the_same_observation_from_one_stre
                 stats_url_of=lambda ip, model: f"{server.url}/pods/{ip}/models/{model}/stats",
             )
             autoscaler = Autoscaler(
-                kube=None,  # type: ignore[arg-type]  # _observe talks to the pods and Prometheus only
+                kube=UnexpectedKube(),  # _observe talks to the pods and Prometheus only
                 http=http,
                 metrics=OperatorMetrics(),
                 default_prometheus_url=None,

@@ -199,7 +199,7 @@ def test_the_operator_and_the_benchmark_run_the_same_period_on_one_stream(monkey
     async def drive() -> None:
         async with httpx.AsyncClient() as http:
             operator = Autoscaler(
-                kube=kube,  # type: ignore[arg-type]
+                kube=kube,
                 http=http,
                 metrics=OperatorMetrics(),
                 default_prometheus_url="http://prometheus.invalid",

@@ -51,7 +51,7 @@ def _foreign(name: str, key: str = "chosen-by-someone-else") -> dict[str, Any]:
 def test_the_secret_is_created_once_with_a_random_key_and_read_back_after() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube()
-    first = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
+    first = ensure_admin_key(kube, isvc)
     assert isinstance(first, AdminKey)
     assert first.ref.secret_name == "a-triton-admin" and first.ref.secret_uid == "uid-1"
     assert len(first.value) >= 40  # 32 random bytes, base64url
@@ -59,9 +59,9 @@ def test_the_secret_is_created_once_with_a_random_key_and_read_back_after() -> N
     assert secret["immutable"] is True
     assert secret["metadata"]["ownerReferences"][0]["uid"] == isvc.metadata["uid"]
     assert base64.b64decode(secret["data"][SECRET_KEY]).decode() == first.value
-    again = ensure_admin_key(kube, isvc, generate=lambda: "never-used")  # type: ignore[arg-type]
+    again = ensure_admin_key(kube, isvc, generate=lambda: "never-used")
     assert again == first and kube.created == 1  # an existing key is never replaced
-    assert read_admin_key(kube, isvc) == first.value  # type: ignore[arg-type]
+    assert read_admin_key(kube, isvc) == first.value
 
 
 def test_keys_differ_between_services() -> None:
@@ -71,10 +71,10 @@ def test_keys_differ_between_services() -> None:
 def test_a_deleted_secret_is_recreated_with_a_new_key_and_uid() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube()
-    first = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
+    first = ensure_admin_key(kube, isvc)
     del kube.live["a-triton-admin"]
-    assert read_admin_key(kube, isvc) is None  # type: ignore[arg-type]
-    second = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
+    assert read_admin_key(kube, isvc) is None
+    second = ensure_admin_key(kube, isvc)
     assert isinstance(first, AdminKey) and isinstance(second, AdminKey)
     assert second.value != first.value
     assert second.ref.secret_uid != first.ref.secret_uid  # what rolls the pods onto the new key
@@ -84,17 +84,17 @@ def test_a_foreign_secret_is_never_used_or_overwritten() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube()
     kube.live["a-triton-admin"] = _foreign("a-triton-admin")
-    outcome = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
+    outcome = ensure_admin_key(kube, isvc)
     assert isinstance(outcome, AdminKeyUnavailable)
     assert "Secret a-triton-admin exists and is not controlled by this InferenceService" in outcome.message
     assert kube.created == 0 and kube.live["a-triton-admin"] == _foreign("a-triton-admin")
-    assert read_admin_key(kube, isvc) is None  # type: ignore[arg-type]  # its key is never sent either
+    assert read_admin_key(kube, isvc) is None  # its key is never sent either
 
 
 def test_a_foreign_secret_created_between_the_read_and_the_create_is_not_taken() -> None:
     isvc = make_isvc("a").obj()
     kube = SecretsKube(racer=_foreign("a-triton-admin"))
-    outcome = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
+    outcome = ensure_admin_key(kube, isvc)
     assert isinstance(outcome, AdminKeyUnavailable)
     assert kube.live["a-triton-admin"] == _foreign("a-triton-admin")
 
@@ -110,5 +110,5 @@ def test_an_owned_secret_without_a_key_is_reported_not_used() -> None:
         }
     }
     kube.live["a-triton-admin"] = owned
-    outcome = ensure_admin_key(kube, isvc)  # type: ignore[arg-type]
+    outcome = ensure_admin_key(kube, isvc)
     assert isinstance(outcome, AdminKeyUnavailable) and "holds no admin key" in outcome.message

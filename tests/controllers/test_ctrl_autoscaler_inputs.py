@@ -16,6 +16,7 @@ from tailpilot.policy.from_spec import (
 from tailpilot.policy.signals import READ_PERIOD_S
 from tailpilot.policy.surge import SurgeReading, with_surge
 from tests.controllers.specs import service
+from tests.fakes import UnexpectedKube
 
 
 def test_from_the_pods_the_recent_window_is_a_control_period_and_arrivals_are_binned_by_reads():
@@ -123,7 +124,7 @@ def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_
     async def run() -> list[tuple[Observation, str | None]]:
         async with PrometheusClient(access, transport=httpx.MockTransport(prometheus)) as http:
             autoscaler = Autoscaler(
-                kube=None,  # type: ignore[arg-type]
+                kube=UnexpectedKube(),  # the clients' query talks to Prometheus only
                 http=http,
                 metrics=OperatorMetrics(),
                 default_prometheus_url="http://prom:9090",

@@ -23,7 +23,7 @@ def fail(
     reason: str, *, finished_at: str = LONG_AGO
 ) -> tuple[object, InferenceServiceStatus, list[str], list[EventRecord]]:
     kube = CountingKube({})
-    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     build = BuildStatus(request_key="k", job_name="svc-build-k", attempt=1, phase="Running")
     state = JobState(
         phase=BuildPhase.FAILED,

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 
 from tailpilot.api import constants as c
@@ -46,10 +47,11 @@ def test_the_verdicts_patch_carries_its_phase_and_its_conditions(
     )
 
     async def record() -> None:
-        analyst = CanaryAnalyst(
-            kube=kube, http=None, metrics=OperatorMetrics(), default_prometheus_url=DEFAULT
-        )  # type: ignore[arg-type]
-        await analyst._record(body, verdict, EventRecord("Warning", reason, "verdict"))  # noqa: SLF001
+        async with httpx.AsyncClient() as http:  # never sent on: the verdict is written, not measured
+            analyst = CanaryAnalyst(
+                kube=kube, http=http, metrics=OperatorMetrics(), default_prometheus_url=DEFAULT
+            )
+            await analyst._record(body, verdict, EventRecord("Warning", reason, "verdict"))  # noqa: SLF001
 
     asyncio.run(record())
     (patch,) = kube.patches

@@ -13,13 +13,14 @@ from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.meta import owner_reference
+from tests.fakes import UnexpectedKube
 from tests.manifests.fixtures import SETTINGS, make_isvc
 
 KEY = "0123456789abcdef0123456789abcdef"
 LONG_AGO = "2020-01-01T00:00:00Z"  # any back-off is over
 
 
-class JobsKube:
+class JobsKube(UnexpectedKube):
     """Jobs and pods by name; every list, create and delete recorded."""
 
     def __init__(self, jobs: dict[str, dict[str, Any]], pods: list[dict[str, Any]] | None = None) -> None:
@@ -31,7 +32,9 @@ class JobsKube:
     def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         return self.jobs.get(name) if resource.kind == "Job" else None
 
-    def list(self, resource: Resource, namespace: str, *, label_selector: str = "") -> list[dict[str, Any]]:
+    def list(
+        self, resource: Resource, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
+    ) -> list[dict[str, Any]]:
         self.listed.append(label_selector)
         return list(self.pods) if resource.kind == "Pod" else []
 
@@ -88,7 +91,7 @@ def test_a_build_job_the_service_does_not_own_is_never_read_created_or_deleted()
         _job(name, owners=[ours], labels={}, failed=True),
     ):
         kube = JobsKube({name: foreign})
-        reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+        reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
         status, events = InferenceServiceStatus(), []  # type: ignore[var-annotated]
         for _ in range(3):  # three passes: told once
             condition, _, status = reconciler._engine(isvc, status, request, key, events, [])  # noqa: SLF001
@@ -103,7 +106,7 @@ def test_the_services_own_failed_build_job_is_deleted_by_the_uid_it_was_read_wit
     isvc, request, key, name = _setup()
     ours = _job(name, owners=[owner_reference(isvc)], labels=MANAGED, failed=True)
     kube = JobsKube({name: ours})
-    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
     condition, _, status = reconciler._engine(isvc, InferenceServiceStatus(), request, key, events, [])  # noqa: SLF001
     assert kube.listed == [f"job-name={name}"]
@@ -122,7 +125,7 @@ def test_a_profile_job_the_service_does_not_own_is_never_read_and_the_engine_wai
     forged = BuildResult(outcome=BuildOutcome.SUCCEEDED, engine_key=KEY)  # what its pod could claim
     pod = {"metadata": {"labels": {"job-name": name}}, "status": {"message": forged.model_dump_json()}}
     kube = JobsKube({name: _job(name, owners=[], labels={})}, pods=[pod])
-    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
     profiling: ProfilingStatus | None = None
     for _ in range(2):

@@ -266,11 +266,11 @@ def surge_checks(
         fake_clock = FakeClock()
         signals = PodSignals(clock=fake_clock, url_of=lambda ip: f"{server.url}/pods/{ip}/metrics")
         checker = FastChecker(
-            kube=kube,  # type: ignore[arg-type]
+            kube=kube,
             signals=signals,
             metrics=OperatorMetrics(),
             clock=fake_clock,
-            objects=WatchedObjects(kube=kube, clock=fake_clock) if watched else None,  # type: ignore[arg-type]
+            objects=WatchedObjects(kube=kube, clock=fake_clock) if watched else None,
         )
         results = []
         for i, (success, pending) in enumerate(counters):
@@ -344,7 +344,7 @@ def rotation_service(labels: dict[str, str]) -> FakeKube:
 
 def release(kube: FakeKube, metrics: OperatorMetrics) -> frozenset[str]:
     async def run() -> frozenset[str]:
-        checker = FastChecker(kube=kube, signals=PodSignals(), metrics=metrics)  # type: ignore[arg-type]
+        checker = FastChecker(kube=kube, signals=PodSignals(), metrics=metrics)
         return await checker.release("ns", "echo")
 
     return asyncio.run(run())

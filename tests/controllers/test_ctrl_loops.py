@@ -10,6 +10,7 @@ import pytest
 from tailpilot.controllers.alert_webhook import AlertNotification
 from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.handlers import ServiceLoops
+from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.reconciler import ReconcileResult
 from tailpilot.policy.surge import SurgeReading
 
@@ -37,7 +38,7 @@ class RecordingAutoscaler:
 
 def test_a_surge_is_decided_at_once_and_only_once():
     autoscaler = RecordingAutoscaler()
-    loops = ServiceLoops(reconciler=Any, executor=Any, autoscaler=autoscaler)  # type: ignore[arg-type]
+    loops = ServiceLoops(reconciler=CountingReconciler(), executor=None, autoscaler=autoscaler)
 
     async def scenario() -> list[float]:
         wake = asyncio.Event()
@@ -57,7 +58,7 @@ def test_a_surge_is_decided_at_once_and_only_once():
 
 
 def test_without_an_autoscaler_a_surge_is_ignored():
-    loops = ServiceLoops(reconciler=Any, executor=Any)  # type: ignore[arg-type]
+    loops = ServiceLoops(reconciler=CountingReconciler(), executor=None)
     loops.surge(("ns", "svc"), READING)
     assert asyncio.run(loops._control("ns", "svc", asyncio.Event())) == float("inf")
 
@@ -69,6 +70,7 @@ class ReleasingFastChecker:
         self.checks = 0
         self.released: list[tuple[str, str]] = []
         self.closed = False
+        self.signals = PodSignals()
 
     async def check(self, namespace: str, name: str) -> FastCheck:
         self.checks += 1
@@ -87,7 +89,7 @@ class ReleasingFastChecker:
 
 def test_shutdown_puts_held_pods_back_for_every_service_with_fast_checks_only():
     checker = ReleasingFastChecker()
-    loops = ServiceLoops(reconciler=Any, executor=Any, fast_checker=checker)  # type: ignore[arg-type]
+    loops = ServiceLoops(reconciler=CountingReconciler(), executor=None, fast_checker=checker)
 
     async def scenario() -> None:
         loops._sync_fast_checks(("ns", "rotating"), wanted=True)
@@ -106,6 +108,7 @@ class CountingReconciler:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.kube = EventSink()
 
     def reconcile(self, namespace: str, name: str) -> Any:
         self.calls += 1
@@ -137,7 +140,7 @@ def test_decisions_run_on_their_period_without_a_reconcile_each_and_a_wake_recon
     async def scenario() -> tuple[int, int, int]:
         autoscaler = FastAutoscaler(wanted=5)
         with ThreadPoolExecutor(1) as executor:
-            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)  # type: ignore[arg-type]
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)
             loops.ensure("ns", "svc")
             await asyncio.wait_for(autoscaler.decided.wait(), timeout=10)
             after_decisions = reconciler.calls
@@ -170,11 +173,14 @@ class EventSink:
 
 def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
     class Noop:
+        def __init__(self) -> None:
+            self.kube = EventSink()
+
         def reconcile(self, namespace: str, name: str) -> ReconcileResult:
             return ReconcileResult(requeue_after=300.0)
 
     async def scenario() -> tuple[dict[Any, Any], dict[Any, Any]]:
-        loops = ServiceLoops(reconciler=Noop(), executor=None)  # type: ignore[arg-type]
+        loops = ServiceLoops(reconciler=Noop(), executor=None)
         for i in range(1000):  # made-up names from anyone who reaches the webhook
             loops.alert(firing("ns", f"nobody-{i}"))
         before = dict(loops._alerts)
@@ -200,7 +206,7 @@ def test_an_alert_that_starts_or_stops_firing_is_told_on_the_service_once():
     reconciler = Noop()
 
     async def scenario() -> list[bool]:
-        loops = ServiceLoops(reconciler=reconciler, executor=None)  # type: ignore[arg-type]
+        loops = ServiceLoops(reconciler=reconciler, executor=None)
         loops.ensure("ns", "svc", uid=UID)
         active = []
         for alert in (
@@ -252,11 +258,14 @@ def test_an_alert_is_taken_only_for_the_service_of_the_uid_it_carries():
     """Another namespace's rule labelled with this service's name, or a deleted namesake's, steers nothing."""
 
     class Noop:
+        def __init__(self) -> None:
+            self.kube = EventSink()
+
         def reconcile(self, namespace: str, name: str) -> ReconcileResult:
             return ReconcileResult(requeue_after=300.0)
 
     async def scenario() -> list[bool]:
-        loops = ServiceLoops(reconciler=Noop(), executor=None)  # type: ignore[arg-type]
+        loops = ServiceLoops(reconciler=Noop(), executor=None)
         loops.ensure("ns", "svc", uid=UID)
         alerted = []
         for uid in ("", "someone-elses-uid", UID):
@@ -314,7 +323,7 @@ def test_a_failing_pass_is_retried_with_growing_waits_and_told_once_per_error(
     reconciler = Flaky()
 
     async def scenario() -> None:
-        loops = ServiceLoops(reconciler=reconciler, executor=None)  # type: ignore[arg-type]
+        loops = ServiceLoops(reconciler=reconciler, executor=None)
         loops.ensure("ns", "svc")
         await asyncio.wait_for(reconciler.done.wait(), timeout=10)
         await loops.stop_all()
@@ -346,7 +355,7 @@ def test_decisions_go_on_while_every_reconcile_fails():
     async def scenario() -> int:
         autoscaler = FastAutoscaler(wanted=5)
         with ThreadPoolExecutor(1) as executor:
-            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)  # type: ignore[arg-type]
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)
             loops.ensure("ns", "svc")
             # Five decisions 10 ms apart, well before the reconcile's first retry (2.5 s at least).
             await asyncio.wait_for(autoscaler.decided.wait(), timeout=2.0)
@@ -374,15 +383,12 @@ def test_a_failing_decision_is_retried_within_its_cap_without_a_reconcile_and_to
                 raise ConnectionError("Prometheus refused the connection")
             return await super().step(namespace, name, **kwargs)
 
-    class Reconciling(CountingReconciler):
-        kube = EventSink()
-
-    reconciler = Reconciling()
+    reconciler = CountingReconciler()
 
     async def scenario() -> int:
         autoscaler = FailingTwice(wanted=4)
         with ThreadPoolExecutor(1) as executor:
-            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)  # type: ignore[arg-type]
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, autoscaler=autoscaler)
             loops.ensure("ns", "svc")
             # Under the reconcile's back-off the first retry would wait 2.5 s at least.
             await asyncio.wait_for(autoscaler.decided.wait(), timeout=2.0)

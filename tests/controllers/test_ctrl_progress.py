@@ -13,7 +13,7 @@ import pytest
 from tailpilot.controllers.handlers import ServiceLoops, register
 from tailpilot.controllers.progress import MAX_PASS_S, PassWatch
 from tailpilot.controllers.reconciler import ReconcileResult
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, UnexpectedKube
 
 
 def test_a_pass_in_flight_past_the_bound_is_named_and_one_that_ended_is_not():
@@ -35,6 +35,7 @@ class BlockedReconciler:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.entered = threading.Event()
+        self.kube = UnexpectedKube()  # the loop posts an Event only about a failed pass
 
     def reconcile(self, namespace: str, name: str) -> ReconcileResult:
         self.entered.set()
@@ -56,7 +57,7 @@ def test_a_stuck_reconcile_fails_the_liveness_probe_until_it_returns():
 
     async def scenario() -> tuple[str, str, str]:
         with ThreadPoolExecutor(1) as executor:
-            loops = ServiceLoops(reconciler=reconciler, executor=executor, clock=clock)  # type: ignore[arg-type]
+            loops = ServiceLoops(reconciler=reconciler, executor=executor, clock=clock)
             probe = progress_probe(loops)
             loops.ensure("ns", "svc")
             assert await asyncio.to_thread(reconciler.entered.wait, 10)
@@ -87,7 +88,7 @@ def test_kopfs_liveness_endpoint_answers_500_when_the_progress_probe_fails():
     from kopf._core.engines.probing import health_reporter
 
     clock = FakeClock(0.0)
-    loops = ServiceLoops(reconciler=BlockedReconciler(), executor=None, clock=clock)  # type: ignore[arg-type]
+    loops = ServiceLoops(reconciler=BlockedReconciler(), executor=None, clock=clock)
     registry = kopf.OperatorRegistry()
     register(registry, loops=loops)
     with socket.socket() as s:

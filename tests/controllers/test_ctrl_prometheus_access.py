@@ -25,6 +25,7 @@ from tailpilot.controllers.observe import ObservationError, Selector, _query, cl
 from tailpilot.controllers.prometheus_access import PrometheusAccess, parse_allowed_urls, resolve_prometheus
 from tailpilot.controllers.prometheus_client import EndpointNotAllowed, PrometheusClient
 from tests.controllers.specs import service
+from tests.fakes import UnexpectedKube
 
 KEY = "0123456789abcdef0123456789abcdef"
 DEFAULT = "http://prometheus.monitoring.svc:9090"
@@ -61,7 +62,7 @@ def test_a_url_the_platform_did_not_allow_is_refused_and_the_default_is_always_a
     assert resolve_prometheus(None, PrometheusAccess()).reason == c.REASON_METRICS_UNAVAILABLE
 
 
-class StatusKube:
+class StatusKube(UnexpectedKube):
     """Status patches recorded; `body` answered to every GET."""
 
     def __init__(self, body: dict[str, Any] | None = None) -> None:
@@ -114,7 +115,7 @@ def test_the_autoscaler_never_contacts_a_url_not_allowed_and_scaling_says_why() 
         async with PrometheusClient(access, transport=httpx.MockTransport(sent)) as http:
             autoscaler = Autoscaler(
                 kube=kube, http=http, metrics=OperatorMetrics(), default_prometheus_url=DEFAULT
-            )  # type: ignore[arg-type]
+            )
             return await autoscaler._inputs(body)  # noqa: SLF001
 
     assert asyncio.run(run()) is None
@@ -136,7 +137,7 @@ def test_the_canary_analysis_resolves_the_same_way_and_never_contacts_a_url_not_
         ) as http:
             analyst = CanaryAnalyst(
                 kube=kube, http=http, metrics=OperatorMetrics(), default_prometheus_url=DEFAULT
-            )  # type: ignore[arg-type]
+            )
             return await analyst.analyse("shop", "resnet")
 
     assert asyncio.run(run()) is False

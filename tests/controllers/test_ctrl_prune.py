@@ -12,10 +12,11 @@ from tailpilot.controllers.reconciler import EventRecord, Reconciler
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
 from tailpilot.manifests.settings import NetworkPolicySettings
+from tests.fakes import UnexpectedKube
 from tests.manifests.fixtures import SETTINGS, admin_key, build_result, make_isvc
 
 
-class CountingKube:
+class CountingKube(UnexpectedKube):
     """GETs answered from a dict of live objects; GETs and deletes counted."""
 
     def __init__(self, live: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -56,7 +57,7 @@ def test_a_turned_off_child_is_deleted_once_then_not_looked_up_again_until_the_s
     monitor = next(o for o in unwanted if o["kind"] == "ServiceMonitor")
     foreign = {"metadata": {"name": "a-metrics", "ownerReferences": [{"controller": True, "uid": "other"}]}}
     kube = CountingKube({("ServiceMonitor", "a"): monitor, ("Service", "a-metrics"): foreign})
-    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
     assert reconciler._prune(isvc, unwanted, events) == 1
     assert kube.deleted == [("ServiceMonitor", "a")]  # the other owner's Service is left alone
@@ -104,7 +105,7 @@ def test_a_child_created_by_another_owner_between_lookup_and_create_is_not_taken
 
     isvc = make_isvc("a").obj()
     kube = RacingKube(("ConfigMap", "a-model-config"))
-    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
     admin = AdminKey(ref=admin_key(isvc.name), value="key")
     rollout, _, _ = reconciler._rollout(isvc, InferenceServiceStatus(), build_result(), admin, events)
@@ -122,12 +123,12 @@ def test_the_jobs_network_policy_is_never_taken_from_another_owner_and_goes_when
     ours = engine_jobs_network_policy(isvc=isvc)
     foreign = {"metadata": {"name": "a-engine-jobs", "ownerReferences": [{"controller": True, "uid": "x"}]}}
     kube = CountingKube({("NetworkPolicy", "a-engine-jobs"): foreign})
-    with_policies = Reconciler(kube, OperatorSettings(manifests=WITH_POLICY))  # type: ignore[arg-type]
+    with_policies = Reconciler(kube, OperatorSettings(manifests=WITH_POLICY))
     message = with_policies._guard_engine_jobs(isvc)
     assert message.startswith("NetworkPolicy a-engine-jobs exists and is not controlled by this")
     assert kube.deleted == []
 
-    without = Reconciler(kube, OperatorSettings(manifests=SETTINGS))  # type: ignore[arg-type]
+    without = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     assert without._guard_engine_jobs(isvc) == ""
     assert kube.deleted == []  # the other owner's policy stays, policies on or off
     kube.live[("NetworkPolicy", "a-engine-jobs")] = ours  # the service's own, from a time they were on

@@ -56,7 +56,7 @@ def names(pods: list[dict[str, Any]]) -> set[str]:
 
 def test_watch_events_answer_without_requests_once_a_service_is_listed():
     kube = CountingKube({"echo": service_body("echo")}, [pod("echo-a"), pod("other-a", "other")])
-    store = WatchedObjects(kube=kube, clock=FakeClock())  # type: ignore[arg-type]
+    store = WatchedObjects(kube=kube, clock=FakeClock())
 
     async def run() -> None:
         # Unknown service: one GET, then its watch events keep it current.
@@ -81,7 +81,7 @@ def test_watch_events_answer_without_requests_once_a_service_is_listed():
 def test_pods_are_listed_again_after_the_relist_period_and_a_deleted_service_is_forgotten():
     kube = CountingKube({"echo": service_body("echo")}, [pod("echo-a")])
     clock = FakeClock()
-    store = WatchedObjects(kube=kube, clock=clock)  # type: ignore[arg-type]
+    store = WatchedObjects(kube=kube, clock=clock)
 
     async def run() -> None:
         await store.pods("ns", "echo")
@@ -104,7 +104,7 @@ def test_pods_are_listed_again_after_the_relist_period_and_a_deleted_service_is_
 def test_a_pod_event_delivered_during_the_list_is_applied_after_it():
     kube = CountingKube({}, [pod("echo-a", ready=False)])
     kube.release_list.clear()
-    store = WatchedObjects(kube=kube, clock=FakeClock())  # type: ignore[arg-type]
+    store = WatchedObjects(kube=kube, clock=FakeClock())
 
     async def run() -> list[dict[str, Any]]:
         listing = asyncio.create_task(store.pods("ns", "echo"))
