@@ -10,6 +10,10 @@ request's tolerance is published, with its figures, but refused: a repeat is a c
 again, so a looser tolerance needs no rebuild). Measuring the engine is not the build's job:
 the profile Job does it in the service's own Triton (`profile_job.py`).
 
+What differs between engine backends (which requests they refuse, the engine file, its accuracy
+measurement, Triton's backend, extra library versions) is asked of the request's backend
+(`backends/registry.py`); every other step is the same for all of them.
+
 Failures raise `BuildError` (reason + message) inside; `run_build` turns them
 into a failed `BuildResult`. Nothing is published on failure: the staging
 directory is removed, and `engines/<key>` only ever appears by rename.
@@ -20,11 +24,9 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tailpilot.api.engine import (
     BUILDER_VERSION,
@@ -34,20 +36,16 @@ from tailpilot.api.engine import (
     BuildResult,
     StoreGcReport,
 )
-from tailpilot.builders import tensorrt
+from tailpilot.builders.backends import registry
+from tailpilot.builders.backends.base import EngineJob
 from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
-from tailpilot.builders.errors import (
-    ACCURACY_OUT_OF_TOLERANCE,
-    CALIBRATION_REQUIRED,
-    ENGINE_STORE_FULL,
-    UNSUPPORTED_PRECISION,
-    UNSUPPORTED_SERVING_VARIANT,
-    UNSUPPORTED_TARGET,
-    BuildError,
-)
-from tailpilot.builders.fetch import Fetched, FetchOptions, fetch
+from tailpilot.builders.errors import ACCURACY_OUT_OF_TOLERANCE, ENGINE_STORE_FULL, BuildError
+from tailpilot.builders.fetch import fetch
+
+# Re-exported: the CLI, the benchmarks and the tests configure a build from here.
+from tailpilot.builders.settings import BuildSettings as BuildSettings
+from tailpilot.builders.settings import StoreGcPolicy as StoreGcPolicy
 from tailpilot.builders.store import (
-    GC_RETENTION_S,
     MANIFEST,
     REPOSITORY,
     EngineManifest,
@@ -57,85 +55,28 @@ from tailpilot.builders.store import (
     write_atomic,
 )
 
-if TYPE_CHECKING:
-    from tailpilot.builders.model_info import ModelInfo
-
 #: Writes one progress line (to stderr in the Job, so it lands in the Job's log).
 Progress = Callable[[str], None]
 
 _PYTHON_MODEL_FILE = Path(__file__).with_name("triton_python_model.py")
 
 
-@dataclass(frozen=True)
-class BuildSettings:
-    """What the build environment provides (filled by the CLI from flags and environment)."""
-
-    fetch: FetchOptions = field(default_factory=FetchOptions)
-    #: trtexec path, None when TensorRT is not installed.
-    trtexec: str | None = None
-    #: nvidia-smi name of the GPU the build runs on, None without a GPU.
-    gpu_name: str | None = None
-    #: The store's garbage collection before the build; None: none (a local `tailpilot build`).
-    gc: StoreGcPolicy | None = None
-
-
-@dataclass(frozen=True)
-class StoreGcPolicy:
-    """What the operator tells a build Job about the store's garbage collection (`EngineStore.collect`)."""
-
-    #: Engine keys some service's status names in the store's namespace: never removed.
-    keep: frozenset[str] = frozenset()
-    retention_s: float = GC_RETENTION_S
-    #: Bytes the engines may take before the least recently used unreferenced ones go; None: no budget.
-    budget_bytes: int | None = None
-
-
 def triton_backend_for(request: BuildRequest) -> str:
     """Return the Triton backend that serves the engine ("python" for the python variant)."""
-    return "python" if request.serving_variant == "python" else request.backend
+    if request.serving_variant == "python":
+        return "python"
+    return registry.lookup(request.backend).triton_backend
 
 
 def check_request(request: BuildRequest, settings: BuildSettings) -> None:
     """Reject impossible requests before anything is downloaded.
 
     Raises:
-        BuildError: UnsupportedServingVariant, UnsupportedTarget, UnsupportedPrecision,
-            CalibrationRequired or TensorRTUnavailable.
+        BuildError: InvalidBuildRequest (no such backend here), or the backend's refusal:
+            UnsupportedServingVariant, UnsupportedTarget, UnsupportedPrecision, CalibrationRequired
+            or TensorRTUnavailable.
     """
-    if request.backend == "tensorrt":
-        if request.serving_variant == "python":
-            raise BuildError(
-                UNSUPPORTED_SERVING_VARIANT,
-                "servingVariant python wraps ONNX Runtime; a TensorRT plan needs the native tensorrt backend",
-            )
-        if request.target == "cpu":
-            raise BuildError(
-                UNSUPPORTED_TARGET, "backend tensorrt needs a GPU target (a GPU product), not cpu"
-            )
-        if request.precision == "int8" and not request.calibration_uri:
-            raise BuildError(
-                CALIBRATION_REQUIRED,
-                "TensorRT int8 needs calibration data "
-                "(calibrationUri: .npz inputs or a TensorRT calibration cache)",
-            )
-        tensorrt.require_trtexec(settings.trtexec)
-        if settings.gpu_name and tensorrt.gpu_product_label(settings.gpu_name) != request.target:
-            raise BuildError(
-                UNSUPPORTED_TARGET,
-                f"the build runs on {tensorrt.gpu_product_label(settings.gpu_name)}, but the engine is for "
-                f"{request.target}: a TensorRT plan must be built on the GPU product it serves on",
-            )
-    elif request.serving_variant == "python" and request.target != "cpu":
-        raise BuildError(
-            UNSUPPORTED_SERVING_VARIANT,
-            f"servingVariant python runs ONNX Runtime on the CPU; "
-            f"target {request.target} needs servingVariant native",
-        )
-    elif request.precision == "fp16" and request.target == "cpu":
-        raise BuildError(
-            UNSUPPORTED_PRECISION,
-            "fp16 with onnxruntime needs a GPU target: ONNX Runtime's CPU provider has no fast FP16 kernels",
-        )
+    registry.lookup(request.backend).check(request, settings)
 
 
 def library_versions(request: BuildRequest, settings: BuildSettings) -> dict[str, str]:
@@ -144,8 +85,7 @@ def library_versions(request: BuildRequest, settings: BuildSettings) -> dict[str
     versions = {name: metadata.version(name) for name in ("onnx", "onnxruntime", "numpy")}
     if request.serving_variant == "python":
         versions["pythonModel"] = hashlib.sha256(_PYTHON_MODEL_FILE.read_bytes()).hexdigest()[:16]
-    if request.backend == "tensorrt" and settings.trtexec:
-        versions["tensorrt"] = tensorrt.tensorrt_version(settings.trtexec)
+    versions.update(registry.lookup(request.backend).library_versions(settings))
     return versions
 
 
@@ -205,7 +145,9 @@ def _collect(store: EngineStore, settings: BuildSettings, progress: Progress) ->
 def _build_engine(
     request: BuildRequest, settings: BuildSettings, store: EngineStore, *, progress: Progress
 ) -> BuildResult:
+    """Answer from the index or the store, else build through the request's backend and publish."""
     started = time.monotonic()
+    backend = registry.lookup(request.backend)
     versions = library_versions(request, settings)
     idx = index_key(request, versions)
     if index_is_trusted(request):
@@ -248,7 +190,7 @@ def _build_engine(
             info,
             shapes=request.shapes,
             max_batch_size=request.max_batch_size,
-            require_static_profile=request.backend == "tensorrt",
+            require_static_profile=backend.needs_static_profile,
         )
         key = engine_key(
             EngineKeyInputs(
@@ -263,8 +205,18 @@ def _build_engine(
             store.record_index(idx, key)
             return _finish_cached(store, key, request)
         progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
-        engine_file, method = _build_model_file(request, settings, info, model, calibration, work, store.root)
-        accuracy = _measure_accuracy(request, info, model, calibration, engine_file)
+        job = EngineJob(
+            request=request,
+            settings=settings,
+            info=info,
+            model=model,
+            calibration=calibration,
+            work=work,
+            store_root=store.root,
+        )
+        built = backend.build(job)
+        engine_file, method = built.file, built.method
+        accuracy = backend.measure_accuracy(job, engine_file)
         progress(f"accuracy: {_describe_accuracy(accuracy)}")
         inputs, outputs = triton_specs(info.inputs), triton_specs(info.outputs)
         config = model_config_for(
@@ -316,57 +268,6 @@ def _build_engine(
     )
 
 
-def _build_model_file(
-    request: BuildRequest,
-    settings: BuildSettings,
-    info: ModelInfo,
-    model: Fetched,
-    calibration: Fetched | None,
-    work: Path,
-    store_root: Path,
-) -> tuple[Path, str]:
-    """Produce the engine file (optimized ONNX or TensorRT plan) in `work`; return it and the method line."""
-    from tailpilot.builders import ort_build
-
-    if request.backend == "onnxruntime":
-        out = work / "engine.onnx"
-        if request.precision == "fp32":
-            return out, ort_build.optimize_fp32(model.path, out)
-        if request.precision == "fp16":
-            return out, ort_build.convert_fp16(model.path, out)
-        arrays = ort_build.load_calibration(calibration.path, info.inputs) if calibration else None
-        return out, ort_build.quantize_int8(model.path, out, work=work, calibration=arrays)
-    trtexec = tensorrt.require_trtexec(settings.trtexec)
-    onnx_path, calib_cache = model.path, None
-    if request.precision == "int8":
-        if calibration is None:  # check_request already refused this; kept for the type checker
-            raise BuildError(CALIBRATION_REQUIRED, "TensorRT int8 needs calibration data")
-        with calibration.path.open("rb") as f:
-            is_cache = tensorrt.is_calibration_cache(f.read(4))
-        if is_cache:
-            calib_cache = calibration.path
-        else:
-            onnx_path = work / "qdq.onnx"
-            arrays = ort_build.load_calibration(calibration.path, info.inputs)
-            ort_build.quantize_int8(model.path, onnx_path, work=work, calibration=arrays, symmetric=True)
-    plan = work / "model.plan"
-    timing_cache = store_root / "timing-cache" / f"{request.target}.cache"
-    timing_cache.parent.mkdir(parents=True, exist_ok=True)
-    cmd = tensorrt.trtexec_command(
-        trtexec=trtexec,
-        onnx_path=onnx_path,
-        plan_path=plan,
-        inputs=info.inputs,
-        shapes=request.shapes,
-        max_batch_size=request.max_batch_size,
-        precision=request.precision,
-        timing_cache=timing_cache,
-        calibration_cache=calib_cache,
-    )
-    tensorrt.run_trtexec(cmd, log_path=work / "trtexec.log")
-    return plan, " ".join(cmd)
-
-
 def _intact(store: EngineStore, key: str, progress: Progress) -> bool:
     """Whether the stored engine matches its manifest; a damaged one is discarded (and so rebuilt)."""
     damage = store.damage(key)
@@ -392,29 +293,6 @@ def _finish_cached(store: EngineStore, key: str, request: BuildRequest) -> Build
         outputs=manifest.outputs,
         cache_hit=True,
         accuracy=manifest.accuracy,
-    )
-
-
-def _measure_accuracy(
-    request: BuildRequest, info: ModelInfo, model: Fetched, calibration: Fetched | None, engine_file: Path
-) -> AccuracyReport:
-    """The engine's outputs against the source model's (FP32) on the calibration or generated inputs."""
-    if request.backend == "tensorrt":
-        return AccuracyReport(
-            checked=False,
-            note="a TensorRT plan runs only through TensorRT on its GPU; its accuracy is not measured here",
-        )
-    from tailpilot.builders import ort_build
-    from tailpilot.builders.accuracy import measure_accuracy
-
-    arrays = ort_build.load_calibration(calibration.path, info.inputs) if calibration else None
-    return measure_accuracy(
-        reference_model=model.path,
-        engine_model=engine_file,
-        inputs=info.inputs,
-        shapes=request.shapes,
-        calibration=arrays,
-        max_batch_size=request.max_batch_size,
     )
 
 

@@ -30,7 +30,7 @@ from tailpilot.api.engine import (
     ProfileResult,
 )
 from tailpilot.api.v1alpha1 import DEFAULT_MAX_LATENCY_REGRESSION_PERCENT
-from tailpilot.builders.errors import INVALID_PROFILE_REQUEST, INVALID_REQUEST
+from tailpilot.builders.errors import INVALID_PROFILE_REQUEST, INVALID_REQUEST, BuildError
 from tailpilot.manifests.triton_access import ADMIN_KEY_ENV
 
 INTERNAL_ERROR = "InternalError"
@@ -100,11 +100,17 @@ def build_main(argv: list[str]) -> int:
         "--gc-budget-bytes", type=int, default=None, help="collect LRU unused engines while over this size"
     )
     args = parser.parse_args(argv)
+    # Here rather than at the top: `tailpilot profile` shares this module and needs no backend.
+    from tailpilot.builders.backends import registry
+
     try:
         request = BuildRequest.model_validate_json(_request_text(args.request))
-    except (OSError, ValidationError, ValueError) as exc:
+        # A backend this builder does not hold is a bad request, like a field the schema refuses.
+        registry.lookup(request.backend)
+    except (OSError, ValidationError, ValueError, BuildError) as exc:
+        problem = exc.message if isinstance(exc, BuildError) else str(exc)
         result = BuildResult(
-            outcome=BuildOutcome.FAILED, reason=INVALID_REQUEST, message=f"invalid build request: {exc}"
+            outcome=BuildOutcome.FAILED, reason=INVALID_REQUEST, message=f"invalid build request: {problem}"
         )
         _emit(result, args.result_file)
         return 2

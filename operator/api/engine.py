@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tailpilot.api.backends import BackendName
+
 #: Bumped whenever the builder's output for the same inputs changes; part of every key.
 BUILDER_VERSION = "1"
 
@@ -228,7 +230,9 @@ class BuildRequest(_Frozen):
     model_uri: str = Field(alias="modelUri")
     model_sha256: str | None = Field(default=None, alias="modelSha256")
     model_name: str = Field(default="model", alias="modelName")
-    backend: Literal["onnxruntime", "tensorrt"]
+    #: A `Backend` value (operator/api/backends.py) for every request the operator makes; the build
+    #: Job builds the ones its registry holds (`tailpilot.builders.backends.registry`).
+    backend: BackendName
     precision: Literal["fp32", "fp16", "int8"]
     calibration_uri: str | None = Field(default=None, alias="calibrationUri")
     calibration_sha256: str | None = Field(default=None, alias="calibrationSha256")

@@ -42,6 +42,7 @@ from pydantic.alias_generators import to_camel
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
+from tailpilot.api.backends import Backend as Backend  # re-exported: the spec names it from here
 from tailpilot.api.engine import ENGINE_KEY_PATTERN, OPTIONAL_ENGINE_KEY_PATTERN, ProfileSummary
 
 # --- Limits that keep CEL's estimated cost bounded and objects small -------------------------
@@ -222,13 +223,6 @@ class ModelSpec(_Model):
 
 
 # --- spec.engine ------------------------------------------------------------------------------
-
-
-class Backend(StrEnum):
-    """Engine backend."""
-
-    TENSORRT = "tensorrt"
-    ONNXRUNTIME = "onnxruntime"
 
 
 class Precision(StrEnum):
