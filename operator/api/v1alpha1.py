@@ -683,7 +683,8 @@ class SloSpec(_Model):
             "p99LatencyMs over the compliance period; 100 minus it is the error budget. The "
             "autoscaler holds the headroom over the observed load that this objective and the budget "
             "left call for (lean while the budget is healthy, more while it burns), and the "
-            "generated burn-rate alerts use this budget. Higher costs more replicas."
+            "generated burn-rate alerts use this budget. Higher costs more replicas; under 99 the "
+            "headroom starts as lean as at 99, and the larger budget lets more misses pass before it grows."
         ),
     )
     compliance_period_hours: int = Field(

@@ -77,17 +77,36 @@ def learned(rises: list[tuple[float, float]]) -> RiseHistory:
 
 
 def test_the_headroom_is_the_rise_at_the_objectives_quantile_from_rates_like_the_one_now():
-    # From 10 req/s the load rose 3x in one period of 20 (5%); from 40 req/s never. A quantile below
-    # 0.95 (objective 0.9: 0.5) holds none of it, one above it (0.999: 0.995) all of it.
-    history = learned([(10.0, 10.0)] * 19 + [(10.0, 30.0)] + [(40.0, 40.0)] * 20)
-    assert headroom.headroom(history, rate_per_s=40.0, objective=0.99, budget_remaining=1.0) == 1.0
-    lean = headroom.headroom(history, rate_per_s=10.0, objective=0.9, budget_remaining=1.0)
+    # From 10 req/s the load rose 3x in one period of 40 (2.5%); from 40 req/s never. The default
+    # objective's quantile (0.99: 0.95) holds none of it, a higher one (0.999: 0.995) all of it.
+    history = learned([(10.0, 10.0)] * 39 + [(10.0, 30.0)] + [(40.0, 40.0)] * 20)
+    assert headroom.headroom(history, rate_per_s=40.0, objective=0.999, budget_remaining=1.0) == 1.0
+    lean = headroom.headroom(history, rate_per_s=10.0, objective=0.99, budget_remaining=1.0)
     tight = headroom.headroom(history, rate_per_s=10.0, objective=0.999, budget_remaining=1.0)
     assert lean == 1.0 and 2.5 < tight <= 3.1
     # A spent budget holds the largest rise seen.
-    assert headroom.headroom(history, rate_per_s=10.0, objective=0.9, budget_remaining=0.0) == pytest.approx(
+    assert headroom.headroom(history, rate_per_s=10.0, objective=0.99, budget_remaining=0.0) == pytest.approx(
         tight, rel=0.1
     )
+
+
+def test_objectives_under_the_default_keep_its_quantile_and_so_hold_a_crowd_that_comes_in_few_periods():
+    # A 5x crowd seen in one period of ten: under the default's quantile only by 5%, 90% or 95% would
+    # stop holding it, and miss each crowd whole.
+    history = learned(([(10.0, 10.0)] * 9 + [(10.0, 50.0)]) * 4)
+    held = [
+        headroom.headroom(history, rate_per_s=10.0, objective=o, budget_remaining=1.0)
+        for o in (0.9, 0.95, 0.97, 0.99, 0.995, 0.999)
+    ]
+    assert all(h >= 4.0 for h in held)
+    assert held == sorted(held)
+    # The quantile never falls as the objective rises, nor as the budget burns; a lower objective
+    # differs only in its larger budget (the same seconds missed leave more of it).
+    grid = [(o, left) for o in (0.5, 0.9, 0.95, 0.99, 0.995, 0.999) for left in (1.0, 0.5, 0.0)]
+    q = {k: headroom.headroom_quantile(objective=k[0], budget_remaining=k[1]) for k in grid}
+    assert q[(0.95, 1.0)] == q[(0.99, 1.0)] == pytest.approx(0.95)
+    for (o, left), value in q.items():
+        assert all(value <= q[(o2, l2)] + 1e-12 for (o2, l2) in q if o2 >= o and l2 <= left)
 
 
 def test_the_headroom_never_sizes_past_the_level_the_rises_reached():
