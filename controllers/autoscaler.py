@@ -20,13 +20,14 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from tailpilot.api import constants as c
-from tailpilot.api.autoscaling import BatchingConfig, Observation, ScalingAction
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import BuildResult, EngineProfile
 from tailpilot.api.v1alpha1 import (
     DecisionRecordStatus,
@@ -245,6 +246,78 @@ def _on_canary_track(pod: dict[str, Any]) -> bool:
     return labels.get(c.LABEL_TRACK) == c.TRACK_CANARY
 
 
+#: ScalingActive while no profile sizes the service yet.
+_LEARNING_SERVICE_TIME = ConditionUpdate(
+    c.CONDITION_SCALING_ACTIVE,
+    c.STATUS_UNKNOWN,
+    c.REASON_LEARNING_SERVICE_TIME,
+    "the engine has no profile; the service time is learned from the serving pods' "
+    "metrics once requests flow",
+)
+
+
+def _scaling_active(decision: Decision) -> ConditionUpdate:
+    """ScalingActive after a decision: the decision's reason and message (dry run or acting)."""
+    return ConditionUpdate(
+        c.CONDITION_SCALING_ACTIVE,
+        c.STATUS_TRUE,
+        c.REASON_AUTOSCALING_DRY_RUN if decision.dry_run else c.REASON_AUTOSCALING_ACTIVE,
+        f"{decision.reason}: {decision.message}"[:MAX_MESSAGE],
+    )
+
+
+def _decision_event(
+    decision: Decision, *, replicas: int, batching: BatchingConfig, surge: SurgeReading | None
+) -> EventRecord:
+    """The Event of a decision that acts (or would, in a dry run): what changed and why."""
+    verb = "would " if decision.dry_run else ""
+    return EventRecord(
+        "Normal",
+        decision.reason,
+        f"{verb}{decision.action.value}: replicas {replicas}->{decision.replicas}, max batch "
+        f"{batching.max_batch_size}->{decision.batching.max_batch_size}: {decision.message}"
+        + (f" ({surge.describe()})" if surge is not None else ""),
+    )
+
+
+def _decided_status(
+    plan: PeriodPlan,
+    *,
+    state: PolicyState,
+    status: InferenceServiceStatus,
+    seen: ObservedStatus,
+    replicas: int,
+    batching: BatchingConfig,
+    at: datetime,
+) -> dict[str, Any]:
+    """The status fields a decided period writes (a record in status.decisions when it acted)."""
+    decision, observation = plan.decision, plan.observation
+    assert decision is not None
+    update: dict[str, Any] = {
+        "observed": seen,
+        "last_decision": decision_status(decision, at=at),
+        "learned": learned_status(state.learned, plan.fit, headroom=plan.headroom, rises=plan.memory.rises),
+        "error_budget": budget_status(plan.budget, plan.memory.ledger),
+    }
+    if decision.action not in _QUIET_ACTIONS and not decision.dry_run:
+        record = DecisionRecordStatus(
+            time=at,
+            action=decision.action.value,
+            reason=decision.reason,
+            replicas_before=replicas,
+            replicas_after=decision.replicas,
+            max_batch_size_before=batching.max_batch_size,
+            max_batch_size_after=decision.batching.max_batch_size,
+            request_rate=_rounded(observation.request_rate),
+            observed_p99_ms=_rounded(observation.p99_ms),
+            predicted_p99_ms=_rounded(decision.predicted_p99_ms),
+        )
+        update["decisions"] = with_decision(status.decisions, record)
+    if decision.predicted_p99_ms is not None:
+        update["predicted_p99_ms"] = round(decision.predicted_p99_ms, 2)
+    return update
+
+
 def _rounded(value: float | None) -> float | None:
     """A figure for the status: 2 decimals; None when absent or not finite (the schema takes neither)."""
     return None if value is None or not math.isfinite(value) else round(value, 2)
@@ -341,75 +414,22 @@ class Autoscaler:
         now = self.clock.time()
         key = (namespace, name)
         replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
-        memory = self._memory.get(key) or restored_memory(status)
-        state = memory.state or restore_learned(
-            PolicyState.initial(replicas=replicas, batching=batching), status.learned
-        )
         pod_events = [] if isvc.spec.autoscaling.dry_run else await self._keep_pods_at(isvc, status, batching)
-        started = time.perf_counter()
-        observed = await self._observe(isvc, inputs.prometheus_url, now, status_ready=status.ready_replicas)
-        self.metrics.record_observation(
-            rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
-        )
-        observed, client_error = await self._client_latency(isvc, inputs.prometheus_url, observed, now)
+        observed, client_error = await self._observed(inputs, now)
         products = await self._products(inputs, observed, now)
         plan = run_period(
-            PeriodInput(
-                config=policy_config(isvc.spec, control_period_s=self.control_period_s),
-                profile=inputs.profile,
-                engine=served_engine(isvc, status),
-                observation=observed,
-                surge=surge,
-                state=state.with_actual(replicas=replicas, batching=batching),
-                memory=memory,
-                products=products.context if products is not None else None,
-                replicas=replicas,
-                batching=batching,
-                now_s=now,
-                alert_active=alert_active,
-            )
+            self._period_input(inputs, observed, products, surge=surge, alert_active=alert_active, now=now)
         )
         self._memory[key] = plan.memory
         observation, fit, profile, decision = plan.observation, plan.fit, plan.profile, plan.decision
         profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
         if profile is None or decision is None or plan.decided is None:
             # No profile and nothing served yet to learn from: nothing to size replicas with.
-            await self._write(
-                inputs.body,
-                status,
-                [
-                    profile_condition,
-                    ConditionUpdate(
-                        c.CONDITION_SCALING_ACTIVE,
-                        c.STATUS_UNKNOWN,
-                        c.REASON_LEARNING_SERVICE_TIME,
-                        "the engine has no profile; the service time is learned from the serving pods' "
-                        "metrics once requests flow",
-                    ),
-                ],
-            )
+            await self._write(inputs.body, status, [profile_condition, _LEARNING_SERVICE_TIME])
             return self.control_period_s, False
         state = plan.decided
-        self.metrics.record_decision(
-            namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
-        )
-        self.metrics.record_budget(
-            namespace=namespace, service=name, headroom=plan.headroom, budget_remaining=plan.budget.remaining
-        )
         seen = observed_status(observation)
-        # The profile's line at the hardware's learned speed and slope.
-        serving = learned_line(
-            profile.service_time, scale=state.learned.service_scale, slope_scale=state.learned.slope_scale
-        )
-        self.metrics.record_breakdown(
-            namespace=namespace,
-            service=name,
-            observed=seen,
-            service_time=(serving.intercept_ms, serving.per_item_ms),
-        )
-        self.metrics.record_batch_sizes(
-            namespace=namespace, service=name, sizes=observation.executed_batch_sizes
-        )
+        self._record_metrics(namespace, name, plan, profile=profile, state=state, seen=seen)
         events: list[EventRecord] = [*pod_events, *profile_events]
         scale = False
         target = status
@@ -432,48 +452,21 @@ class Autoscaler:
             target = target.model_copy(update={"replicas": plan.replicas})
             scale = True
         if decision.action not in _QUIET_ACTIONS:
-            verb = "would " if decision.dry_run else ""
-            events.append(
-                EventRecord(
-                    "Normal",
-                    decision.reason,
-                    f"{verb}{decision.action.value}: replicas {replicas}->{decision.replicas}, max batch "
-                    f"{batching.max_batch_size}->{decision.batching.max_batch_size}: {decision.message}"
-                    + (f" ({surge.describe()})" if surge is not None else ""),
-                )
-            )
-        update: dict[str, Any] = {
-            "observed": seen,
-            "last_decision": decision_status(decision, at=utc_now(self.clock)),
-            "learned": learned_status(state.learned, fit, headroom=plan.headroom, rises=plan.memory.rises),
-            "error_budget": budget_status(plan.budget, plan.memory.ledger),
-        }
-        if decision.action not in _QUIET_ACTIONS and not decision.dry_run:
-            record = DecisionRecordStatus(
-                time=utc_now(self.clock),
-                action=decision.action.value,
-                reason=decision.reason,
-                replicas_before=replicas,
-                replicas_after=decision.replicas,
-                max_batch_size_before=batching.max_batch_size,
-                max_batch_size_after=decision.batching.max_batch_size,
-                request_rate=_rounded(observation.request_rate),
-                observed_p99_ms=_rounded(observation.p99_ms),
-                predicted_p99_ms=_rounded(decision.predicted_p99_ms),
-            )
-            update["decisions"] = with_decision(status.decisions, record)
-        if decision.predicted_p99_ms is not None:
-            update["predicted_p99_ms"] = round(decision.predicted_p99_ms, 2)
+            events.append(_decision_event(decision, replicas=replicas, batching=batching, surge=surge))
+        update = _decided_status(
+            plan,
+            state=state,
+            status=status,
+            seen=seen,
+            replicas=replicas,
+            batching=batching,
+            at=utc_now(self.clock),
+        )
         updates = [
             profile_condition,
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
             breakdown_condition(seen, previous_reason=_breakdown_reason(status), client_error=client_error),
-            ConditionUpdate(
-                c.CONDITION_SCALING_ACTIVE,
-                c.STATUS_TRUE,
-                c.REASON_AUTOSCALING_DRY_RUN if decision.dry_run else c.REASON_AUTOSCALING_ACTIVE,
-                f"{decision.reason}: {decision.message}"[:MAX_MESSAGE],
-            ),
+            _scaling_active(decision),
         ]
         wrote = await self._write(
             inputs.body,
@@ -484,6 +477,86 @@ class Autoscaler:
         if wrote or events:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
+
+    def _period_input(
+        self,
+        inputs: _Inputs,
+        observed: Observation,
+        products: _Products | None,
+        *,
+        surge: SurgeReading | None,
+        alert_active: bool,
+        now: float,
+    ) -> PeriodInput:
+        """What `run_period` reads for this service: its spec, signals and the memory kept for it.
+
+        The memory is this process's, else what the object's status kept (after a restart).
+        """
+        isvc, status = inputs.isvc, inputs.status
+        replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
+        memory = self._memory.get((isvc.namespace, isvc.name)) or restored_memory(status)
+        state = memory.state or restore_learned(
+            PolicyState.initial(replicas=replicas, batching=batching), status.learned
+        )
+        return PeriodInput(
+            config=policy_config(isvc.spec, control_period_s=self.control_period_s),
+            profile=inputs.profile,
+            engine=served_engine(isvc, status),
+            observation=observed,
+            surge=surge,
+            state=state.with_actual(replicas=replicas, batching=batching),
+            memory=memory,
+            products=products.context if products is not None else None,
+            replicas=replicas,
+            batching=batching,
+            now_s=now,
+            alert_active=alert_active,
+        )
+
+    async def _observed(self, inputs: _Inputs, now: float) -> tuple[Observation, str | None]:
+        """The period's observation (its time on the metrics), with the clients' latency where measured."""
+        isvc = inputs.isvc
+        started = time.perf_counter()
+        observed = await self._observe(
+            isvc, inputs.prometheus_url, now, status_ready=inputs.status.ready_replicas
+        )
+        self.metrics.record_observation(
+            rates_from=observed.rates_from or "none", seconds=time.perf_counter() - started
+        )
+        return await self._client_latency(isvc, inputs.prometheus_url, observed, now)
+
+    def _record_metrics(
+        self,
+        namespace: str,
+        name: str,
+        plan: PeriodPlan,
+        *,
+        profile: EngineProfile,
+        state: PolicyState,
+        seen: ObservedStatus,
+    ) -> None:
+        """The period's decision, budget, time breakdown and batch sizes on the operator's metrics."""
+        decision, observation = plan.decision, plan.observation
+        assert decision is not None
+        self.metrics.record_decision(
+            namespace=namespace, service=name, decision=decision, observed_p99_ms=observation.p99_ms
+        )
+        self.metrics.record_budget(
+            namespace=namespace, service=name, headroom=plan.headroom, budget_remaining=plan.budget.remaining
+        )
+        # The profile's line at the hardware's learned speed and slope.
+        serving = learned_line(
+            profile.service_time, scale=state.learned.service_scale, slope_scale=state.learned.slope_scale
+        )
+        self.metrics.record_breakdown(
+            namespace=namespace,
+            service=name,
+            observed=seen,
+            service_time=(serving.intercept_ms, serving.per_item_ms),
+        )
+        self.metrics.record_batch_sizes(
+            namespace=namespace, service=name, sizes=observation.executed_batch_sizes
+        )
 
     async def _products(self, inputs: _Inputs, observation: Observation, now: float) -> _Products | None:
         """The GPU products a service listing several may move between, with the replicas each holds now.

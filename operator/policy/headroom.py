@@ -17,8 +17,9 @@ periods may be spent on rises) and tighter as it burns, up to the largest rise s
 spent. Objectives under `LEANEST_OBJECTIVE` keep its quantile: they differ from it in their larger
 budget, which lets the quantile tighten later, not in a leaner one (a leaner quantile stops holding
 rises that come in a few periods an hour, and when those are flash crowds the fleet misses each of
-them whole, then pays for the replicas that arrive after it). A rise that lasts shorter than a queue absorbs never counts, and nothing here buys capacity
-after a rise: the headroom is held ahead of it, against the rate seen.
+them whole, then pays for the replicas that arrive after it). A rise that lasts shorter than a
+queue absorbs never counts, and nothing here buys capacity after a rise: the headroom is held ahead
+of it, against the rate seen.
 """
 
 from __future__ import annotations
