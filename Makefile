@@ -50,7 +50,7 @@ cluster-up: tools ## start the local cluster (idempotent); kubeconfig in .cluste
 cluster-down: ## stop every process of the local clusters (the real-pods one too) and remove their state
 	@test -x $(PY) && $(PY) -P -m tailpilot_e2e.cluster down || echo "no venv: nothing to stop"
 
-# mypy and import-linter cannot follow the editable install's import hook (five folders mapped into
+# mypy and import-linter cannot follow the editable install's import hook (six folders mapped into
 # one package), so they read a symlinked tree laid out as Python imports it.
 TYPECHECK := build/typecheck
 

@@ -85,6 +85,7 @@ NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "Netwo
 SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 ISVC = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 BY_KIND = {
@@ -163,8 +164,8 @@ class Kube:
         self,
         api: client.ApiClient,
         *,
-        connect_timeout_s: float = API_CONNECT_TIMEOUT_S,
-        read_timeout_s: float = API_READ_TIMEOUT_S,
+        connect_timeout_s: float | None = API_CONNECT_TIMEOUT_S,
+        read_timeout_s: float | None = API_READ_TIMEOUT_S,
         attempts: int = API_ATTEMPTS,
         sleep: Callable[[float], None] = time.sleep,
         page_size: int = LIST_PAGE_SIZE,
@@ -185,13 +186,18 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        once_within_s: float | None = None,
     ) -> Any:
-        for attempt in range(1, self._attempts + 1):
-            status, reason, response, raw = self._send(method, path, body, query, content_type)
+        """Send, repeating what the API server turned away; `once_within_s`: one attempt, bounded in all."""
+        attempts = 1 if once_within_s is not None else self._attempts
+        for attempt in range(1, attempts + 1):
+            status, reason, response, raw = self._send(
+                method, path, body, query, content_type, timeout=once_within_s
+            )
             if 200 <= status < 300:
                 return json.loads(raw) if raw else None
             wait_s = retry_wait_s(method, status, response.headers.get("Retry-After"))
-            if wait_s is None or attempt == self._attempts:
+            if wait_s is None or attempt == attempts:
                 break
             self._sleep(wait_s)
         raise ApiException(
@@ -208,8 +214,10 @@ class Kube:
         body: Any,
         query: list[tuple[str, str]] | None,
         content_type: str,
+        *,
+        timeout: float | None = None,
     ) -> tuple[int, str, Any, bytes | None]:
-        """One request: (status, reason, the response, its body)."""
+        """One request: (status, reason, the response, its body); `timeout`: its whole time, if given."""
         with self._lock:
             self.requests[method] += 1
         method_, url, headers, payload, _ = self._api.param_serialize(
@@ -221,7 +229,11 @@ class Kube:
             auth_settings=["BearerToken"],
         )
         response = self._api.call_api(
-            method_, url, header_params=headers, body=payload, _request_timeout=self._timeout
+            method_,
+            url,
+            header_params=headers,
+            body=payload,
+            _request_timeout=self._timeout if timeout is None else timeout,
         )
         raw: bytes | None = response.read()  # type: ignore[no-untyped-call]
         return int(response.status), str(response.reason), response, raw
@@ -391,6 +403,33 @@ class Kube:
         # camelCase JSON; unset (None) fields are left out.
         body = self._api.sanitize_for_serialization(event)  # type: ignore[no-untyped-call]
         self._call("POST", EVENTS.path(meta["namespace"]), body=body)
+
+    def read_lease(self, namespace: str, name: str, *, timeout_s: float) -> dict[str, Any] | None:
+        """The Lease, or None when there is none: one attempt, within `timeout_s` in all.
+
+        The leader election bounds each request by the time left before its renew deadline, so a
+        call that the API server turns away is not repeated here: the election tries again itself.
+        """
+        try:
+            return dict(self._call("GET", LEASES.path(namespace, name), once_within_s=timeout_s))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def write_lease(self, body: dict[str, Any], *, create: bool, timeout_s: float) -> dict[str, Any]:
+        """Create the Lease `body`, or replace it; the stored Lease.
+
+        A replace is a PUT, which the API server refuses (409) unless the body's resourceVersion is
+        the stored one. One attempt, within `timeout_s` in all (see `read_lease`).
+        """
+        meta = body["metadata"]
+        if create:
+            answer = self._call("POST", LEASES.path(meta["namespace"]), body=body, once_within_s=timeout_s)
+        else:
+            path = LEASES.path(meta["namespace"], meta["name"])
+            answer = self._call("PUT", path, body=body, once_within_s=timeout_s)
+        return dict(answer)
 
     def has_resource(self, group: str, version: str, plural: str) -> bool:
         """Whether the cluster serves a resource (e.g. the prometheus-operator CRDs)."""

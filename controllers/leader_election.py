@@ -35,7 +35,6 @@ renew or wait) and the records it writes are pure functions below; `LeaseLock` i
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import random
 import threading
@@ -44,10 +43,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, iso_time
+from tailpilot.controllers.seams import LeaseKube
 
 log = logging.getLogger(__name__)
 
@@ -209,27 +208,19 @@ class LeaseStore(Protocol):
 class LeaseLock:
     """The Lease `namespace/name` through the API server: the election's only I/O."""
 
-    api: client.ApiClient
+    kube: LeaseKube
     namespace: str
     name: str
 
     def read(self, *, timeout_s: float) -> LeaseRecord | None:  # noqa: D102
-        try:
-            response: Any = client.CoordinationV1Api(self.api).read_namespaced_lease(
-                self.name, self.namespace, _request_timeout=timeout_s, _preload_content=False
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return _record_of(json.loads(response.data))
+        lease = self.kube.read_lease(self.namespace, self.name, timeout_s=timeout_s)
+        return None if lease is None else _record_of(lease)
 
     def write(self, record: LeaseRecord, *, create: bool, timeout_s: float) -> LeaseRecord:  # noqa: D102
-        api = client.CoordinationV1Api(self.api)
         # A dict, not the typed V1Lease: its times are datetimes, which the client writes without
         # the microseconds when they are zero, and a MicroTime wants them. The times stay strings.
         metadata: dict[str, str] = {"name": self.name, "namespace": self.namespace}
-        body: Any = {
+        body: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": metadata,
@@ -241,22 +232,15 @@ class LeaseLock:
                 "leaseTransitions": record.transitions,
             },
         }
+        if not create:
+            # The version read: the API server refuses the update (409) if anyone wrote since.
+            metadata["resourceVersion"] = record.resource_version
         try:
-            if create:
-                response: Any = api.create_namespaced_lease(
-                    self.namespace, body, _request_timeout=timeout_s, _preload_content=False
-                )
-            else:
-                # The version read: the API server refuses the update (409) if anyone wrote since.
-                metadata["resourceVersion"] = record.resource_version
-                response = api.replace_namespaced_lease(
-                    self.name, self.namespace, body, _request_timeout=timeout_s, _preload_content=False
-                )
+            return _record_of(self.kube.write_lease(body, create=create, timeout_s=timeout_s))
         except ApiException as error:
             if error.status == 409:
                 raise Conflict(f"Lease {self.namespace}/{self.name} changed since it was read") from error
             raise
-        return _record_of(json.loads(response.data))
 
 
 def _record_of(lease: dict[str, Any]) -> LeaseRecord:

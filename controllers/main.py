@@ -387,7 +387,7 @@ def run(
         return
     elector = LeaderElector(
         # Its own client and connection pool: a renewal never queues behind the reconciles' calls.
-        LeaseLock(_api_client(), args.leader_election_namespace, args.leader_election_lease),
+        LeaseLock(Kube(_api_client()), args.leader_election_namespace, args.leader_election_lease),
         identity=args.leader_election_identity,
         timing=args.election_timing,
         on_lost=_exit_lost,

@@ -119,6 +119,22 @@ class HasResources(Protocol):
         ...
 
 
+class ReadsLeases(Protocol):
+    """Reads a Lease in one attempt bounded in time."""
+
+    def read_lease(self, namespace: str, name: str, *, timeout_s: float) -> dict[str, Any] | None:
+        """The Lease, or None when there is none."""
+        ...
+
+
+class WritesLeases(Protocol):
+    """Creates or replaces a Lease in one attempt bounded in time."""
+
+    def write_lease(self, body: dict[str, Any], *, create: bool, timeout_s: float) -> dict[str, Any]:
+        """The stored Lease (ApiException 409 when it changed since it was read)."""
+        ...
+
+
 # ---- per consumer -----------------------------------------------------------------------------------
 
 
@@ -159,3 +175,7 @@ class ReconcilerKube(
     Protocol,
 ):
     """`reconciler.Reconciler`: every call above (its GPU inventory lists nodes and pods cluster-wide)."""
+
+
+class LeaseKube(ReadsLeases, WritesLeases, Protocol):
+    """`leader_election.LeaseLock`: the Lease, read and written."""

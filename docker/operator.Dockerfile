@@ -19,6 +19,7 @@ COPY pyproject.toml README.md requirements.lock ./
 COPY docker/install-python.sh docker/
 COPY operator/ operator/
 COPY controllers/ controllers/
+COPY tools/ tools/
 COPY builders/ builders/
 COPY bench/ bench/
 COPY e2e/__init__.py e2e/

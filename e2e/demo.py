@@ -40,7 +40,7 @@ from tailpilot.bench import traces
 from tailpilot.bench.loadgen import LoadResult
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders.example_model import DENSE_HIDDEN
-from tailpilot.controllers.report import build_report, write_report
+from tailpilot.tools.report import build_report, write_report
 from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster, real_node_cluster

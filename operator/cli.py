@@ -24,12 +24,12 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "make-example-model": ("tailpilot.builders.cli", "example_model_main", "write the example ONNX model"),
     "crds": ("tailpilot.crdgen", "main", "print or write the CRD YAML generated from the API models"),
     "status": (
-        "tailpilot.controllers.status_view",
+        "tailpilot.tools.status_view",
         "status_main",
         "show an InferenceService's state: P99, time breakdown, engine, choices, decisions",
     ),
     "report": (
-        "tailpilot.controllers.report",
+        "tailpilot.tools.report",
         "report_main",
         "write a Markdown and PNG report of an InferenceService over a time range, from Prometheus",
     ),

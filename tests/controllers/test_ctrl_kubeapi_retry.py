@@ -49,7 +49,7 @@ def server() -> Iterator[tuple[Scripted, Kube, list[float]]]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PATCH = do_DELETE = _answer
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
 
         def log_message(self, *_: Any) -> None:
             pass
@@ -135,3 +135,30 @@ def test_a_first_page_refused_as_gone_is_not_restarted_for_ever(server):
 )
 def test_retry_wait(method: str, status: int, header: str | None, wait: float | None) -> None:
     assert retry_wait_s(method, status, header) == wait
+
+
+def test_the_lease_is_read_and_written_in_one_attempt_and_a_changed_one_is_a_conflict(server):
+    from tailpilot.controllers.leader_election import Conflict, LeaseLock, LeaseRecord
+
+    script, kube, waits = server
+    lock = LeaseLock(kube, "ops", "tp")
+    script.answers = [(404, {}, {}), (503, {"Retry-After": "1"}, {})]
+    assert lock.read(timeout_s=2.0) is None
+    with pytest.raises(ApiException) as raised:  # the election retries on its own clock, not the client
+        lock.read(timeout_s=2.0)
+    assert raised.value.status == 503 and waits == []
+    spec = {"holderIdentity": "a", "leaseDurationSeconds": 15}
+    stored = {"metadata": {"resourceVersion": "7"}, "spec": spec}
+    record = LeaseRecord("a", 15, None, None, 0, resource_version="6")
+    script.answers = [(201, {}, stored), (200, {}, stored), (409, {}, {})]
+    assert lock.write(record, create=True, timeout_s=2.0).resource_version == "7"
+    assert lock.write(record, create=False, timeout_s=2.0).holder == "a"
+    with pytest.raises(Conflict):
+        lock.write(record, create=False, timeout_s=2.0)
+    assert [seen for seen, _ in script.seen] == [
+        "GET /apis/coordination.k8s.io/v1/namespaces/ops/leases/tp",
+        "GET /apis/coordination.k8s.io/v1/namespaces/ops/leases/tp",
+        "POST /apis/coordination.k8s.io/v1/namespaces/ops/leases",
+        "PUT /apis/coordination.k8s.io/v1/namespaces/ops/leases/tp",
+        "PUT /apis/coordination.k8s.io/v1/namespaces/ops/leases/tp",
+    ]

@@ -9,7 +9,7 @@ import numpy as np
 
 from tailpilot.cli import SUBCOMMANDS
 from tailpilot.controllers.observe import Selector
-from tailpilot.controllers.report import (
+from tailpilot.tools.report import (
     PARTS,
     ReportData,
     decisions_within,
@@ -18,7 +18,7 @@ from tailpilot.controllers.report import (
     summarize,
     write_report,
 )
-from tailpilot.controllers.report_plot import COLOURS
+from tailpilot.tools.report_plot import COLOURS
 
 NAN = math.nan
 
@@ -113,7 +113,7 @@ def test_the_markdown_has_the_figures_and_the_decisions() -> None:
 def test_the_report_says_the_objective_its_budget_and_the_headroom_from_the_status() -> None:
     from unittest import mock
 
-    from tailpilot.controllers import report as module
+    from tailpilot.tools import report as module
 
     status = {
         "errorBudget": {
@@ -179,11 +179,11 @@ def test_the_png_draws_every_series_in_its_colour(tmp_path: Path) -> None:
 
 
 def test_report_is_a_subcommand() -> None:
-    assert SUBCOMMANDS["report"][:2] == ("tailpilot.controllers.report", "report_main")
+    assert SUBCOMMANDS["report"][:2] == ("tailpilot.tools.report", "report_main")
 
 
 def test_range_answers_are_matched_to_the_time_axis_by_step() -> None:
-    from tailpilot.controllers.report import _align
+    from tailpilot.tools.report import _align
 
     times = [100.1234567, 105.1234567, 110.1234567]
     # Prometheus answers with millisecond timestamps, and leaves out steps without data.

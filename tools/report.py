@@ -22,7 +22,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,15 +36,9 @@ from tailpilot.controllers.observe import (
     Selector,
     parse_series,
 )
-from tailpilot.controllers.status_view import budget_words
+from tailpilot.tools.report_data import PARTS, ReportData
+from tailpilot.tools.status_view import budget_words, read_service
 
-#: Request-time parts Triton exports as cumulative microseconds (the breakdown, in stacking order).
-PARTS: Mapping[str, str] = {
-    "queue": "nv_inference_queue_duration_us",
-    "compute_input": "nv_inference_compute_input_duration_us",
-    "compute_infer": "nv_inference_compute_infer_duration_us",
-    "compute_output": "nv_inference_compute_output_duration_us",
-}
 SUCCESS = "nv_inference_request_success"
 #: Prometheus' own series of its alerts; the operator's burn-rate alerts keep the service's labels.
 ALERTS = "ALERTS"
@@ -70,40 +64,6 @@ def series_queries(selector: Selector, *, rate_window_s: float) -> dict[str, str
     for part, metric in PARTS.items():
         queries[f"{part}_ms"] = f"{rate(metric)} / {rate(SUCCESS)} / 1000"
     return queries
-
-
-@dataclass
-class ReportData:
-    """What a report shows: the series on a common time axis (NaN where Prometheus had nothing)."""
-
-    namespace: str
-    name: str
-    slo_ms: float
-    start_s: float
-    end_s: float
-    step_s: float
-    times_s: list[float]
-    series: dict[str, list[float]]
-    #: status.decisions within the period (time, action, reason, replicas and batching before/after).
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-    #: The objective, its error budget and the learned headroom as the object's status held them when
-    #: the report was made (`status_view.budget_words`; None before the service's first decision).
-    budget_now: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The report's data as JSON (NaN as null)."""
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "sloMs": self.slo_ms,
-            "start": self.start_s,
-            "end": self.end_s,
-            "stepSeconds": self.step_s,
-            "times": self.times_s,
-            "series": {k: [v if math.isfinite(v) else None for v in vs] for k, vs in self.series.items()},
-            "decisions": self.decisions,
-            "budgetNow": self.budget_now,
-        }
 
 
 def _align(points: Mapping[str, Mapping[float, float]], times: Sequence[float], step_s: float) -> list[float]:
@@ -295,7 +255,7 @@ def decisions_within(status: Mapping[str, Any], start_s: float, end_s: float) ->
 
 def write_report(data: ReportData, out_dir: Path) -> Path:
     """Write report.md, report.png and report.json into `out_dir`; the Markdown's path."""
-    from tailpilot.controllers.report_plot import plot  # matplotlib: only when a report is written
+    from tailpilot.tools.report_plot import plot  # matplotlib: only when a report is written
 
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(data, out_dir / "report.png")
@@ -366,8 +326,6 @@ def report_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("."), help="directory for report.md/.png/.json")
     args = parser.parse_args(list(argv))
-    from tailpilot.controllers.status_view import read_service
-
     obj = read_service(args.name, namespace=args.namespace, kubeconfig=args.kubeconfig, command="report")
     if obj is None:
         return 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tailpilot.cli import SUBCOMMANDS
-from tailpilot.controllers.status_view import render
+from tailpilot.tools.status_view import render
 
 OBJ = {
     "metadata": {"name": "resnet", "namespace": "shop"},
@@ -105,7 +105,7 @@ def test_a_new_service_renders_without_a_status():
 
 
 def test_status_is_a_subcommand():
-    assert SUBCOMMANDS["status"][0] == "tailpilot.controllers.status_view"
+    assert SUBCOMMANDS["status"][0] == "tailpilot.tools.status_view"
 
 
 def test_status_shows_the_canary_and_both_sides():

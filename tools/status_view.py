@@ -273,17 +273,23 @@ def read_service(
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
-    config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    from tailpilot.controllers.kubeapi import ISVC, Kube
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
     if namespace is None:
         _, context = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         namespace = (context or {}).get("context", {}).get("namespace") or "default"
+    # One attempt without a time bound, as kubectl's own reads: a person waits for the answer, or
+    # stops the command, rather than the operator's repeats of what the API server turned away.
+    kube = Kube(client.ApiClient(configuration), connect_timeout_s=None, read_timeout_s=None, attempts=1)
     try:
-        obj: dict[str, Any] = client.CustomObjectsApi().get_namespaced_custom_object(  # type: ignore[assignment]
-            c.GROUP, c.VERSION, namespace, c.PLURAL, name
-        )
+        obj = kube.get(ISVC, namespace, name)
     except ApiException as error:
         print(f"tailpilot {command}: {name} in {namespace}: {error.reason} ({error.status})", file=sys.stderr)
         return None
+    if obj is None:  # `Kube.get` answers a 404 so; said as the API server's answer was before
+        print(f"tailpilot {command}: {name} in {namespace}: Not Found (404)", file=sys.stderr)
     return obj
 
 

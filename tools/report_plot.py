@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from tailpilot.controllers.report import PARTS, ReportData
+from tailpilot.tools.report_data import PARTS, ReportData
 
 #: Series -> its colour in the figure (RGB hex).
 COLOURS: Mapping[str, str] = {
