@@ -40,7 +40,7 @@ from tailpilot_e2e.real_pods import (
     slo_loop_service,
 )
 from tailpilot_e2e.wait import eventually
-from tests.controllers.test_ctrl_report import colour_pixels
+from tests.tools.test_tool_report import colour_pixels
 
 # Part of `make test`; `make test-slo-loop` runs it alone and prints its timeline.
 pytestmark = [pytest.mark.cluster, pytest.mark.slo_loop]
