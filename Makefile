@@ -65,7 +65,7 @@ lint: venv ## ruff, mypy --strict, import-linter layers, CRD and chart drift
 
 .PHONY: test
 test: tools lint ## every test tier; starts and stops what it needs
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not benchmark"
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=40 -m "not benchmark"
 
 .PHONY: test-slo-loop
 test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step answered on real pods (~5 min)
