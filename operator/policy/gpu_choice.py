@@ -181,79 +181,187 @@ def choose_product(
 
     The demand is the observation's: its request rate (the recent one when higher) and the bursts of
     its arrival curve, as `decide` reads them.
+
+    Stages, the first that decides wins: no product holds the SLO (`_none_holds`); the service is not
+    placed yet, or its product cannot hold the SLO (`_placement`); its product missed the SLO in
+    practice (`_move_for_slo`); else the costs compare (`_cost_choice`).
     """
-    rate = max(observation.request_rate or 0.0, observation.recent_request_rate or 0.0)
-    bursts = observed_bursts(observation, rate_per_s=rate)
-    figures = size_products(options, config=config, rate_per_s=rate, batching=batching, bursts=bursts)
-    holding = [f for f in figures if f.cost_per_hour is not None]
-    by_name = {f.product: f for f in figures}
-    here = by_name.get(current) if current else None
-    missed = observation.p99_ms is not None and observation.p99_ms > config.p99_target_ms
-    remembered = _remember(memory, figures, now_s, current=current, missed=missed)
-    moved = MoveMemory(moved_at_s=now_s, misses=remembered.misses)
-
-    def done(
-        product: str | None, reason: str, message: str, mem: MoveMemory, moved: bool = False
-    ) -> ProductChoice:
-        replicas = by_name[product].replicas if product in by_name else None
-        return ProductChoice(product, replicas, moved, reason, message, figures, mem)
-
-    if not holding:
-        pending = [f.product for f in figures if f.why_not == "not profiled yet"]
-        if here is None and pending:
-            return done(None, REASON_WAITING, f"waiting for the profiles of {', '.join(pending)}", remembered)
-        return done(
-            current,
-            REASON_NO_PRODUCT,
-            f"no product holds the SLO at {rate:.1f} req/s: {_why_nots(figures)}",
-            remembered,
-        )
-    capacity = {f.product: f.capacity_per_replica_per_s or 0.0 for f in figures}
-    best = min(
-        holding, key=lambda f: (f.cost_per_hour, f.product != current, -capacity[f.product], f.product)
-    )
-    if current is None or here is None:
-        # Placed (or the spec no longer allows the product serving): no cooldown, the dwell still applies.
-        placed = MoveMemory(misses=remembered.misses)
-        return done(best.product, REASON_PLACED, _placed(best, figures), placed, moved=True)
-    if here.cost_per_hour is None:
-        return done(
-            best.product,
-            REASON_MOVED_FOR_CAPACITY,
-            f"{current} cannot hold the SLO ({here.why_not}); {_placed(best, figures)}",
-            moved,
-            moved=True,
-        )
-    share, calls = _miss_share(remembered, current, since_s=max(now_s - MOVE_DWELL_S, _since(remembered)))
-    if calls >= MIN_MISS_CALLS and share >= MISS_SHARE:
-        roomier = [
-            f
-            for f in holding
-            if capacity[f.product] > capacity[current] and not _missed_there(remembered, f.product)
-        ]
-        if roomier:
-            better = min(roomier, key=lambda f: (f.cost_per_hour, -capacity[f.product], f.product))
-            return done(
-                better.product,
-                REASON_MOVED_FOR_SLO,
-                f"{current} missed the SLO in {share:.0%} of the last {calls} decisions, sized to hold it; "
-                f"{better.product} holds {capacity[better.product]:.1f} req/s per replica against "
-                f"{capacity[current]:.1f}: {_fleet(better)}",
-                moved,
-                moved=True,
-            )
-    move = _move_for_cost(
-        remembered,
+    call = _sized_call(
+        options,
         current=current,
+        config=config,
+        observation=observation,
+        batching=batching,
+        now_s=now_s,
+        memory=memory,
+    )
+    if not call.holding:
+        return _none_holds(call)
+    here = call.here
+    if current is None or here is None or here.cost_per_hour is None:
+        return _placement(call)
+    slo_move = _move_for_slo(call, current=current, now_s=now_s)
+    if slo_move is not None:
+        return slo_move
+    return _cost_choice(
+        call,
+        current=current,
+        here=here,
         options=options,
-        figures=by_name,
         replicas_now=replicas_now,
         startup_s=startup_s,
         now_s=now_s,
         hold_s=config.scale_down_stabilization_s,
     )
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call of the choice: the products sized at the demand, and the memory with this call in it."""
+
+    current: str | None
+    rate_per_s: float
+    figures: tuple[ProductFigures, ...]
+    #: The products that hold the SLO at the demand (a cost per hour).
+    holding: tuple[ProductFigures, ...]
+    by_name: dict[str, ProductFigures]
+    #: The product serving's figures; None when nothing serves or the spec no longer lists it.
+    here: ProductFigures | None
+    #: Each product's capacity per replica at the SLO (0 when unprofiled).
+    capacity: dict[str, float]
+    #: The memory with this call's costs and miss (kept when nothing moves).
+    remembered: MoveMemory
+    #: The memory after a move: the move's time, the misses kept.
+    moved: MoveMemory
+
+    def choice(
+        self, product: str | None, reason: str, message: str, memory: MoveMemory, moved: bool = False
+    ) -> ProductChoice:
+        """The choice of `product` (its replicas from this call's figures), with this call's figures."""
+        replicas = self.by_name[product].replicas if product in self.by_name else None
+        return ProductChoice(product, replicas, moved, reason, message, self.figures, memory)
+
+
+def _sized_call(
+    options: tuple[ProductOption, ...],
+    *,
+    current: str | None,
+    config: PolicyConfig,
+    observation: Observation,
+    batching: BatchingConfig,
+    now_s: float,
+    memory: MoveMemory,
+) -> _Call:
+    """Size every product at the observation's demand and remember this call."""
+    rate = max(observation.request_rate or 0.0, observation.recent_request_rate or 0.0)
+    bursts = observed_bursts(observation, rate_per_s=rate)
+    figures = size_products(options, config=config, rate_per_s=rate, batching=batching, bursts=bursts)
+    by_name = {f.product: f for f in figures}
+    missed = observation.p99_ms is not None and observation.p99_ms > config.p99_target_ms
+    remembered = _remember(memory, figures, now_s, current=current, missed=missed)
+    return _Call(
+        current=current,
+        rate_per_s=rate,
+        figures=figures,
+        holding=tuple(f for f in figures if f.cost_per_hour is not None),
+        by_name=by_name,
+        here=by_name.get(current) if current else None,
+        capacity={f.product: f.capacity_per_replica_per_s or 0.0 for f in figures},
+        remembered=remembered,
+        moved=MoveMemory(moved_at_s=now_s, misses=remembered.misses),
+    )
+
+
+def _none_holds(call: _Call) -> ProductChoice:
+    """No product holds the SLO: wait for the profiles still to come, else stay and say why not."""
+    pending = [f.product for f in call.figures if f.why_not == "not profiled yet"]
+    if call.here is None and pending:
+        return call.choice(
+            None, REASON_WAITING, f"waiting for the profiles of {', '.join(pending)}", call.remembered
+        )
+    return call.choice(
+        call.current,
+        REASON_NO_PRODUCT,
+        f"no product holds the SLO at {call.rate_per_s:.1f} req/s: {_why_nots(call.figures)}",
+        call.remembered,
+    )
+
+
+def _placement(call: _Call) -> ProductChoice:
+    """Put the service on the cheapest product holding the SLO: placed, or moved for capacity.
+
+    Placed when nothing serves yet (or the spec no longer allows the product serving); moved at once
+    when the product serving cannot hold the SLO.
+    """
+    best = min(
+        call.holding,
+        key=lambda f: (f.cost_per_hour, f.product != call.current, -call.capacity[f.product], f.product),
+    )
+    if call.current is None or call.here is None:
+        # Placed (or the spec no longer allows the product serving): no cooldown, the dwell still applies.
+        placed = MoveMemory(misses=call.remembered.misses)
+        return call.choice(best.product, REASON_PLACED, _placed(best, call.figures), placed, moved=True)
+    return call.choice(
+        best.product,
+        REASON_MOVED_FOR_CAPACITY,
+        f"{call.current} cannot hold the SLO ({call.here.why_not}); {_placed(best, call.figures)}",
+        call.moved,
+        moved=True,
+    )
+
+
+def _move_for_slo(call: _Call, *, current: str, now_s: float) -> ProductChoice | None:
+    """Move to the cheapest roomier product when `current` missed the SLO in practice; None: no move.
+
+    Missed: in `MISS_SHARE` of at least `MIN_MISS_CALLS` decisions of the last `MOVE_DWELL_S` since
+    it was moved to. Roomier: more capacity per replica, and not a product that missed so itself.
+    """
+    remembered, capacity = call.remembered, call.capacity
+    share, calls = _miss_share(remembered, current, since_s=max(now_s - MOVE_DWELL_S, _since(remembered)))
+    if calls >= MIN_MISS_CALLS and share >= MISS_SHARE:
+        roomier = [
+            f
+            for f in call.holding
+            if capacity[f.product] > capacity[current] and not _missed_there(remembered, f.product)
+        ]
+        if roomier:
+            better = min(roomier, key=lambda f: (f.cost_per_hour, -capacity[f.product], f.product))
+            return call.choice(
+                better.product,
+                REASON_MOVED_FOR_SLO,
+                f"{current} missed the SLO in {share:.0%} of the last {calls} decisions, sized to hold it; "
+                f"{better.product} holds {capacity[better.product]:.1f} req/s per replica against "
+                f"{capacity[current]:.1f}: {_fleet(better)}",
+                call.moved,
+                moved=True,
+            )
+    return None
+
+
+def _cost_choice(
+    call: _Call,
+    *,
+    current: str,
+    here: ProductFigures,
+    options: tuple[ProductOption, ...],
+    replicas_now: int,
+    startup_s: float,
+    now_s: float,
+    hold_s: float,
+) -> ProductChoice:
+    """Stay on `current` (`here`: its figures), defer a move for cost, or move for cost."""
+    move = _move_for_cost(
+        call.remembered,
+        current=current,
+        options=options,
+        figures=call.by_name,
+        replicas_now=replicas_now,
+        startup_s=startup_s,
+        now_s=now_s,
+        hold_s=hold_s,
+    )
     if move is None:
-        return done(current, REASON_CHEAPEST, _placed(here, figures), remembered)
+        return call.choice(current, REASON_CHEAPEST, _placed(here, call.figures), call.remembered)
     target, average_here, average_there, waited_s, wait_s = move
     saving = average_here - average_there
     summary = (
@@ -261,17 +369,17 @@ def choose_product(
         f"{waited_s:.0f} s"
     )
     if wait_s > 0:
-        return done(
+        return call.choice(
             current,
             REASON_MOVE_DEFERRED,
             f"{summary}; moving once it has for another {math.ceil(wait_s)} s",
-            remembered,
+            call.remembered,
         )
-    return done(
+    return call.choice(
         target,
         REASON_MOVED_FOR_COST,
-        f"{summary}: saves {_money(saving)}/h ({_fleet(by_name[target])} against {_fleet(here)} now)",
-        moved,
+        f"{summary}: saves {_money(saving)}/h ({_fleet(call.by_name[target])} against {_fleet(here)} now)",
+        call.moved,
         moved=True,
     )
 
