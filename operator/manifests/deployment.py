@@ -285,43 +285,8 @@ def triton_deployment(
     every old pod serves until a new one is Ready.
     """
     spec = isvc.spec
-    gpu = spec.runtime.gpu
-    on_gpu = spec.runtime.device is Device.GPU and gpu is not None
-    image = serving_image(isvc, settings)
-    model_name = spec.model_name(isvc.name)
-    pod_labels = {
-        **standard_labels(isvc_name=isvc.name, component=c.COMPONENT_SERVER),
-        **selector_labels(isvc.name),
-        c.LABEL_ENGINE_KEY: engine_key[:63],
-    }
-    if spec.autoscaling.backlog_rotation:
-        # Not in the Deployment's selector (immutable): the operator flips it on running pods.
-        pod_labels[c.LABEL_ROTATION] = c.ROTATION_IN
-    selector = selector_labels(isvc.name)
-    if canary:
-        pod_labels[c.LABEL_TRACK] = selector[c.LABEL_TRACK] = c.TRACK_CANARY
-    pod_spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(settings.run_as_user),
-        "initContainers": [
-            model_repository_init(
-                image=image, model_name=model_name, engine_key=engine_key, settings=settings
-            )
-        ],
-        "containers": [
-            {
-                **triton_container(isvc=isvc, image=image, settings=settings, admin_key=admin_key),
-                # A deleted pod leaves the Service's endpoints at once but is told to stop only
-                # after this: clients and proxies that still send to it in between are answered
-                # (scale-downs, rolling updates, a canary removed), not refused.
-                "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}},
-            }
-        ],
-        "volumes": _volumes(isvc, settings, canary=canary),
-        "terminationGracePeriodSeconds": 30,
-    }
-    pod_spec.update(serving_placement(isvc))
+    on_gpu = spec.runtime.device is Device.GPU and spec.runtime.gpu is not None
+    pod_labels, selector = _pod_labels(isvc, engine_key=engine_key, canary=canary)
     startup = settings.gpu_startup_seconds if on_gpu else settings.cpu_startup_seconds
     return {
         "apiVersion": "apps/v1",
@@ -352,7 +317,63 @@ def triton_deployment(
                         "kubectl.kubernetes.io/default-container": CONTAINER_NAME,
                     },
                 },
-                "spec": pod_spec,
+                "spec": _serving_pod_spec(
+                    isvc, engine_key=engine_key, settings=settings, admin_key=admin_key, canary=canary
+                ),
             },
         },
     }
+
+
+def _pod_labels(
+    isvc: InferenceService, *, engine_key: str, canary: bool
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The serving pods' labels and the Deployment's selector (the canary's track added to both)."""
+    pod_labels = {
+        **standard_labels(isvc_name=isvc.name, component=c.COMPONENT_SERVER),
+        **selector_labels(isvc.name),
+        c.LABEL_ENGINE_KEY: engine_key[:63],
+    }
+    if isvc.spec.autoscaling.backlog_rotation:
+        # Not in the Deployment's selector (immutable): the operator flips it on running pods.
+        pod_labels[c.LABEL_ROTATION] = c.ROTATION_IN
+    selector = selector_labels(isvc.name)
+    if canary:
+        pod_labels[c.LABEL_TRACK] = selector[c.LABEL_TRACK] = c.TRACK_CANARY
+    return pod_labels, selector
+
+
+def _serving_pod_spec(
+    isvc: InferenceService,
+    *,
+    engine_key: str,
+    settings: ManifestSettings,
+    admin_key: AdminKeyRef,
+    canary: bool,
+) -> dict[str, Any]:
+    """The serving pod's spec: the model-repository init container, Triton, volumes and placement."""
+    image = serving_image(isvc, settings)
+    model_name = isvc.spec.model_name(isvc.name)
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(settings.run_as_user),
+        "initContainers": [
+            model_repository_init(
+                image=image, model_name=model_name, engine_key=engine_key, settings=settings
+            )
+        ],
+        "containers": [
+            {
+                **triton_container(isvc=isvc, image=image, settings=settings, admin_key=admin_key),
+                # A deleted pod leaves the Service's endpoints at once but is told to stop only
+                # after this: clients and proxies that still send to it in between are answered
+                # (scale-downs, rolling updates, a canary removed), not refused.
+                "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}},
+            }
+        ],
+        "volumes": _volumes(isvc, settings, canary=canary),
+        "terminationGracePeriodSeconds": 30,
+    }
+    pod_spec.update(serving_placement(isvc))
+    return pod_spec

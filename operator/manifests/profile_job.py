@@ -104,6 +104,27 @@ def profile_job(
         # Not the engine-key label: that one selects the pods serving an engine.
         extra_labels={c.LABEL_PROFILE_KEY: key},
     )
+    pod_spec = _profile_pod_spec(isvc=isvc, request=request, settings=settings, admin_key=admin_key)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": settings.profile_backoff_limit,
+            # Counted from the Job's start, pending included: a profile that cannot be scheduled
+            # fails by then, and the engine serves without one.
+            "activeDeadlineSeconds": settings.profile_deadline_seconds,
+            "ttlSecondsAfterFinished": settings.build_ttl_seconds,
+            "podFailurePolicy": engine_job_failure_policy(CONTAINER_NAME),
+            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod_spec},
+        },
+    }
+
+
+def _profile_pod_spec(
+    *, isvc: InferenceService, request: ProfileRequest, settings: ManifestSettings, admin_key: AdminKeyRef
+) -> dict[str, Any]:
+    """The profile pod's spec: the model repository and the serving Triton (init), the profiler."""
     image = request.triton_image
     sidecar = {
         **triton_container(isvc=isvc, image=image, settings=settings, admin_key=admin_key),
@@ -114,7 +135,39 @@ def profile_job(
         f"{request.store}/{c.ENGINE_STORE_ENGINES_DIR}/{request.engine_key}/"
         f"{c.ENGINE_STORE_REPOSITORY_DIR}/{request.model_name}/{CONFIG_KEY}"
     )
-    profiler: dict[str, Any] = {
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(settings.run_as_user),
+        "initContainers": [
+            model_repository_init(
+                image=image,
+                model_name=request.model_name,
+                engine_key=request.engine_key,
+                settings=settings,
+                config_file=engine_config,
+            ),
+            sidecar,
+        ],
+        "containers": [_profiler_container(request=request, settings=settings, admin_key=admin_key)],
+        "volumes": [
+            {"name": "models", "emptyDir": {}},
+            # Bounded like the build pod's (a runaway cache cannot fill the node's disk).
+            {"name": "tmp", "emptyDir": {"sizeLimit": settings.build_tmp_size}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
+            {"name": "engines", "persistentVolumeClaim": {"claimName": settings.engine_store_claim}},
+        ],
+        "terminationGracePeriodSeconds": 30,
+        **serving_placement(isvc),
+    }
+
+
+def _profiler_container(
+    *, request: ProfileRequest, settings: ManifestSettings, admin_key: AdminKeyRef
+) -> dict[str, Any]:
+    """The `profile` container: `tailpilot profile` against the sidecar, its result as termination message."""
+    return {
         "name": CONTAINER_NAME,
         "image": settings.builder_image,
         "imagePullPolicy": settings.image_pull_policy,
@@ -145,44 +198,4 @@ def profile_job(
         ],
         "securityContext": container_security_context(),
         "resources": _PROFILER_RESOURCES,
-    }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(settings.run_as_user),
-        "initContainers": [
-            model_repository_init(
-                image=image,
-                model_name=request.model_name,
-                engine_key=request.engine_key,
-                settings=settings,
-                config_file=engine_config,
-            ),
-            sidecar,
-        ],
-        "containers": [profiler],
-        "volumes": [
-            {"name": "models", "emptyDir": {}},
-            # Bounded like the build pod's (a runaway cache cannot fill the node's disk).
-            {"name": "tmp", "emptyDir": {"sizeLimit": settings.build_tmp_size}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
-            {"name": "engines", "persistentVolumeClaim": {"claimName": settings.engine_store_claim}},
-        ],
-        "terminationGracePeriodSeconds": 30,
-        **serving_placement(isvc),
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": settings.profile_backoff_limit,
-            # Counted from the Job's start, pending included: a profile that cannot be scheduled
-            # fails by then, and the engine serves without one.
-            "activeDeadlineSeconds": settings.profile_deadline_seconds,
-            "ttlSecondsAfterFinished": settings.build_ttl_seconds,
-            "podFailurePolicy": engine_job_failure_policy(CONTAINER_NAME),
-            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod_spec},
-        },
     }

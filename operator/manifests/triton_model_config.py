@@ -102,6 +102,49 @@ def model_config_for(
             neither >= 1 nor -1), a max batch size above the engine's, or preferred batch sizes
             outside 1..max_batch_size. The message names the config field.
     """
+    _check_config(
+        name=name,
+        triton_backend=triton_backend,
+        inputs=inputs,
+        outputs=outputs,
+        batching=batching,
+        placement=placement,
+        engine_max_batch_size=engine_max_batch_size,
+    )
+    platform, filename = BACKEND_FILES[triton_backend]
+    config = model_config_pb2.ModelConfig(
+        name=name,
+        backend=triton_backend,
+        platform=platform,
+        default_model_filename=filename,
+        max_batch_size=batching.max_batch_size,
+    )
+    config.input.extend(
+        model_config_pb2.ModelInput(name=t.name, data_type=_data_type(t), dims=list(t.dims)) for t in inputs
+    )
+    config.output.extend(
+        model_config_pb2.ModelOutput(name=t.name, data_type=_data_type(t), dims=list(t.dims)) for t in outputs
+    )
+    config.dynamic_batching.preferred_batch_size.extend(sorted(set(batching.preferred_batch_sizes)))
+    config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
+    config.instance_group.append(_instance_group(placement, batching))
+    if placement.gpu_product:
+        config.parameters[GPU_PRODUCT_PARAMETER].string_value = placement.gpu_product
+    config.model_warmup.extend(_warmups(inputs, max_batch_size=batching.max_batch_size))
+    return config
+
+
+def _check_config(
+    *,
+    name: str,
+    triton_backend: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    batching: BatchingConfig,
+    placement: ServingTarget,
+    engine_max_batch_size: int | None,
+) -> None:
+    """Refuse what Triton would refuse of `model_config_for`'s arguments (its Raises, in that order)."""
     device, gpu_product = placement.device, placement.gpu_product
     if triton_backend not in BACKEND_FILES:
         raise ValueError(
@@ -132,34 +175,18 @@ def model_config_for(
             f"dynamic_batching.preferred_batch_size: preferred batch sizes {too_big} are outside "
             f"1..max_batch_size={batching.max_batch_size}"
         )
-    platform, filename = BACKEND_FILES[triton_backend]
-    config = model_config_pb2.ModelConfig(
-        name=name,
-        backend=triton_backend,
-        platform=platform,
-        default_model_filename=filename,
-        max_batch_size=batching.max_batch_size,
-    )
-    config.input.extend(
-        model_config_pb2.ModelInput(name=t.name, data_type=_data_type(t), dims=list(t.dims)) for t in inputs
-    )
-    config.output.extend(
-        model_config_pb2.ModelOutput(name=t.name, data_type=_data_type(t), dims=list(t.dims)) for t in outputs
-    )
-    config.dynamic_batching.preferred_batch_size.extend(sorted(set(batching.preferred_batch_sizes)))
-    config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
+
+
+def _instance_group(placement: ServingTarget, batching: BatchingConfig) -> Any:
+    """The model's one instance group: KIND_GPU on the replica's devices, or KIND_CPU."""
     group = model_config_pb2.ModelInstanceGroup
-    if device == "gpu":
+    if placement.device == "gpu":
         # Listed, not left to Triton's default (every GPU it sees): the config says where instances go.
         instances = group(kind=group.KIND_GPU, count=batching.instances_per_replica)
         instances.gpus.extend(range(placement.gpu_count))
     else:
         instances = group(kind=group.KIND_CPU, count=batching.instances_per_replica)
-    config.instance_group.append(instances)
-    if gpu_product:
-        config.parameters[GPU_PRODUCT_PARAMETER].string_value = gpu_product
-    config.model_warmup.extend(_warmups(inputs, max_batch_size=batching.max_batch_size))
-    return config
+    return instances
 
 
 def _warmups(inputs: Sequence[TensorSpec], *, max_batch_size: int) -> list[Any]:
