@@ -38,6 +38,15 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """Create the metrics on `registry` (a fresh one when None)."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        # By concern; registered in this order, the order `render()` writes the families in.
+        self._add_decision_metrics()
+        self._add_actuation_metrics()
+        self._add_request_time_metrics()
+        self._add_placement_metrics()
+        self._add_loop_metrics()
+
+    def _add_decision_metrics(self) -> None:
+        """The autoscaler's decisions: counted by action and reason, and the gauges they set."""
         self.decisions = Counter(
             "tailpilot_decisions",
             "Autoscaling decisions by service, action and reason.",
@@ -74,6 +83,9 @@ class OperatorMetrics:
             ["namespace", "service"],
             registry=self.registry,
         )
+
+    def _add_actuation_metrics(self) -> None:
+        """What the operator is told and does: webhook requests, replicas held out, batching changes."""
         self.webhook_requests = Counter(
             "tailpilot_webhook_requests",
             "Alertmanager webhook requests by result (accepted, unauthorized, malformed, error).",
@@ -92,6 +104,9 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+
+    def _add_request_time_metrics(self) -> None:
+        """Where requests' time goes: its parts and their P99s, the batches executed, the service time."""
         self.time_ms = Gauge(
             "tailpilot_request_time_ms",
             "Where a request's time in Triton went over the evaluation window, per request, ms: part "
@@ -132,6 +147,9 @@ class OperatorMetrics:
             ["namespace", "service", "term"],
             registry=self.registry,
         )
+
+    def _add_placement_metrics(self) -> None:
+        """Where a service serves: each GPU product's cost, the moves between products, canary verdicts."""
         self.gpu_cost = Gauge(
             "tailpilot_gpu_cost_per_hour",
             "For a service listing several GPU products: what its fleet would cost per hour on each "
@@ -154,6 +172,8 @@ class OperatorMetrics:
             registry=self.registry,
         )
 
+    def _add_loop_metrics(self) -> None:
+        """The fast loop's pod reads and the time to build one decision's Observation."""
         self.pod_read_period = Gauge(
             "tailpilot_pod_read_period_seconds",
             "Seconds between two reads of a service's pods: 2, longer when the pod read budget "
