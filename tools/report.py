@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import TypeAdapter
 
+from tailpilot.api.v1alpha1 import DecisionRecordStatus, InferenceServiceStatus
 from tailpilot.controllers.observe import (
     LATENCY_SUMMARY,
     PENDING_GAUGE,
@@ -37,7 +39,7 @@ from tailpilot.controllers.observe import (
     parse_series,
 )
 from tailpilot.tools.report_data import PARTS, ReportData
-from tailpilot.tools.status_view import budget_words, read_service
+from tailpilot.tools.status_view import budget_words, read_service, read_status
 
 SUCCESS = "nv_inference_request_success"
 #: Prometheus' own series of its alerts; the operator's burn-rate alerts keep the service's labels.
@@ -216,6 +218,7 @@ def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "repo
         f"| mean time per request | {parts} |",
         f"| dominated by | {summary.dominant} |",
         f"| attainment and headroom now | {data.budget_now or 'no decision recorded yet'} |",
+        *_unreadable_row(data),
         "",
         f"![{data.name}]({png_name})",
         "",
@@ -240,17 +243,63 @@ def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "repo
     return "\n".join(lines) + "\n"
 
 
-def decisions_within(status: Mapping[str, Any], start_s: float, end_s: float) -> list[dict[str, Any]]:
-    """status.decisions made within [start_s, end_s]."""
-    out = []
-    for d in status.get("decisions") or []:
-        try:
-            at = datetime.fromisoformat(str(d.get("time", "")).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
-        if start_s <= at <= end_s:
-            out.append({**d, "at": at})
-    return out
+def _unreadable_row(data: ReportData) -> list[str]:
+    if not data.unreadable:
+        return []
+    return [f"| could not be read | {', '.join(data.unreadable)} (not in the form this tailpilot reads) |"]
+
+
+def decisions_within(
+    status: InferenceServiceStatus | Mapping[str, Any], start_s: float, end_s: float
+) -> list[dict[str, Any]]:
+    """status.decisions made within [start_s, end_s], as the report holds them (`decision_json`, and `at`).
+
+    `status` is the typed status, or its JSON (read through the codec here; a decision it cannot
+    read is left out).
+    """
+    typed = status if isinstance(status, InferenceServiceStatus) else read_status(status).status
+    return [
+        {**decision_json(d), "at": d.time.timestamp()}
+        for d in typed.decisions
+        if start_s <= d.time.timestamp() <= end_s
+    ]
+
+
+_TIME = TypeAdapter(datetime)
+
+
+def _json_number(value: float | None) -> float | int | None:
+    """A float as the API server returns it: an integral one without its fraction (40.0 is 40).
+
+    The API server stores the status as JSON numbers, so the report prints and writes what
+    `kubectl get -o json` shows (and what it did before the status was read through the codec,
+    which parses every such field as a float).
+    """
+    if value is not None and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    return value
+
+
+def decision_json(d: DecisionRecordStatus) -> dict[str, Any]:
+    """One of status.decisions as report.json and the Markdown hold it: its JSON as the API server returns it.
+
+    Every field by its typed name (a field renamed in the API fails type checking here, not silently
+    in the report); the keys sorted, unset ones left out, as the API server returns an object.
+    """
+    fields: dict[str, Any] = {
+        "time": _TIME.dump_python(d.time, mode="json"),
+        "action": d.action,
+        "reason": d.reason,
+        "replicasBefore": d.replicas_before,
+        "replicasAfter": d.replicas_after,
+        "maxBatchSizeBefore": d.max_batch_size_before,
+        "maxBatchSizeAfter": d.max_batch_size_after,
+        "requestRate": _json_number(d.request_rate),
+        "observedP99Ms": _json_number(d.observed_p99_ms),
+        "predictedP99Ms": _json_number(d.predicted_p99_ms),
+        "gpuProduct": d.gpu_product,
+    }
+    return {key: value for key, value in sorted(fields.items()) if value is not None}
 
 
 def write_report(data: ReportData, out_dir: Path) -> Path:
@@ -276,6 +325,7 @@ def build_report(
 ) -> ReportData:
     """Query Prometheus for the service `obj` over the period."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    read = read_status(obj.get("status"))
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
     times, series = fetch_series(
         prometheus_url,
@@ -294,8 +344,9 @@ def build_report(
         step_s=step_s,
         times_s=times,
         series=series,
-        decisions=decisions_within(obj.get("status") or {}, start_s, end_s),
-        budget_now=budget_words(obj.get("status") or {}),
+        decisions=decisions_within(read.status, start_s, end_s),
+        budget_now=budget_words(read),
+        unreadable=read.lost("errorBudget", "learned", "decisions"),
     )
 
 
@@ -350,6 +401,8 @@ __all__ = [
     "ReportData",
     "Summary",
     "build_report",
+    "decision_json",
+    "decisions_within",
     "render_markdown",
     "report_main",
     "series_queries",

@@ -38,10 +38,13 @@ class ReportData:
     #: The objective, its error budget and the learned headroom as the object's status held them when
     #: the report was made (`status_view.budget_words`; None before the service's first decision).
     budget_now: str | None = None
+    #: What of the status the report reads (its error budget, learned headroom, decisions) could not
+    #: be read through the operator's codec (`status_view.StatusRead.unreadable`); empty when all was.
+    unreadable: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The report's data as JSON (NaN as null)."""
-        return {
+        """The report's data as JSON (NaN as null; `unreadable` only when something was)."""
+        out: dict[str, Any] = {
             "namespace": self.namespace,
             "name": self.name,
             "sloMs": self.slo_ms,
@@ -53,3 +56,6 @@ class ReportData:
             "decisions": self.decisions,
             "budgetNow": self.budget_now,
         }
+        if self.unreadable:
+            out["unreadable"] = list(self.unreadable)
+        return out

@@ -143,11 +143,20 @@ def test_the_report_says_the_objective_its_budget_and_the_headroom_from_the_stat
 
 
 def test_decisions_are_those_of_the_period() -> None:
+    # Each with the fields the operator writes (a decision without them is not read), and one whose
+    # time is not a time: left out, the others kept.
+    done = {
+        "reason": "SLOAtRisk",
+        "replicasBefore": 1,
+        "replicasAfter": 2,
+        "maxBatchSizeBefore": 8,
+        "maxBatchSizeAfter": 8,
+    }
     status = {
         "decisions": [
-            {"time": "2026-12-02T07:00:00Z", "action": "ScaleUp"},
-            {"time": "2026-12-02T08:00:00Z", "action": "ScaleDown"},
-            {"time": "not a time", "action": "Odd"},
+            {"time": "2026-12-02T07:00:00Z", "action": "ScaleUp", **done},
+            {"time": "2026-12-02T08:00:00Z", "action": "ScaleDown", **done},
+            {"time": "not a time", "action": "Odd", **done},
         ]
     }
     start = 1_796_194_800.0  # 2026-12-02 07:00:00 UTC
@@ -191,3 +200,58 @@ def test_range_answers_are_matched_to_the_time_axis_by_step() -> None:
     assert _align(points, times, 5.0)[::2] == [1.0, 3.0]
     assert math.isnan(_align(points, times, 5.0)[1])
     assert all(math.isnan(v) for v in _align({}, times, 5.0))
+
+
+DECISION = {
+    "time": "1970-01-01T00:16:58Z",
+    "action": "ScaleUp",
+    "reason": "SLOAtRisk",
+    "replicasBefore": 1,
+    "replicasAfter": 2,
+    "maxBatchSizeBefore": 16,
+    "maxBatchSizeAfter": 16,
+    "requestRate": 40,
+    "observedP99Ms": 80.5,
+}
+
+
+def test_the_report_says_what_of_the_status_it_could_not_read() -> None:
+    from unittest import mock
+
+    from tailpilot.tools import report as module
+
+    status = {
+        "errorBudget": {"objectivePercent": 99.0},  # its other required fields missing
+        "decisions": [DECISION, {**DECISION, "time": "yesterday"}],
+    }
+    obj = {"metadata": {"name": "resnet", "namespace": "shop"}, "spec": {"slo": {"p99LatencyMs": 50}}}
+    with mock.patch.object(module, "fetch_series", return_value=([1000.0], {})):
+        held = module.build_report({**obj, "status": status}, "http://p", start_s=1000, end_s=1020, step_s=10)
+    assert held.unreadable == ("status.errorBudget", "status.decisions[1]")
+    assert held.budget_now == "status.errorBudget could not be read"
+    text = render_markdown(held, summarize(data()))
+    assert "| attainment and headroom now | status.errorBudget could not be read |" in text
+    assert (
+        "| could not be read | status.errorBudget, status.decisions[1] "
+        "(not in the form this tailpilot reads) |"
+    ) in text
+    assert "| 00:16:58 | ScaleUp | SLOAtRisk | 1 -> 2 | 16 -> 16 | 40 | 80.5 / - |" in text
+    assert held.to_json()["unreadable"] == ["status.errorBudget", "status.decisions[1]"]
+    assert "unreadable" not in data().to_json()  # report.json as before when all was read
+
+
+def test_a_decision_is_read_typed_and_held_as_the_api_server_returns_it() -> None:
+    from tailpilot.api.v1alpha1 import DecisionRecordStatus, InferenceServiceStatus
+    from tailpilot.tools.report import decision_json
+
+    typed = InferenceServiceStatus(decisions=[DecisionRecordStatus.model_validate(DECISION)])
+    assert isinstance(typed.decisions[0].request_rate, float)  # 40 in JSON is 40.0 once read
+    (held,) = decisions_within(typed, 1000, 1020)
+    # ...and 40 again in the report, as the status's JSON has it (keys sorted, as the API server's).
+    assert held == {**DECISION, "at": 1018.0}
+    assert list(held) == [*sorted(DECISION), "at"]
+    # Every field of a decision is carried (a field added to the API must be added to the report).
+    full = DecisionRecordStatus.model_validate(
+        {**DECISION, "predictedP99Ms": 30.1, "gpuProduct": "NVIDIA-L4"}
+    )
+    assert set(decision_json(full)) == {f.alias for f in DecisionRecordStatus.model_fields.values()}

@@ -5,14 +5,29 @@ from __future__ import annotations
 from tailpilot.cli import SUBCOMMANDS
 from tailpilot.tools.status_view import render
 
+#: Every condition the operator writes has one (the status codec requires it).
+AT = "2026-12-02T04:00:00Z"
+
 OBJ = {
     "metadata": {"name": "resnet", "namespace": "shop"},
     "spec": {"slo": {"p99LatencyMs": 25}},
     "status": {
         "conditions": [
-            {"type": "Ready", "status": "True", "reason": "Ready", "message": ""},
-            {"type": "SLOMet", "status": "False", "reason": "SLOViolated", "message": "observed P99 31.0 ms"},
-            {"type": "GpuProductChosen", "status": "True", "reason": "MovedForCost", "message": "..."},
+            {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": AT},
+            {
+                "type": "SLOMet",
+                "status": "False",
+                "reason": "SLOViolated",
+                "message": "observed P99 31.0 ms",
+                "lastTransitionTime": AT,
+            },
+            {
+                "type": "GpuProductChosen",
+                "status": "True",
+                "reason": "MovedForCost",
+                "message": "...",
+                "lastTransitionTime": AT,
+            },
         ],
         "engine": {"key": "0123456789abcdef", "tritonBackend": "tensorrt"},
         "replicas": 3,
@@ -140,6 +155,7 @@ def test_status_shows_each_compute_part_the_tails_and_the_largest_part():
         "status": "True",
         "reason": "QueueDominated",
         "message": "queue 9.5 ms of 15.5 ms per request (61%)",
+        "lastTransitionTime": AT,
     }
     status = {**OBJ["status"], "observed": observed, "conditions": [*OBJ["status"]["conditions"], breakdown]}
     lines = render({**OBJ, "status": status}).splitlines()
@@ -196,7 +212,13 @@ def test_status_shows_the_error_budget_and_the_headroom_it_holds():
 
 def test_control_characters_in_a_message_are_shown_as_escapes_never_sent_to_the_terminal():
     hostile = "built\x1b]0;owned\x07\x1b[2J\nfake line\r\x9b1m"
-    condition = {"type": "Ready", "status": "False", "reason": "BuildFailed", "message": hostile}
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "BuildFailed",
+        "message": hostile,
+        "lastTransitionTime": AT,
+    }
     obj = {
         "metadata": {"name": "x"},
         "spec": {},
@@ -206,3 +228,56 @@ def test_control_characters_in_a_message_are_shown_as_escapes_never_sent_to_the_
     assert not any(ch in text for ch in "\x1b\x07\r\x9b")
     assert text.count("\n") == len(text.splitlines())  # only the lines' own ends
     assert "built\\x1b]0;owned\\x07\\x1b[2J\\nfake line\\r\\x9b1m" in text
+
+
+def test_a_section_the_codec_cannot_read_is_named_and_the_rest_still_shows(caplog):
+    decisions = [*OBJ["status"]["decisions"]]
+    decisions.insert(1, {**decisions[0], "replicasAfter": -1})  # below the schema's minimum
+    status = {**OBJ["status"], "observed": {"p99Ms": "fast"}, "decisions": decisions}
+    lines = render({**OBJ, "status": status}).splitlines()
+    assert lines[0] == "resnet in shop: Ready True (Ready)"
+    assert lines[1] == (
+        "Unreadable  status.observed, status.decisions[1]: could not be read, not in the form this "
+        "tailpilot reads (kubectl get -o yaml shows it as written)"
+    )
+    text = "\n".join(lines)
+    # Unknown, not made up: the observation's figures are dashes; every other section as before.
+    assert "P99 - against the SLO's 25.0 ms (False: SLOViolated), -, -, predicted P99 21.8 ms" in text
+    assert "engine 0123456789ab (tensorrt), 3/3 replicas ready, max batch 16" in text
+    assert "GPU         NVIDIA-L4 (MovedForCost)" in text
+    assert "the last 2, oldest first" in text and "04:12:03  ScaleUp" in text and "MoveGpuProduct" in text
+    assert any(line.strip().startswith("SLOMet") for line in lines)
+    # The tool says it; the codec's own warning is not printed besides.
+    assert not [r for r in caplog.records if r.name == "tailpilot.status"]
+
+
+def test_an_unreadable_engine_or_profile_is_not_shown_as_none_yet():
+    status = {**OBJ["status"], "engine": {"key": "not hex"}, "profile": {"hardware": "NVIDIA-L4"}}
+    text = render({**OBJ, "status": status})
+    assert "Unreadable  status.engine, status.profile: could not be read" in text
+    assert "Serving     unknown: status.engine could not be read" in text
+    assert "Profile     unknown: status.profile could not be read" in text
+    assert "no engine yet" not in text and "none yet" not in text
+
+
+def test_a_status_that_is_not_an_object_renders_and_says_so():
+    text = render({"metadata": {"name": "x"}, "spec": {}, "status": ["not", "an", "object"]})
+    assert text.startswith("x in default: Ready Unknown (-)\nUnreadable  status: could not be read")
+    assert "Serving     unknown: status.engine could not be read" in text
+
+
+def test_the_status_is_read_through_the_codec_as_typed_values():
+    from datetime import UTC, datetime
+
+    from tailpilot.tools.status_view import read_status
+
+    read = read_status({**OBJ["status"], "observed": {**OBJ["status"]["observed"], "requestRate": 140}})
+    assert read.unreadable == ()
+    observed = read.status.observed
+    assert observed is not None and observed.time_dominated_by == "Queue"
+    # A JSON integer in a float field is a float once read, and is printed as it was before.
+    assert isinstance(observed.request_rate, float) and observed.request_rate == 140.0
+    assert read.status.decisions[0].time == datetime(2026, 12, 2, 4, 12, 3, tzinfo=UTC)
+    assert read.status.conditions[1].reason == "SLOViolated"
+    status = {**OBJ["status"], "observed": {**OBJ["status"]["observed"], "requestRate": 140}}
+    assert "140.0 req/s" in render({**OBJ, "status": status})
