@@ -9,11 +9,12 @@ import pytest
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import BuildStatus, InferenceServiceStatus
 from tailpilot.builders import errors
+from tailpilot.controllers.admin_key import AdminKey
 from tailpilot.controllers.build_state import BuildPhase, JobState
-from tailpilot.controllers.reconciler import EventRecord, Reconciler
+from tailpilot.controllers.reconciler import EventRecord, ReconcilePass, Reconciler
 from tailpilot.controllers.settings import OperatorSettings
 from tests.controllers.test_ctrl_prune import CountingKube
-from tests.manifests.fixtures import SETTINGS, make_isvc
+from tests.manifests.fixtures import SETTINGS, admin_key, make_isvc
 
 LONG_AGO = "2020-01-01T00:00:00Z"  # the back-off of any attempt is over
 JOB_UID = "build-job-uid"
@@ -33,9 +34,18 @@ def fail(
         job_uid=JOB_UID,
     )
     events: list[EventRecord] = []
-    condition, _, status = reconciler._engine_failed(  # noqa: SLF001 - the decision under test
-        make_isvc("svc").obj(), InferenceServiceStatus(build=build), state, build, events
+    isvc = make_isvc("svc").obj()
+    admin = AdminKey(ref=admin_key(isvc.name), value="key")
+    p = ReconcilePass(
+        body={},
+        isvc=isvc,
+        admin=admin,
+        status=InferenceServiceStatus(build=build),
+        generation=1,
+        events=events,
     )
+    reconciler.engine.failed(p, state, build)  # the decision under test
+    condition, status = p.engine_ready, p.status
     # Every delete names the uid of the Job the state was read from.
     assert set(kube.delete_uids) <= {JOB_UID}
     return condition, status, [name for _, name in kube.deleted], events

@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from tailpilot.api import constants as c
-from tailpilot.api.engine import BuildOutcome, BuildResult
-from tailpilot.api.v1alpha1 import InferenceServiceStatus, ProfilingStatus
+from tailpilot.api.engine import BuildOutcome, BuildRequest, BuildResult
+from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus, ProfilingStatus
+from tailpilot.controllers.admin_key import AdminKey
+from tailpilot.controllers.conditions import ConditionUpdate
 from tailpilot.controllers.kubeapi import Kube, Resource
-from tailpilot.controllers.reconciler import EventRecord, Reconciler
+from tailpilot.controllers.reconciler import EventRecord, ReconcilePass, Reconciler
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.meta import owner_reference
 from tests.fakes import UnexpectedKube
-from tests.manifests.fixtures import SETTINGS, make_isvc
+from tests.manifests.fixtures import SETTINGS, admin_key, make_isvc
 
 KEY = "0123456789abcdef0123456789abcdef"
 LONG_AGO = "2020-01-01T00:00:00Z"  # any back-off is over
@@ -74,6 +76,20 @@ def _setup():  # type: ignore[no-untyped-def]
     return isvc, request, key, name
 
 
+def _engine_stage(
+    reconciler: Reconciler,
+    isvc: InferenceService,
+    status: InferenceServiceStatus,
+    request: BuildRequest,
+    events: list[EventRecord],
+) -> tuple[ConditionUpdate, InferenceServiceStatus]:
+    """The engine stage alone over a pass of `status`: EngineReady and the status after it."""
+    admin = AdminKey(ref=admin_key(isvc.name), value="key")
+    p = ReconcilePass(body={}, isvc=isvc, admin=admin, status=status, generation=1, events=events)
+    reconciler.engine.run(p, request)
+    return p.engine_ready, p.status
+
+
 #: The operator's marks on every Job it creates.
 MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
 
@@ -94,7 +110,7 @@ def test_a_build_job_the_service_does_not_own_is_never_read_created_or_deleted()
         reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
         status, events = InferenceServiceStatus(), []  # type: ignore[var-annotated]
         for _ in range(3):  # three passes: told once
-            condition, _, status = reconciler._engine(isvc, status, request, key, events, [])  # noqa: SLF001
+            condition, status = _engine_stage(reconciler, isvc, status, request, events)
         assert kube.listed == [] and kube.created == [] and kube.deleted == []
         assert (condition.status, condition.reason) == (c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN)
         assert f"Job {name}" in condition.message and "never deleted" in condition.message
@@ -108,7 +124,7 @@ def test_the_services_own_failed_build_job_is_deleted_by_the_uid_it_was_read_wit
     kube = JobsKube({name: ours})
     reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
-    condition, _, status = reconciler._engine(isvc, InferenceServiceStatus(), request, key, events, [])  # noqa: SLF001
+    condition, status = _engine_stage(reconciler, isvc, InferenceServiceStatus(), request, events)
     assert kube.listed == [f"job-name={name}"]
     # Only that Job: a Job that took the name after the read has another uid, and the API server
     # refuses the delete (the uid precondition).
@@ -129,7 +145,9 @@ def test_a_profile_job_the_service_does_not_own_is_never_read_and_the_engine_wai
     events: list[EventRecord] = []
     profiling: ProfilingStatus | None = None
     for _ in range(2):
-        profiling, summary, done = reconciler._profile_step(isvc, profiling, request, events)  # noqa: SLF001
+        step = reconciler.profiling.step(isvc, profiling, request)
+        events.extend(step.events)
+        profiling, summary, done = step.profiling, step.summary, step.done
         assert summary is None and done is False
     assert profiling is not None and profiling.reason == c.REASON_CHILD_NAME_TAKEN
     assert f"Job {name}" in profiling.message

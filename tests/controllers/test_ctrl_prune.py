@@ -6,9 +6,10 @@ import dataclasses
 from typing import Any
 
 from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.controllers.admin_key import AdminKey
 from tailpilot.controllers.kubeapi import Resource
-from tailpilot.controllers.reconciler import EventRecord, Reconciler
+from tailpilot.controllers.reconciler import EventRecord, ReconcilePass, Reconciler
 from tailpilot.controllers.settings import OperatorSettings
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
 from tailpilot.manifests.settings import NetworkPolicySettings
@@ -51,6 +52,15 @@ def turned_off(builder):  # type: ignore[no-untyped-def]
     return isvc, children.turned_off
 
 
+def prune(
+    reconciler: Reconciler, isvc: InferenceService, unwanted: list[dict[str, Any]], events: list[EventRecord]
+) -> int:
+    """The children stage's prune, its Events onto `events`: how many children it deleted."""
+    pruned = reconciler.children.prune(isvc, unwanted)
+    events.extend(pruned.events)
+    return pruned.deleted
+
+
 def test_a_turned_off_child_is_deleted_once_then_not_looked_up_again_until_the_spec_changes():
     isvc, unwanted = turned_off(make_isvc("a").monitoring(serviceMonitor=False))
     assert [o["kind"] for o in unwanted] == ["Service", "ServiceMonitor"]  # metrics Service, monitor
@@ -59,18 +69,18 @@ def test_a_turned_off_child_is_deleted_once_then_not_looked_up_again_until_the_s
     kube = CountingKube({("ServiceMonitor", "a"): monitor, ("Service", "a-metrics"): foreign})
     reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
-    assert reconciler._prune(isvc, unwanted, events) == 1
+    assert prune(reconciler, isvc, unwanted, events) == 1
     assert kube.deleted == [("ServiceMonitor", "a")]  # the other owner's Service is left alone
     assert [e.reason for e in events] == [c.EVENT_CHILD_REMOVED]
     assert kube.gets == 2
     # The next pass confirms the monitor gone; after that, no lookups at this generation.
-    assert reconciler._prune(isvc, unwanted, events) == 0
-    assert reconciler._prune(isvc, unwanted, events) == 0
+    assert prune(reconciler, isvc, unwanted, events) == 0
+    assert prune(reconciler, isvc, unwanted, events) == 0
     assert kube.gets == 3
     # A new generation looks again (once).
     newer = isvc.model_copy(update={"metadata": {**isvc.metadata, "generation": 2}})
-    reconciler._prune(newer, unwanted, events)
-    reconciler._prune(newer, unwanted, events)
+    prune(reconciler, newer, unwanted, events)
+    prune(reconciler, newer, unwanted, events)
     assert kube.gets == 5
 
 
@@ -108,7 +118,12 @@ def test_a_child_created_by_another_owner_between_lookup_and_create_is_not_taken
     reconciler = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
     events: list[EventRecord] = []
     admin = AdminKey(ref=admin_key(isvc.name), value="key")
-    rollout, _, _ = reconciler._rollout(isvc, InferenceServiceStatus(), build_result(), admin, events)
+    p = ReconcilePass(
+        body={}, isvc=isvc, admin=admin, status=InferenceServiceStatus(), generation=1, events=events
+    )
+    reconciler.rollout.apply_children(p, build_result(), reconciler.strategies.of(isvc))
+    rollout = p.rollout_condition
+    assert rollout is not None
     assert kube.applied == []  # no forced apply over the other owner's object
     assert ("Deployment", "a") in kube.created
     assert (rollout.status, rollout.reason) == ("False", c.REASON_CHILD_NAME_TAKEN)
@@ -124,14 +139,14 @@ def test_the_jobs_network_policy_is_never_taken_from_another_owner_and_goes_when
     foreign = {"metadata": {"name": "a-engine-jobs", "ownerReferences": [{"controller": True, "uid": "x"}]}}
     kube = CountingKube({("NetworkPolicy", "a-engine-jobs"): foreign})
     with_policies = Reconciler(kube, OperatorSettings(manifests=WITH_POLICY))
-    message = with_policies._guard_engine_jobs(isvc)
+    message = with_policies.admission.guard_engine_jobs(isvc)
     assert message.startswith("NetworkPolicy a-engine-jobs exists and is not controlled by this")
     assert kube.deleted == []
 
     without = Reconciler(kube, OperatorSettings(manifests=SETTINGS))
-    assert without._guard_engine_jobs(isvc) == ""
+    assert without.admission.guard_engine_jobs(isvc) == ""
     assert kube.deleted == []  # the other owner's policy stays, policies on or off
     kube.live[("NetworkPolicy", "a-engine-jobs")] = ours  # the service's own, from a time they were on
     newer = isvc.model_copy(update={"metadata": {**isvc.metadata, "generation": 2}})
-    assert without._guard_engine_jobs(newer) == ""
+    assert without.admission.guard_engine_jobs(newer) == ""
     assert kube.deleted == [("NetworkPolicy", "a-engine-jobs")]
