@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -35,9 +36,10 @@ from tailpilot.api.engine import (
     BuildRequest,
     BuildResult,
     StoreGcReport,
+    TensorSpec,
 )
 from tailpilot.builders.backends import registry
-from tailpilot.builders.backends.base import EngineJob
+from tailpilot.builders.backends.base import EngineBackend, EngineJob
 from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
 from tailpilot.builders.errors import ACCURACY_OUT_OF_TOLERANCE, ENGINE_STORE_FULL, BuildError
 from tailpilot.builders.fetch import fetch
@@ -155,47 +157,15 @@ def _build_engine(
         if cached and _intact(store, cached, progress):
             progress(f"engine {cached} found in the store by request; nothing to build")
             return _finish_cached(store, cached, request)
-    # The heavy modules (onnx, onnxruntime, tritonclient) load only past the index check,
-    # so that a repeated request answers in well under a second.
-    from tailpilot.api.autoscaling import BatchingConfig
-    from tailpilot.builders.model_info import check_request_shapes, load_and_verify, triton_specs
-    from tailpilot.builders.repository import write_repository_entry
-    from tailpilot.manifests.placement import ServingTarget
-    from tailpilot.manifests.triton_model_config import model_config_for
-
     with store.staging() as staging:
         work, engine_dir = staging / "work", staging / "engine"
         work.mkdir()
         engine_dir.mkdir()
-        progress(f"fetching model {request.model_uri}")
-        model = fetch(
-            request.model_uri,
-            work / "source.onnx",
-            expected_sha256=request.model_sha256,
-            options=settings.fetch,
-        )
-        progress(f"model: {model.size} bytes, sha256 {model.sha256}")
-        calibration = None
-        if request.calibration_uri:
-            calibration = fetch(
-                request.calibration_uri,
-                work / "calibration.bin",
-                expected_sha256=request.calibration_sha256,
-                options=settings.fetch,
-                what="calibration data",
-            )
-        info = load_and_verify(model.path, label=request.model_uri)
-        progress(f"model verified: inputs {_describe(info.inputs)}, outputs {_describe(info.outputs)}")
-        check_request_shapes(
-            info,
-            shapes=request.shapes,
-            max_batch_size=request.max_batch_size,
-            require_static_profile=backend.needs_static_profile,
-        )
+        job = _fetch_and_verify(request, settings, backend, work=work, store=store, progress=progress)
         key = engine_key(
             EngineKeyInputs(
-                model_sha256=model.sha256,
-                calibration_sha256=calibration.sha256 if calibration else None,
+                model_sha256=job.model.sha256,
+                calibration_sha256=job.calibration.sha256 if job.calibration else None,
                 request=request,
                 library_versions=versions,
             )
@@ -205,67 +175,149 @@ def _build_engine(
             store.record_index(idx, key)
             return _finish_cached(store, key, request)
         progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
-        job = EngineJob(
-            request=request,
-            settings=settings,
-            info=info,
-            model=model,
-            calibration=calibration,
-            work=work,
-            store_root=store.root,
+        built = _build_into(
+            job,
+            backend,
+            key=key,
+            versions=versions,
+            engine_dir=engine_dir,
+            started=started,
+            progress=progress,
         )
-        built = backend.build(job)
-        engine_file, method = built.file, built.method
-        accuracy = backend.measure_accuracy(job, engine_file)
-        progress(f"accuracy: {_describe_accuracy(accuracy)}")
-        inputs, outputs = triton_specs(info.inputs), triton_specs(info.outputs)
-        config = model_config_for(
-            name=request.model_name,
-            triton_backend=triton_backend_for(request),
-            inputs=inputs,
-            outputs=outputs,
-            batching=BatchingConfig(max_batch_size=request.max_batch_size),
-            placement=ServingTarget.from_build_target(request.target),
-        )
-        model_dir = write_repository_entry(
-            repository=engine_dir / REPOSITORY, config=config, engine_file=engine_file
-        )
-        build_seconds = time.monotonic() - started
-        manifest = EngineManifest(
-            engine_key=key,
-            builder_version=BUILDER_VERSION,
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            build_seconds=round(build_seconds, 3),
-            request=request.model_dump(mode="json", by_alias=True),
-            model_sha256=model.sha256,
-            calibration_sha256=calibration.sha256 if calibration else None,
-            library_versions=versions,
-            triton_backend=triton_backend_for(request),
-            model_name=request.model_name,
-            inputs=inputs,
-            outputs=outputs,
-            files=_file_hashes(engine_dir),
-            method=method,
-            built_on=settings.gpu_name or "cpu",
-            accuracy=accuracy,
-        )
-        write_atomic(engine_dir / MANIFEST, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
-        progress(f"engine built in {build_seconds:.2f} s ({method}): {model_dir.name}")
         final = store.publish(engine_dir, key)
     store.touch(key)
     store.record_index(idx, key)
     progress(f"engine {key} published at {final}")
-    _judge_accuracy(request, accuracy)
+    _judge_accuracy(request, built.accuracy)
     return BuildResult(
         outcome=BuildOutcome.SUCCEEDED,
         engine_key=key,
         artifact=str(final),
-        triton_backend=manifest.triton_backend,
+        triton_backend=built.manifest.triton_backend,
+        inputs=built.inputs,
+        outputs=built.outputs,
+        cache_hit=False,
+        accuracy=built.accuracy,
+    )
+
+
+def _fetch_and_verify(
+    request: BuildRequest,
+    settings: BuildSettings,
+    backend: EngineBackend,
+    *,
+    work: Path,
+    store: EngineStore,
+    progress: Progress,
+) -> EngineJob:
+    """Fetch the model (and calibration data) into `work`, verify it and the request's shapes: the job."""
+    # The heavy modules (onnx, onnxruntime, tritonclient) load only past the index check,
+    # so that a repeated request answers in well under a second.
+    from tailpilot.builders.model_info import check_request_shapes, load_and_verify
+
+    progress(f"fetching model {request.model_uri}")
+    model = fetch(
+        request.model_uri,
+        work / "source.onnx",
+        expected_sha256=request.model_sha256,
+        options=settings.fetch,
+    )
+    progress(f"model: {model.size} bytes, sha256 {model.sha256}")
+    calibration = None
+    if request.calibration_uri:
+        calibration = fetch(
+            request.calibration_uri,
+            work / "calibration.bin",
+            expected_sha256=request.calibration_sha256,
+            options=settings.fetch,
+            what="calibration data",
+        )
+    info = load_and_verify(model.path, label=request.model_uri)
+    progress(f"model verified: inputs {_describe(info.inputs)}, outputs {_describe(info.outputs)}")
+    check_request_shapes(
+        info,
+        shapes=request.shapes,
+        max_batch_size=request.max_batch_size,
+        require_static_profile=backend.needs_static_profile,
+    )
+    return EngineJob(
+        request=request,
+        settings=settings,
+        info=info,
+        model=model,
+        calibration=calibration,
+        work=work,
+        store_root=store.root,
+    )
+
+
+@dataclass(frozen=True)
+class _Built:
+    """An engine written into its staging directory, with its config.pbtxt and manifest."""
+
+    manifest: EngineManifest
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    accuracy: AccuracyReport
+
+
+def _build_into(
+    job: EngineJob,
+    backend: EngineBackend,
+    *,
+    key: str,
+    versions: dict[str, str],
+    engine_dir: Path,
+    started: float,
+    progress: Progress,
+) -> _Built:
+    """Build the engine, measure its accuracy, write its repository entry and manifest in `engine_dir`."""
+    # Past the index check, as in `_fetch_and_verify` (tritonclient is heavy to import).
+    from tailpilot.api.autoscaling import BatchingConfig
+    from tailpilot.builders.model_info import triton_specs
+    from tailpilot.builders.repository import write_repository_entry
+    from tailpilot.manifests.placement import ServingTarget
+    from tailpilot.manifests.triton_model_config import model_config_for
+
+    request = job.request
+    built = backend.build(job)
+    engine_file, method = built.file, built.method
+    accuracy = backend.measure_accuracy(job, engine_file)
+    progress(f"accuracy: {_describe_accuracy(accuracy)}")
+    inputs, outputs = triton_specs(job.info.inputs), triton_specs(job.info.outputs)
+    config = model_config_for(
+        name=request.model_name,
+        triton_backend=triton_backend_for(request),
         inputs=inputs,
         outputs=outputs,
-        cache_hit=False,
+        batching=BatchingConfig(max_batch_size=request.max_batch_size),
+        placement=ServingTarget.from_build_target(request.target),
+    )
+    model_dir = write_repository_entry(
+        repository=engine_dir / REPOSITORY, config=config, engine_file=engine_file
+    )
+    build_seconds = time.monotonic() - started
+    manifest = EngineManifest(
+        engine_key=key,
+        builder_version=BUILDER_VERSION,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        build_seconds=round(build_seconds, 3),
+        request=request.model_dump(mode="json", by_alias=True),
+        model_sha256=job.model.sha256,
+        calibration_sha256=job.calibration.sha256 if job.calibration else None,
+        library_versions=versions,
+        triton_backend=triton_backend_for(request),
+        model_name=request.model_name,
+        inputs=inputs,
+        outputs=outputs,
+        files=_file_hashes(engine_dir),
+        method=method,
+        built_on=job.settings.gpu_name or "cpu",
         accuracy=accuracy,
     )
+    write_atomic(engine_dir / MANIFEST, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
+    progress(f"engine built in {build_seconds:.2f} s ({method}): {model_dir.name}")
+    return _Built(manifest=manifest, inputs=inputs, outputs=outputs, accuracy=accuracy)
 
 
 def _intact(store: EngineStore, key: str, progress: Progress) -> bool:
