@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import BuildOutcome, BuildRequest
+from tailpilot.api.engine import BuildOutcome, BuildRequest, ServiceTimeModel, TensorSpec
 from tailpilot.builders.build import BuildSettings, run_build
 from tailpilot.builders.example_model import write_calibration_data, write_example_model
 from tailpilot.builders.model_info import load_and_verify, triton_specs
-from tailpilot.builders.perf_analyzer import run_perf_analyzer
-from tailpilot.builders.profiler import fit_service_time, measure, summarize
+from tailpilot.builders.perf_analyzer import PerfResult, run_perf_analyzer
+from tailpilot.builders.profiler import Measurement, fit_service_time, measure, summarize
 from tailpilot.builders.repository import write_repository_entry
 from tailpilot.builders.store import EngineStore
 from tailpilot.builders.triton_server import TritonServer
@@ -101,76 +101,17 @@ def run(batch_sizes: tuple[int, ...], duration_s: float, *, validate: tuple[str,
         validation: list[dict[str, Any]] = []
         with TritonServer(repo, ready_timeout_s=180) as server:
             for name in order:
-                measurements, independent = [], []
-                for b in batch_sizes:
-                    m = measure(
-                        server.grpc_url,
-                        name,
-                        specs,
-                        batch_size=b,
-                        concurrency=1,
-                        duration_s=duration_s,
-                        max_requests=20000,
-                    )
-                    measurements.append(m)
-                    p = summarize(m)
-                    rows.append(
-                        {
-                            "engine": name,
-                            "batch": b,
-                            "p50_ms": p.p50_ms,
-                            "p99_ms": p.p99_ms,
-                            "throughput": p.throughput_per_s,
-                            "requests": p.samples,
-                        }
-                    )
-                    print(
-                        f"  {name:<13} b={b:<3} p99 {p.p99_ms:8.2f} ms  {p.throughput_per_s:8.1f} items/s",
-                        file=sys.stderr,
-                    )
-                    if name in validate:
-                        # Right after the profile's point, so that both see the same background load.
-                        # Twice: the second run measures how much perf_analyzer disagrees with itself
-                        # under the machine's background load (the noise floor of any comparison).
-                        independent.append(
-                            tuple(
-                                run_perf_analyzer(
-                                    model=name,
-                                    grpc_url=server.grpc_url,
-                                    batch_size=b,
-                                    concurrency=1,
-                                    window_ms=max(500, round(duration_s * 1000 / 3)),
-                                    work=work,
-                                    timeout_s=120 + 10 * duration_s,
-                                )
-                                for _ in range(2)
-                            )
-                        )
-                fit = fit_service_time(measurements)
-                for m, (pa, repeat) in zip(measurements, independent, strict=False):
-                    p = summarize(m)
-                    predicted_thr = m.batch_size * 1000.0 / fit.mean_ms(m.batch_size)
-                    validation.append(
-                        {
-                            "engine": name,
-                            "batch": m.batch_size,
-                            "fit": {
-                                "interceptMs": fit.intercept_ms,
-                                "perItemMs": fit.per_item_ms,
-                                "jitterCv": fit.jitter_cv,
-                            },
-                            "predicted_throughput": predicted_thr,
-                            "profile_throughput": p.throughput_per_s,
-                            "perf_throughput": pa.throughput_per_s,
-                            "throughput_error": (predicted_thr - pa.throughput_per_s) / pa.throughput_per_s,
-                            "profile_p99_ms": p.p99_ms,
-                            "perf_p99_ms": pa.p99_ms,
-                            "p99_error": (p.p99_ms - pa.p99_ms) / pa.p99_ms,
-                            "repeat_throughput_diff": (repeat.throughput_per_s - pa.throughput_per_s)
-                            / pa.throughput_per_s,
-                            "repeat_p99_diff": (repeat.p99_ms - pa.p99_ms) / pa.p99_ms,
-                        }
-                    )
+                engine_rows, engine_validation = _measure_engine(
+                    server,
+                    name,
+                    specs,
+                    batch_sizes=batch_sizes,
+                    duration_s=duration_s,
+                    validate=name in validate,
+                    work=work,
+                )
+                rows.extend(engine_rows)
+                validation.extend(engine_validation)
     return {
         "load_average_start": load_at_start,
         "load_average_end": os.getloadavg(),
@@ -181,6 +122,98 @@ def run(batch_sizes: tuple[int, ...], duration_s: float, *, validate: tuple[str,
         "rows": rows,
         "validation": validation,
         "total_seconds": time.monotonic() - started,
+    }
+
+
+def _measure_engine(
+    server: TritonServer,
+    name: str,
+    specs: tuple[TensorSpec, ...],
+    *,
+    batch_sizes: tuple[int, ...],
+    duration_s: float,
+    validate: bool,
+    work: Path,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Profile one engine at each batch size (with perf_analyzer too when `validate`): (rows, validation)."""
+    rows: list[dict[str, Any]] = []
+    measurements: list[Measurement] = []
+    independent: list[tuple[PerfResult, ...]] = []
+    for b in batch_sizes:
+        m = measure(
+            server.grpc_url,
+            name,
+            specs,
+            batch_size=b,
+            concurrency=1,
+            duration_s=duration_s,
+            max_requests=20000,
+        )
+        measurements.append(m)
+        p = summarize(m)
+        rows.append(
+            {
+                "engine": name,
+                "batch": b,
+                "p50_ms": p.p50_ms,
+                "p99_ms": p.p99_ms,
+                "throughput": p.throughput_per_s,
+                "requests": p.samples,
+            }
+        )
+        print(
+            f"  {name:<13} b={b:<3} p99 {p.p99_ms:8.2f} ms  {p.throughput_per_s:8.1f} items/s",
+            file=sys.stderr,
+        )
+        if validate:
+            # Right after the profile's point, so that both see the same background load.
+            # Twice: the second run measures how much perf_analyzer disagrees with itself
+            # under the machine's background load (the noise floor of any comparison).
+            independent.append(
+                tuple(
+                    run_perf_analyzer(
+                        model=name,
+                        grpc_url=server.grpc_url,
+                        batch_size=b,
+                        concurrency=1,
+                        window_ms=max(500, round(duration_s * 1000 / 3)),
+                        work=work,
+                        timeout_s=120 + 10 * duration_s,
+                    )
+                    for _ in range(2)
+                )
+            )
+    fit = fit_service_time(measurements)
+    validation = [
+        _validation_row(name, m, fit, pa, repeat)
+        for m, (pa, repeat) in zip(measurements, independent, strict=False)
+    ]
+    return rows, validation
+
+
+def _validation_row(
+    name: str, m: Measurement, fit: ServiceTimeModel, pa: PerfResult, repeat: PerfResult
+) -> dict[str, Any]:
+    """The profile's fit and point against perf_analyzer's two runs at one batch size."""
+    p = summarize(m)
+    predicted_thr = m.batch_size * 1000.0 / fit.mean_ms(m.batch_size)
+    return {
+        "engine": name,
+        "batch": m.batch_size,
+        "fit": {
+            "interceptMs": fit.intercept_ms,
+            "perItemMs": fit.per_item_ms,
+            "jitterCv": fit.jitter_cv,
+        },
+        "predicted_throughput": predicted_thr,
+        "profile_throughput": p.throughput_per_s,
+        "perf_throughput": pa.throughput_per_s,
+        "throughput_error": (predicted_thr - pa.throughput_per_s) / pa.throughput_per_s,
+        "profile_p99_ms": p.p99_ms,
+        "perf_p99_ms": pa.p99_ms,
+        "p99_error": (p.p99_ms - pa.p99_ms) / pa.p99_ms,
+        "repeat_throughput_diff": (repeat.throughput_per_s - pa.throughput_per_s) / pa.throughput_per_s,
+        "repeat_p99_diff": (repeat.p99_ms - pa.p99_ms) / pa.p99_ms,
     }
 
 

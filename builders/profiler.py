@@ -425,6 +425,37 @@ def profile_served(
     Raises:
         BuildError: ProfileFailed when inference fails.
     """
+    measurements = _measure_batch_sizes(grpc_url, manifest, options, max_batch_size, progress)
+    served = _measure_served(grpc_url, manifest, options, max_batch_size, progress)
+    compute = fit_compute_time(compute_stats(grpc_url, manifest.model_name))
+    reload = _reload_cost(grpc_url, engine_dir, manifest, progress, admin_key) if options.reload else None
+    version = server_version(grpc_url)
+    return EngineProfile(
+        engine_key=manifest.engine_key,
+        backend=manifest.triton_backend,
+        precision=str(manifest.request.get("precision", "")),
+        hardware=hardware,
+        cpu_limit_millis=cpu_limit_millis,
+        reload=reload,
+        max_batch_size=max_batch_size,
+        points=[summarize(m) for m in measurements],
+        service_time=fit_service_time(
+            [m for m in measurements if m.concurrency == 1] or measurements, served
+        ),
+        served_batches=served,
+        compute_time=compute,
+        method=_method(options, served, version=version, where=where),
+    )
+
+
+def _measure_batch_sizes(
+    grpc_url: str,
+    manifest: EngineManifest,
+    options: ProfileOptions,
+    max_batch_size: int,
+    progress: Callable[[str], None],
+) -> list[Measurement]:
+    """One closed-loop run per batch size of `options` the engine takes (batch 1 when none)."""
     sizes = tuple(b for b in options.batch_sizes if 1 <= b <= max_batch_size) or (1,)
     measurements = []
     for b in sizes:
@@ -444,6 +475,17 @@ def profile_served(
             f"p99 {point.p99_ms:.2f} ms, {point.throughput_per_s:.0f} items/s"
         )
         measurements.append(m)
+    return measurements
+
+
+def _measure_served(
+    grpc_url: str,
+    manifest: EngineManifest,
+    options: ProfileOptions,
+    max_batch_size: int,
+    progress: Callable[[str], None],
+) -> list[ServedBatchPoint]:
+    """The batches Triton forms of single requests at each served concurrency (none without batching)."""
     served = (
         measure_served_batches(
             grpc_url,
@@ -462,33 +504,20 @@ def profile_served(
             f"concurrency {merged.concurrency} (single requests): {merged.mean_batch:.2f} per batch, "
             f"{merged.batch_ms:.2f} ms per batch"
         )
-    compute = fit_compute_time(compute_stats(grpc_url, manifest.model_name))
-    reload = _reload_cost(grpc_url, engine_dir, manifest, progress, admin_key) if options.reload else None
-    version = server_version(grpc_url)
-    return EngineProfile(
-        engine_key=manifest.engine_key,
-        backend=manifest.triton_backend,
-        precision=str(manifest.request.get("precision", "")),
-        hardware=hardware,
-        cpu_limit_millis=cpu_limit_millis,
-        reload=reload,
-        max_batch_size=max_batch_size,
-        points=[summarize(m) for m in measurements],
-        service_time=fit_service_time(
-            [m for m in measurements if m.concurrency == 1] or measurements, served
-        ),
-        served_batches=served,
-        compute_time=compute,
-        method=(
-            f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
-            f"{options.duration_s:g} s per batch size"
-            + (
-                f", single requests at concurrency {', '.join(str(p.concurrency) for p in served)}"
-                if served
-                else ""
-            )
-            + f", Triton {version or '(version unknown)'} ({where})"
-        ),
+    return served
+
+
+def _method(options: ProfileOptions, served: list[ServedBatchPoint], *, version: str, where: str) -> str:
+    """The profile's method line: the client, what it ran, and which Triton (`where`)."""
+    return (
+        f"tailpilot closed-loop gRPC client, concurrency {options.concurrency}, "
+        f"{options.duration_s:g} s per batch size"
+        + (
+            f", single requests at concurrency {', '.join(str(p.concurrency) for p in served)}"
+            if served
+            else ""
+        )
+        + f", Triton {version or '(version unknown)'} ({where})"
     )
 
 
