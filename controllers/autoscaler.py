@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
-from tailpilot.api.engine import BuildResult, EngineProfile
+from tailpilot.api.engine import EngineProfile
 from tailpilot.api.v1alpha1 import (
     DecisionRecordStatus,
     GpuCandidateStatus,
@@ -36,10 +36,7 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     ObservedStatus,
 )
-from tailpilot.controllers.admin_key import read_admin_key
-from tailpilot.controllers.batching import apply_batching, check_config
 from tailpilot.controllers.breakdown import breakdown_condition
-from tailpilot.controllers.canary_rollout import canary_plan
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
 from tailpilot.controllers.conditions import ConditionUpdate, condition_of, is_true, merge_conditions
 from tailpilot.controllers.events import EventRecord, post_events
@@ -52,18 +49,18 @@ from tailpilot.controllers.gpu_products import (
     options_of,
     serving_spec,
 )
-from tailpilot.controllers.kubeapi import PODS, pod_url, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.observe import (
-    ClientLatency,
     LatencyBoard,
     ObservationError,
     client_latency,
     observe_service,
 )
+from tailpilot.controllers.pod_batching import PodBatching
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.prometheus_client import prometheus_for
 from tailpilot.controllers.seams import AutoscalerKube
+from tailpilot.controllers.service_runtime import ClientAnswer, ServiceRuntime, ServiceRuntimes
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
     MAX_MESSAGE,
@@ -75,8 +72,6 @@ from tailpilot.controllers.status import (
     engine_profile,
     learned_status,
     observed_status,
-    restore_learned,
-    restored_memory,
     served_engine,
     served_result,
     service_without_status,
@@ -84,8 +79,7 @@ from tailpilot.controllers.status import (
     with_decision,
 )
 from tailpilot.controllers.watched import DirectReads, ObjectSource
-from tailpilot.manifests import placement, triton_model_config
-from tailpilot.manifests.meta import selector_string
+from tailpilot.manifests import placement
 from tailpilot.policy import PolicyState
 from tailpilot.policy.from_spec import (
     arrival_lookback_s,
@@ -94,7 +88,7 @@ from tailpilot.policy.from_spec import (
     prometheus_recent_window_s,
 )
 from tailpilot.policy.gpu_choice import REASON_MOVE_DEFERRED, ProductChoice
-from tailpilot.policy.period import PeriodInput, PeriodMemory, PeriodPlan, ProductContext, run_period
+from tailpilot.policy.period import PeriodInput, PeriodPlan, ProductContext, run_period
 from tailpilot.policy.service_fit import FitQuality, ServiceFit, disagreement
 from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
 from tailpilot.policy.speed import learned_line
@@ -222,28 +216,6 @@ def significant_change(old: InferenceServiceStatus, new: InferenceServiceStatus)
 
 def _gpu_choice(status: InferenceServiceStatus) -> tuple[str | None, str] | None:
     return (status.gpu.product, status.gpu.reason) if status.gpu else None
-
-
-#: The Event of a pod whose Triton came up with another batching than the one in force, reloaded.
-REASON_BATCHING_RESTORED = "BatchingRestored"
-
-
-def incarnation(pod: dict[str, Any]) -> str:
-    """One run of a pod's containers: its uid and restart count (a restarted Triton is a new one)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
-    return f"{(pod.get('metadata') or {}).get('uid', '')}/{restarts}"
-
-
-def _serves(pod: dict[str, Any], engine_key: str) -> bool:
-    """Whether a pod is a stable replica of this engine (the label holds the key's first 63 characters)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return not _on_canary_track(pod) and labels.get(c.LABEL_ENGINE_KEY) == engine_key[:63]
-
-
-def _on_canary_track(pod: dict[str, Any]) -> bool:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(c.LABEL_TRACK) == c.TRACK_CANARY
 
 
 #: ScalingActive while no profile sizes the service yet.
@@ -380,22 +352,25 @@ class Autoscaler:
     latency: LatencyBoard = field(default_factory=LatencyBoard)
     #: The service as the watches delivered it; None: a GET per decision.
     objects: ObjectSource | None = None
-    #: What each service's last control period handed the next (`tailpilot.policy.period`).
-    _memory: dict[tuple[str, str], PeriodMemory] = field(default_factory=dict)
     #: GPU nodes and their pods, for services listing several products; None: the replicas each
     #: product can hold are those the last reconcile recorded.
     inventory: GpuInventory | None = None
-    #: Each service's last client-latency answer: (the query, when, the answer).
-    _client_answers: dict[tuple[str, str], tuple[str, float, ClientLatency]] = field(default_factory=dict)
-    #: Each service's pod incarnations (`incarnation`) read or made to run the batching in force,
-    #: and that batching: a pod not among them is checked once (see `_keep_pods_at`).
-    _at_batching: dict[tuple[str, str], tuple[BatchingConfig, frozenset[str]]] = field(default_factory=dict)
+    #: The services' runtimes when no pods' reader is given (whose runtimes are used otherwise).
+    _own_runtimes: ServiceRuntimes = field(default_factory=ServiceRuntimes)
+
+    @property
+    def runtimes(self) -> ServiceRuntimes:
+        """Where each service's memory is kept: the pods' reader's, so its reads are the decision's."""
+        return self.signals.runtimes if self.signals is not None else self._own_runtimes
+
+    @property
+    def _pods(self) -> PodBatching:
+        return PodBatching(
+            kube=self.kube, metrics=self.metrics, objects=self.objects or DirectReads(self.kube)
+        )
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop a deleted service's state and gauges."""
-        self._memory.pop((namespace, name), None)
-        self._client_answers.pop((namespace, name), None)
-        self._at_batching.pop((namespace, name), None)
+        """Drop a deleted service's gauges (its memory goes with its runtime, `ServiceRuntimes.forget`)."""
         self.metrics.forget_service(namespace=namespace, service=name)
 
     async def step(
@@ -411,16 +386,15 @@ class Autoscaler:
         if inputs is None:
             return self.control_period_s, False
         isvc, status = inputs.isvc, inputs.status
-        now = self.clock.time()
-        key = (namespace, name)
+        now, runtime = self.clock.time(), self.runtimes.get(namespace, name)
         replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
-        pod_events = [] if isvc.spec.autoscaling.dry_run else await self._keep_pods_at(isvc, status, batching)
+        pod_events = await self._keep_pods_at(runtime, inputs, batching)
         observed, client_error = await self._observed(inputs, now)
         products = await self._products(inputs, observed, now)
         plan = run_period(
             self._period_input(inputs, observed, products, surge=surge, alert_active=alert_active, now=now)
         )
-        self._memory[key] = plan.memory
+        runtime.memory = plan.memory
         observation, fit, profile, decision = plan.observation, plan.fit, plan.profile, plan.decision
         profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
         if profile is None or decision is None or plan.decided is None:
@@ -447,7 +421,7 @@ class Autoscaler:
                 target = target.model_copy(update={"batching": batching_status(plan.batching)})
             else:
                 refused = plan.after_refused_batching(batching)
-                self._memory[key], state = refused, refused.state or state
+                runtime.memory, state = refused, refused.state or state
         if plan.replicas is not None:
             target = target.model_copy(update={"replicas": plan.replicas})
             scale = True
@@ -478,6 +452,14 @@ class Autoscaler:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
 
+    async def _keep_pods_at(
+        self, runtime: ServiceRuntime, inputs: _Inputs, batching: BatchingConfig
+    ) -> list[EventRecord]:
+        """The batching in force reloaded on pods that came up running another (not in a dry run)."""
+        if inputs.isvc.spec.autoscaling.dry_run:
+            return []
+        return await self._pods.keep_at(runtime, inputs.isvc, inputs.status, batching)
+
     def _period_input(
         self,
         inputs: _Inputs,
@@ -494,18 +476,15 @@ class Autoscaler:
         """
         isvc, status = inputs.isvc, inputs.status
         replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
-        memory = self._memory.get((isvc.namespace, isvc.name)) or restored_memory(status)
-        state = memory.state or restore_learned(
-            PolicyState.initial(replicas=replicas, batching=batching), status.learned
-        )
+        runtime = self.runtimes.get(isvc.namespace, isvc.name)
         return PeriodInput(
             config=policy_config(isvc.spec, control_period_s=self.control_period_s),
             profile=inputs.profile,
             engine=served_engine(isvc, status),
             observation=observed,
             surge=surge,
-            state=state.with_actual(replicas=replicas, batching=batching),
-            memory=memory,
+            state=runtime.policy_state(status, replicas=replicas, batching=batching),
+            memory=runtime.period_memory(status),
             products=products.context if products is not None else None,
             replicas=replicas,
             batching=batching,
@@ -674,7 +653,8 @@ class Autoscaler:
         `status_ready` (status.readyReplicas) then says how many pods it should cover.
         """
         namespace, name = isvc.namespace, isvc.name
-        history = self.signals.history(namespace, name) if self.signals is not None else None
+        # The fast loop's reads of the pods, handed over on the service's runtime.
+        history = self.runtimes.get(namespace, name).reads.history
         newest = history.newest if history is not None else None
         period = self.signals.period_s if self.signals is not None else READ_PERIOD_S
         # Fresh: read within the last periods, and not stamped after now (a clock stepped back).
@@ -718,22 +698,22 @@ class Autoscaler:
         the control period. It never fails the decision.
         """
         query = isvc.spec.monitoring.client_latency_p99_query
-        key = (isvc.namespace, isvc.name)
+        runtime = self.runtimes.get(isvc.namespace, isvc.name)
+        cached = runtime.client_answer
         if query is None:
-            self._client_answers.pop(key, None)
+            runtime.client_answer = None
             return observation, None
-        cached = self._client_answers.get(key)
-        fresh = cached is not None and 0 <= now - cached[1] < CLIENT_QUERY_REUSE * self.control_period_s
-        if cached is not None and fresh and cached[0] == query:
-            answer = cached[2]
+        fresh = cached is not None and 0 <= now - cached.at_s < CLIENT_QUERY_REUSE * self.control_period_s
+        if cached is not None and fresh and cached.query == query:
+            answer = cached.answer
         else:
             answer = await client_latency(
                 self.http, prometheus_url=prometheus_url, query=query, now_s=now, namespace=isvc.namespace
             )
-            before = cached[2].error if cached is not None else None
+            before = cached.answer.error if cached is not None else None
             if answer.error is not None and answer.error != before:
-                log.warning("%s/%s: spec.monitoring.clientLatencyP99Query: %s", *key, answer.error)
-            self._client_answers[key] = (query, now, answer)
+                log.warning("%s/%s: spec.monitoring.clientLatencyP99Query: %s", *runtime.key, answer.error)
+            runtime.client_answer = ClientAnswer(query, now, answer)
         return observation.model_copy(update={"client_p99_ms": answer.p99_ms}), answer.error
 
     async def _inputs(self, body: dict[str, Any] | None) -> _Inputs | None:
@@ -770,82 +750,6 @@ class Autoscaler:
             chooses_product=choosing,
         )
 
-    async def _keep_pods_at(
-        self, isvc: InferenceService, status: InferenceServiceStatus, batching: BatchingConfig
-    ) -> list[EventRecord]:
-        """Reload the batching in force on the ready pods that came up running another.
-
-        A Triton restarted in its pod (a crash, an OOM kill) loads the config its init container
-        copied when the pod started, and a pod created before the ConfigMap caught up with a live
-        change starts with the old one: both would serve another batching than the status says until
-        the next change. So every pod incarnation (pod and restart count) not yet known to run the
-        batching in force has its config read once (one call each: changes are minutes apart, pods
-        restart rarely), and only those running another are reloaded. Only the pods of the engine
-        in force: a canary's run another engine (its own config), and so do the old engine's pods
-        while a new one rolls out. Returns the Events to post.
-        """
-        result = served_result(status)
-        key = (isvc.namespace, isvc.name)
-        if result is None:
-            return []
-        pods = await (self.objects or DirectReads(self.kube)).pods(isvc.namespace, isvc.name)
-        urls = {
-            incarnation(p): pod_url(ip, c.TRITON_HTTP_PORT)
-            for p in pods
-            if _serves(p, result.engine_key) and (ip := ready_pod_ip(p))
-        }
-        known_batching, known = self._at_batching.get(key, (batching, frozenset()))
-        known = (known if known_batching == batching else frozenset()) & set(urls)
-        fresh = {pod: url for pod, url in urls.items() if pod not in known}
-        self._at_batching[key] = (batching, known)
-        if not fresh:
-            return []
-        admin_key = await asyncio.to_thread(read_admin_key, self.kube, isvc)
-        config_json = _override_json(isvc, result, batching)
-        check = await check_config(
-            pod_urls=list(fresh.values()),
-            model_name=isvc.spec.model_name(isvc.name),
-            config_json=config_json,
-            admin_key=admin_key,
-        )
-        at_batching: set[str] = set(check.matching)
-        events: list[EventRecord] = []
-        if check.differing:
-            outcome = await apply_batching(
-                pod_urls=[d.pod_url for d in check.differing],
-                model_name=isvc.spec.model_name(isvc.name),
-                config_json=config_json,
-                admin_key=admin_key,
-            )
-            self.metrics.record_batching_change(outcome.reason)
-            at_batching.update(outcome.applied)
-            names = ", ".join(d.pod_url for d in check.differing)
-            if outcome.ok:
-                events.append(
-                    EventRecord(
-                        "Normal",
-                        REASON_BATCHING_RESTORED,
-                        f"the batching in force (max batch {batching.max_batch_size}) reloaded on "
-                        f"{names}, found running another (restarted, or left by a failed change)",
-                    )
-                )
-            else:
-                log.warning("%s/%s: restoring the batching refused: %s", *key, outcome.message)
-                events.append(
-                    EventRecord(
-                        "Warning",
-                        "BatchingRefused",
-                        f"the batching in force could not be reloaded on {names}: {outcome.message}",
-                    )
-                )
-        # A pod that could not be read is a Ready pod that does not answer its config API (one
-        # holding an older key is being replaced): not read again each period, where the KWOK
-        # cluster's and a partitioned node's pods would cost a Secret read and a call every time.
-        # A pod whose reload failed is tried again next period.
-        retry = {d.pod_url for d in check.differing} - at_batching
-        self._at_batching[key] = (batching, known | {p for p, url in fresh.items() if url not in retry})
-        return events
-
     async def _rebatch(
         self,
         isvc: InferenceService,
@@ -853,46 +757,8 @@ class Autoscaler:
         target: BatchingConfig,
         events: list[EventRecord],
     ) -> bool:
-        result = served_result(status)
-        if result is None:
-            return False
-        pods = await asyncio.to_thread(
-            self.kube.list, PODS, isvc.namespace, label_selector=selector_string(isvc.name)
-        )
-        # The pods' reload and config APIs answer only the service's admin key (read at each change:
-        # changes are minutes apart, and a recreated Secret's new key is then used at once).
-        admin_key = await asyncio.to_thread(read_admin_key, self.kube, isvc)
-        canary = canary_plan(status)
-        # A canary's pods serve another engine: its own config, the same batching (a fair comparison).
-        groups = [(result, [p for p in pods if not _on_canary_track(p)])]
-        if canary is not None:
-            groups.append((canary.result, [p for p in pods if _on_canary_track(p)]))
-        for served, members in groups:
-            urls = [pod_url(ip, c.TRITON_HTTP_PORT) for p in members if (ip := ready_pod_ip(p))]
-            if served is not result and not urls:
-                continue  # canary replicas not started yet: they start with the ConfigMap's batching
-            outcome = await apply_batching(
-                pod_urls=urls,
-                model_name=isvc.spec.model_name(isvc.name),
-                config_json=_override_json(isvc, served, target),
-                admin_key=admin_key,
-            )
-            self.metrics.record_batching_change(outcome.reason)
-            if not outcome.ok:
-                on = "the canary's replicas" if served is not result else "the replicas"
-                log.warning("%s/%s: batching change refused: %s", isvc.namespace, isvc.name, outcome.message)
-                events.append(
-                    EventRecord(
-                        "Warning",
-                        "BatchingRefused",
-                        f"batching change refused by {on}, their old config kept: {outcome.message}",
-                    )
-                )
-                if served is result:
-                    return False  # nothing changed anywhere (the stable replicas go first)
-        # The batching in force is the stable replicas': a canary that kept its own is only compared
-        # under another batching until its verdict.
-        return True
+        """Push `target` to the service's ready pods (`PodBatching.change`); False if refused."""
+        return await self._pods.change(isvc, status, target, events)
 
     async def _write(
         self,
@@ -915,17 +781,3 @@ class Autoscaler:
             return False
         await asyncio.to_thread(self.kube.patch_status, body, status_patch(body.get("status"), new))
         return True
-
-
-def _override_json(isvc: InferenceService, served: BuildResult, batching: BatchingConfig) -> str:
-    """The load override that serves `served` with `batching` (a live reload, or the check against one)."""
-    return triton_model_config.to_load_override_json(
-        triton_model_config.model_config_for(
-            name=isvc.spec.model_name(isvc.name),
-            triton_backend=served.triton_backend,
-            inputs=served.inputs,
-            outputs=served.outputs,
-            batching=batching,
-            placement=placement.ServingTarget.from_service(isvc),
-        )
-    )

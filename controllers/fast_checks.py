@@ -15,10 +15,11 @@ Each period, for every service the autoscaler drives (and every one with backlog
     the check's reading (`FastCheck.surge`).
 
 Both rules use one replica's capacity at the batching in force, from the engine profile and the
-service-time scale the autoscaler learned (status.learned). The rotation flips the label (`in` <->
-`held`) on the pods whose place changes, posts an Event and sets `tailpilot_replicas_held_out`. A
-pod whose metrics cannot be read is never held (and a held one is put back): without data nothing
-is held.
+service-time scale the autoscaler learned: its live policy state on the service's runtime
+(`service_runtime.ServiceRuntime.policy_state`), seeded from status.learned until it decided once.
+The rotation flips the label (`in` <-> `held`) on the pods whose place changes, posts an Event and
+sets `tailpilot_replicas_held_out`. A pod whose metrics cannot be read is never held (and a held one
+is put back): without data nothing is held.
 """
 
 from __future__ import annotations
@@ -37,16 +38,15 @@ from tailpilot.controllers.kubeapi import PODS, ready_pod_ip
 from tailpilot.controllers.metrics import OperatorMetrics
 from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.seams import FastCheckKube
+from tailpilot.controllers.service_runtime import ServiceRuntime, ServiceRuntimes
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.status import (
     batching_in_force,
     decode_status,
     engine_profile,
-    restore_learned,
     service_without_status,
 )
 from tailpilot.controllers.watched import DirectReads, ObjectSource
-from tailpilot.policy import PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.rotation import RotationConfig, choose_rotation
@@ -104,13 +104,15 @@ class FastChecker:
     surge_config: SurgeConfig = field(default_factory=SurgeConfig)
     #: The service and its pods as the watches delivered them; None: a GET and a LIST per check.
     objects: ObjectSource | None = None
-    #: Checks running whose arrivals exceeded the capacity of the replicas asked for.
-    _over_in_a_row: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def runtimes(self) -> ServiceRuntimes:
+        """The services' runtimes: the pods' reader's, where the decisions read the same reads."""
+        return self.signals.runtimes
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop a service's reads (deleted, or no longer served)."""
+        """Drop what the fast loop kept of a service: its reads, its surge count (no longer served)."""
         self.signals.forget(namespace, name)
-        self._over_in_a_row.pop((namespace, name), None)
 
     async def close(self) -> None:
         """Close the connections to the pods (the loops are stopped)."""
@@ -118,7 +120,6 @@ class FastChecker:
 
     async def check(self, namespace: str, name: str) -> FastCheck:
         """One period: read the pods, then the rotation rule and the surge check where the spec asks."""
-        key = (namespace, name)
         body = await self._objects.service(namespace, name)
         if body is None:
             return FastCheck()
@@ -155,24 +156,21 @@ class FastChecker:
         )
         status = decode_status(body.get("status"))
         profile = engine_profile(status, max_batch_size=isvc.spec.batching.max_batch_size)
-        history = self.signals.history(namespace, name)
+        runtime = self.runtimes.get(namespace, name)
+        history = runtime.reads.history
         if not autoscaling.fast_checks() or profile is None or history is None:
             return FastCheck()
         reads = history.reads
         replicas = int(status.replicas or len(ips) or 1)
-        capacity = replica_capacity_per_s(
-            profile,
-            restore_learned(
-                PolicyState.initial(replicas=replicas, batching=batching_in_force(isvc, status)),
-                status.learned,
-            ),
-        )
+        # The speed the decisions learned, live: one source for both (the status only seeds it).
+        state = runtime.policy_state(status, replicas=replicas, batching=batching_in_force(isvc, status))
+        capacity = replica_capacity_per_s(profile, state)
         held = (
             await self._rotate(body, isvc, labels, read.pods, reads, capacity)
             if autoscaling.backlog_rotation
             else frozenset()
         )
-        surge = self._surge(key, reads, capacity, replicas) if autoscaling.surge_checks() else None
+        surge = self._surge(runtime, reads, capacity, replicas) if autoscaling.surge_checks() else None
         return FastCheck(held_out=held, surge=surge)
 
     @property
@@ -237,19 +235,19 @@ class FastChecker:
         return changes
 
     def _surge(
-        self, key: tuple[str, str], reads: Sequence[PodRead], capacity_per_s: float, replicas: int
+        self, runtime: ServiceRuntime, reads: Sequence[PodRead], capacity_per_s: float, replicas: int
     ) -> SurgeReading | None:
         """The surge check (`tailpilot.policy.surge.surge_step`); a reading when it fires."""
         config = self.surge_config
         step = surge_step(
             config,
-            over_in_a_row=self._over_in_a_row.get(key, 0),
+            over_in_a_row=runtime.over_in_a_row,
             arrival_rate_per_s=arrival_rate_per_s(reads, span_s=config.span_s),
             completion_rate_per_s=completion_rate_per_s(reads, span_s=config.span_s),
             capacity_per_s=capacity_per_s,
             replicas=replicas,
         )
-        self._over_in_a_row[key] = step.over_in_a_row
+        runtime.over_in_a_row = step.over_in_a_row
         return step.reading
 
     async def _announce(self, body: dict[str, Any], changes: Mapping[str, str], message: str) -> None:

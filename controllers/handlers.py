@@ -32,6 +32,7 @@ from tailpilot.controllers.kubeapi import ISVC
 from tailpilot.controllers.progress import PassWatch
 from tailpilot.controllers.reconciler import ReconcileResult
 from tailpilot.controllers.seams import EventsKube
+from tailpilot.controllers.service_runtime import ServiceRuntime, ServiceRuntimes
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.policy.surge import SurgeReading
@@ -179,28 +180,20 @@ class ServiceLoops:
         fast_checker: LoopFastChecker | None = None,
         canary_analyst: LoopCanaryAnalyst | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        runtimes: ServiceRuntimes | None = None,
     ):
+        """`runtimes`: each service's memory, shared with the jobs (the operator's one registry)."""
         self._reconciler = reconciler
         self._executor = executor  # None: the event loop's default executor
         self.autoscaler = autoscaler
         self.fast_checker = fast_checker
         self.clock = clock
         self.canary_analyst = canary_analyst
-        #: Services whose canary is being analysed (as their last reconcile said), and when next.
-        self._canaries: dict[tuple[str, str], float] = {}
-        #: Fast loops (pod reads, then the fast rules asked for) of the served services whose
-        #: autoscaler is on or that ask for backlogRotation (started and stopped by reconciles).
-        self._fast_checks: dict[tuple[str, str], asyncio.Task[None]] = {}
-        #: A surge a fast check saw, for the decision it called (taken by that decision).
-        self._surges: dict[tuple[str, str], SurgeReading] = {}
-        self._alerts: dict[tuple[str, str], FiringAlerts] = {}
+        #: Each service's loop task, wake-up, timers, fast loop and firing alerts, on its runtime;
+        #: forgetting a deleted service there forgets it in every job.
+        self.runtimes = runtimes if runtimes is not None else ServiceRuntimes()
         #: Events being posted about alerts (kept so the tasks are not collected mid-way).
         self._alert_events: set[asyncio.Task[None]] = set()
-        self._next_control: dict[tuple[str, str], float] = {}
-        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._wakeups: dict[tuple[str, str], asyncio.Event] = {}
-        #: The UID of each served service, as its last watch event said (alerts must name it).
-        self._uids: dict[tuple[str, str], str] = {}
         #: The passes in flight, which the liveness probe reads (`progress`).
         self.passes = PassWatch(clock=clock)
 
@@ -210,21 +203,19 @@ class ServiceLoops:
         `uid`: the object's UID, which its alerts must carry (a service deleted and created again
         under its name has another).
         """
-        key = (namespace, name)
+        runtime = self.runtimes.get(namespace, name)
         if uid:
-            self._uids[key] = uid
-        task = self._tasks.get(key)
-        if task is None or task.done():
-            self._wakeups[key] = asyncio.Event()
-            self._tasks[key] = asyncio.create_task(
-                self._loop(namespace, name), name=f"reconcile {namespace}/{name}"
-            )
-        self._wakeups[key].set()
+            runtime.uid = uid
+        if runtime.task is None or runtime.task.done():
+            runtime.wakeup = asyncio.Event()
+            runtime.task = asyncio.create_task(self._loop(runtime), name=f"reconcile {namespace}/{name}")
+        runtime.wake()
 
     def wake(self, namespace: str | None, name: str | None) -> None:
         """Make a running loop reconcile now (events of children)."""
-        if namespace and name and (namespace, name) in self._wakeups:
-            self._wakeups[(namespace, name)].set()
+        runtime = self.runtimes.find(namespace, name) if namespace and name else None
+        if runtime is not None:
+            runtime.wake()
 
     def alert(self, alert: AlertNotification) -> None:
         """An SLO alert fired or resolved: decide now, in the aggressive mode while any fires.
@@ -234,11 +225,11 @@ class ServiceLoops:
         told on the InferenceService with an Event.
         """
         namespace, name = alert.namespace, alert.inferenceservice
-        key = (namespace, name)
-        if key not in self._tasks:
+        runtime = self.runtimes.find(namespace, name)
+        if runtime is None or runtime.task is None:
             log.info("alert about %s/%s, which this operator does not serve: ignored", namespace, name)
             return
-        uid = self._uids.get(key, "")
+        uid = runtime.uid
         if not uid or alert.service_uid != uid:
             # Not this service's rule: another namespace's rule with this service's labels, or the
             # rule of a service deleted under this name. Its labels alone must not steer the service.
@@ -251,12 +242,11 @@ class ServiceLoops:
                 uid,
             )
             return
-        event = self._alerts.setdefault(key, FiringAlerts()).update(alert, now_s=self.clock.monotonic())
+        alerts = runtime.attached(FiringAlerts) or runtime.attach(FiringAlerts())
+        event = alerts.update(alert, now_s=self.clock.monotonic())
         if event is not None:
             self._post_alert_event(namespace, name, event)
-        self._next_control[key] = 0.0
-        if key in self._wakeups:
-            self._wakeups[key].set()
+        runtime.decide_now()
 
     async def _post_event(self, namespace: str, name: str, event: EventRecord) -> None:
         kube = self._reconciler.kube
@@ -274,7 +264,8 @@ class ServiceLoops:
 
     def _is_alerted(self, key: tuple[str, str]) -> bool:
         """Whether an alert fires for the service (those not notified again for long are let go)."""
-        alerts = self._alerts.get(key)
+        runtime = self.runtimes.find(*key)
+        alerts = runtime.attached(FiringAlerts) if runtime is not None else None
         if alerts is None:
             return False
         for event in alerts.expire(now_s=self.clock.monotonic()):
@@ -282,29 +273,28 @@ class ServiceLoops:
         return alerts.active
 
     def stop(self, namespace: str, name: str) -> None:
-        """Stop the loop of a deleted service."""
-        self._alerts.pop((namespace, name), None)
-        self._uids.pop((namespace, name), None)
-        self._canaries.pop((namespace, name), None)
-        self._next_control.pop((namespace, name), None)
-        self._surges.pop((namespace, name), None)
+        """Stop the loops of a deleted service and forget it: its runtime, every job's memory of it."""
+        runtime = self.runtimes.forget(namespace, name)
         if self.autoscaler is not None:
-            self.autoscaler.forget(namespace, name)
-        task = self._tasks.pop((namespace, name), None)
-        self._wakeups.pop((namespace, name), None)
-        if task is not None:
-            task.cancel()
-        self._sync_fast_checks((namespace, name), wanted=False)
+            self.autoscaler.forget(namespace, name)  # its gauges
+        if runtime is None:
+            return
+        for task in (runtime.task, runtime.fast_task):
+            if task is not None:
+                task.cancel()
 
     async def stop_all(self) -> None:
         """Cancel every loop, then put held pods back in their Services (operator shutdown)."""
-        checked = list(self._fast_checks)
-        tasks = [*self._tasks.values(), *self._fast_checks.values()]
-        self._fast_checks.clear()
+        runtimes = list(self.runtimes)
+        checked = [r.key for r in runtimes if r.fast_task is not None]
+        tasks = [t for r in runtimes for t in (r.task, r.fast_task) if t is not None]
+        for runtime in runtimes:
+            runtime.fast_task = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
+        for runtime in runtimes:
+            runtime.task = None
         if self.fast_checker is not None:
             await self.fast_checker.close()
         if self.fast_checker is not None and checked:
@@ -321,7 +311,7 @@ class ServiceLoops:
                 if isinstance(result, BaseException):
                     log.warning("%s/%s: held pods not put back at shutdown: %r", *key, result)
 
-    async def _loop(self, namespace: str, name: str) -> None:
+    async def _loop(self, runtime: ServiceRuntime) -> None:
         """Reconcile when woken or when the reconciler's requeue time comes; decide when the period comes.
 
         A decision alone does not reconcile: with both on one timer, every control period cost a
@@ -333,8 +323,8 @@ class ServiceLoops:
         (`_PartRetries`). With one back-off for all, a two-minute API outage paused the service's
         decisions for up to five minutes after the API server came back.
         """
-        key = (namespace, name)
-        wake = self._wakeups[key]
+        namespace, name = key = runtime.key
+        wake = runtime.wakeup
         loop = asyncio.get_running_loop()
         woken, reconcile_due = True, 0.0
         reconciles = _PartRetries("a pass", c.REASON_RECONCILE_FAILED, cap_s=RETRY_MAX_S)
@@ -361,14 +351,14 @@ class ServiceLoops:
                     decisions.succeeded()
                 except Exception as exc:  # noqa: BLE001 - a failed decision is tried again
                     control_in = await self._failed(key, decisions, exc)
-                    self._next_control[key] = self.clock.monotonic() + control_in
+                    runtime.next_decision_s = self.clock.monotonic() + control_in
                 try:
                     analysis_in = await self._analyse_canary(namespace, name, wake)
                     analyses.succeeded()
                 except Exception as exc:  # noqa: BLE001 - a failed analysis is tried again
                     analysis_in = await self._failed(key, analyses, exc)
-                    if key in self._canaries:
-                        self._canaries[key] = self.clock.monotonic() + analysis_in
+                    if runtime.canary_due_s is not None:
+                        runtime.canary_due_s = self.clock.monotonic() + analysis_in
             delay = min(reconcile_due - self.clock.monotonic(), control_in, analysis_in)
             try:
                 await asyncio.wait_for(wake.wait(), timeout=max(0.0, delay))
@@ -403,15 +393,16 @@ class ServiceLoops:
 
     def _sync_fast_checks(self, key: tuple[str, str], *, wanted: bool) -> None:
         """Run the fast checks of a service while it asks for them (and a fast checker exists)."""
-        task = self._fast_checks.get(key)
+        runtime = self.runtimes.get(*key)
+        task = runtime.fast_task
         running = task is not None and not task.done()
         if wanted and self.fast_checker is not None and not running:
-            self._fast_checks[key] = asyncio.create_task(
+            runtime.fast_task = asyncio.create_task(
                 self._run_fast_checks(*key), name=f"fast checks {key[0]}/{key[1]}"
             )
         elif not wanted and task is not None:
             task.cancel()
-            del self._fast_checks[key]
+            runtime.fast_task = None
             if self.fast_checker is not None:
                 self.fast_checker.forget(*key)
 
@@ -426,25 +417,26 @@ class ServiceLoops:
             await asyncio.sleep(self.fast_checker.signals.period_s)
 
     def _sync_canary(self, key: tuple[str, str], *, wanted: bool) -> None:
+        runtime = self.runtimes.get(*key)
         if not wanted or self.canary_analyst is None:
-            self._canaries.pop(key, None)
-        else:
-            self._canaries.setdefault(key, 0.0)
+            runtime.canary_due_s = None
+        elif runtime.canary_due_s is None:
+            runtime.canary_due_s = 0.0
 
     async def _analyse_canary(self, namespace: str, name: str, wake: asyncio.Event) -> float:
         """Run the canary analysis when due; return the time until it is due again."""
-        key = (namespace, name)
-        due = self._canaries.get(key)
+        runtime = self.runtimes.get(namespace, name)
+        due = runtime.canary_due_s
         if due is None or self.canary_analyst is None:
             return float("inf")
         now = self.clock.monotonic()
         if now < due:
             return due - now
         if await self.canary_analyst.analyse(namespace, name):
-            self._canaries.pop(key, None)
+            runtime.canary_due_s = None
             wake.set()  # a verdict: reconcile at once to promote or roll back
             return float("inf")
-        self._canaries[key] = self.clock.monotonic() + ANALYSIS_PERIOD_S
+        runtime.canary_due_s = self.clock.monotonic() + ANALYSIS_PERIOD_S
         return ANALYSIS_PERIOD_S
 
     def surge(self, key: tuple[str, str], reading: SurgeReading | None) -> None:
@@ -452,24 +444,21 @@ class ServiceLoops:
         if reading is None or self.autoscaler is None:
             return
         log.info("%s/%s: %s; deciding now", *key, reading.describe())
-        self._surges[key] = reading
-        self._next_control[key] = 0.0
-        if key in self._wakeups:
-            self._wakeups[key].set()
+        self.runtimes.get(*key).decide_now(surge=reading)  # the reading goes to that decision
 
     async def _control(self, namespace: str, name: str, wake: asyncio.Event) -> float:
         """Run the autoscaler when its period is due; return the time until it is due again."""
         if self.autoscaler is None:
             return float("inf")
-        key = (namespace, name)
+        runtime = self.runtimes.get(namespace, name)
         now = self.clock.monotonic()
-        due = self._next_control.get(key, 0.0)
+        due = runtime.next_decision_s
         if now < due:
             return due - now
         period, scale = await self.autoscaler.step(
-            namespace, name, alert_active=self._is_alerted(key), surge=self._surges.pop(key, None)
+            namespace, name, alert_active=self._is_alerted(runtime.key), surge=runtime.take_surge()
         )
-        self._next_control[key] = self.clock.monotonic() + period
+        runtime.next_decision_s = self.clock.monotonic() + period
         if scale:
             wake.set()  # reconcile at once to move the Deployment to the new replica count
         return period

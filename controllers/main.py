@@ -13,9 +13,10 @@ import socket
 import sys
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import kopf
 from aiohttp import web
@@ -25,7 +26,7 @@ from prometheus_client import start_http_server
 from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_app
 from tailpilot.controllers.autoscaler import Autoscaler
 from tailpilot.controllers.canary_analysis import CanaryAnalyst
-from tailpilot.controllers.clock import SYSTEM_CLOCK
+from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.fast_checks import FastChecker
 from tailpilot.controllers.gpu_inventory import GpuInventory
 from tailpilot.controllers.handlers import ServiceLoops, register
@@ -43,6 +44,7 @@ from tailpilot.controllers.pod_signals import PodSignals
 from tailpilot.controllers.prometheus_access import PrometheusAccess, invalid_urls, parse_allowed_urls
 from tailpilot.controllers.prometheus_client import PrometheusClient
 from tailpilot.controllers.reconciler import Reconciler
+from tailpilot.controllers.service_runtime import ServiceRuntimes
 from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
 from tailpilot.controllers.watched import WatchedObjects
 from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
@@ -75,7 +77,6 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     Deployment's). Everything is read once, at start-up.
     """
     environ = os.environ if environ is None else environ
-    env = environ.get
     parser = argparse.ArgumentParser(prog="tailpilot operator", description=__doc__)
     try:
         # The chart always sets the builder image; a bare `tailpilot operator` uses this release's.
@@ -83,6 +84,20 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     except ValueError as exc:
         parser.error(str(exc))
     parser.set_defaults(manifests_from_env=from_env)
+    # The flags in the order `--help` lists them.
+    _add_service_flags(parser, from_env)
+    _add_prometheus_flags(parser, environ)
+    _add_loop_flags(parser, environ)
+    _add_server_flags(parser, environ)
+    _add_election_flags(parser, environ)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(list(argv))
+    _check_args(parser, args, environ)
+    return args
+
+
+def _add_service_flags(parser: argparse.ArgumentParser, from_env: ManifestSettings) -> None:
+    """What the services are made of: the namespaces watched, images, storage, labels, GPU prices."""
     parser.add_argument(
         "--namespace",
         action="append",
@@ -116,6 +131,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         help="PRODUCT=PRICE: price of one GPU of that product per hour (repeatable; over the JSON "
         "object in TAILPILOT_GPU_PRICES), for services that list several products",
     )
+
+
+def _add_prometheus_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Which Prometheus the services' queries may go to, and whether tenants' PromQL runs."""
+    env = environ.get
     parser.add_argument("--prometheus-url", default=env("TAILPILOT_PROMETHEUS_URL"))
     parser.add_argument(
         "--allowed-prometheus-url",
@@ -132,6 +152,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         help="evaluate the services' spec.monitoring.clientLatencyP99Query (off by default: a "
         "tenant's PromQL on a shared Prometheus can read every tenant's series)",
     )
+
+
+def _add_loop_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """The loops' pace: resyncs, build retries, liveness, workers, the control period, the read budget."""
+    env = environ.get
     parser.add_argument("--resync-seconds", type=float, default=float(env("TAILPILOT_RESYNC_SECONDS", "300")))
     parser.add_argument(
         "--build-retry-base-seconds",
@@ -162,6 +187,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         help="the fast loop's budget of Triton metrics reads per second, all services together; "
         "beyond it every service's pods are read less often than every 2 s (0: no budget)",
     )
+
+
+def _add_server_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """The operator's own servers: its metrics port, the Alertmanager webhook and its token."""
+    env = environ.get
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -189,6 +219,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         default=env("TAILPILOT_BIND_ADDRESS", "0.0.0.0"),  # noqa: S104
         help="address the metrics and webhook servers listen on",
     )
+
+
+def _add_election_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Leader election: several replicas, one acting."""
+    env = environ.get
     election = parser.add_argument_group(
         "leader election", "several replicas, one acting: a Lease in one namespace names the one that acts"
     )
@@ -230,8 +265,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         default=float(env("TAILPILOT_RETRY_PERIOD_SECONDS", str(DEFAULT_RETRY_PERIOD_S))),
         help="how often the leader renews and a standby tries",
     )
-    parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args(list(argv))
+
+
+def _check_args(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Mapping[str, str]
+) -> None:
+    """Check the flags together, and add what they parse to (prices, URLs, election timing), or exit."""
+    env = environ.get
     try:
         args.gpu_prices = parse_gpu_prices(env("TAILPILOT_GPU_PRICES", ""), args.gpu_price)
         args.allowed_prometheus_urls = parse_allowed_urls(
@@ -259,7 +299,6 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
             )
         except ValueError as exc:
             parser.error(str(exc))
-    return args
 
 
 def _api_client() -> client.ApiClient:
@@ -312,19 +351,52 @@ def run(
     """Run the operator until stopped."""
     kube = Kube(_api_client())
     clock = SYSTEM_CLOCK  # one clock for every loop
-    # GPU nodes and the pods on them, listed at most every 30 s, for services listing several products.
-    inventory = GpuInventory(kube, clock=clock)
-    reconciler = Reconciler(kube, build_settings(args), clock=clock, inventory=inventory)
     registry = kopf.OperatorRegistry()
     executor = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="reconcile")
     metrics = OperatorMetrics()
-    # Every Prometheus query goes through this client, which contacts only the allowed endpoints.
-    http = PrometheusClient(prometheus_access(args), timeout=10.0)
     # The watches' objects, so neither the fast loop nor a decision asks the API server for them.
     watched = WatchedObjects(kube=kube, clock=clock)
+    loops = _service_loops(args, kube=kube, executor=executor, metrics=metrics, watched=watched, clock=clock)
+    register(registry, loops=loops, watched=watched)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
+    if args.webhook_port:
+        _register_webhook(
+            registry,
+            loops=loops,
+            metrics=metrics,
+            token=_webhook_token(args, kube),
+            host=args.bind_address,
+            port=args.webhook_port,
+        )
+    operator = _kopf_operator(args, registry, stop_flag=stop_flag)
+    if not args.leader_election:
+        asyncio.run(operator(liveness_endpoint=args.liveness, ready_flag=ready_flag))
+        executor.shutdown(wait=False, cancel_futures=True)
+        return
+    _run_leading(args, operator, loops=loops, executor=executor, ready_flag=ready_flag, clock=clock)
+
+
+def _service_loops(
+    args: argparse.Namespace,
+    *,
+    kube: Kube,
+    executor: ThreadPoolExecutor,
+    metrics: OperatorMetrics,
+    watched: WatchedObjects,
+    clock: Clock,
+) -> ServiceLoops:
+    """The per-service loops and the jobs they run, sharing one clock, one pods' reader, one registry."""
+    # GPU nodes and the pods on them, listed at most every 30 s, for services listing several products.
+    inventory = GpuInventory(kube, clock=clock)
+    reconciler = Reconciler(kube, build_settings(args), clock=clock, inventory=inventory)
+    # Every Prometheus query goes through this client, which contacts only the allowed endpoints.
+    http = PrometheusClient(prometheus_access(args), timeout=10.0)
+    # Each service's memory, one object per service, which every job below reads and writes.
+    runtimes = ServiceRuntimes()
     # One reader of the pods' Triton counters: the autoscaler's observations and the fast rules
     # (rotation, surge check) read the same history.
-    signals = PodSignals(clock=clock, reads_per_s=args.pod_reads_per_second)
+    signals = PodSignals(clock=clock, reads_per_s=args.pod_reads_per_second, runtimes=runtimes)
     autoscaler = Autoscaler(
         kube=kube,
         http=http,
@@ -344,7 +416,7 @@ def run(
         clock=clock,
         objects=watched,
     )
-    loops = ServiceLoops(
+    return ServiceLoops(
         reconciler=reconciler,
         executor=executor,
         autoscaler=autoscaler,
@@ -353,26 +425,20 @@ def run(
         ),
         fast_checker=fast_checker,
         clock=clock,
+        runtimes=runtimes,
     )
-    register(registry, loops=loops, watched=watched)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
-    if args.webhook_port:
-        _register_webhook(
-            registry,
-            loops=loops,
-            metrics=metrics,
-            token=_webhook_token(args, kube),
-            host=args.bind_address,
-            port=args.webhook_port,
-        )
 
+
+def _kopf_operator(
+    args: argparse.Namespace, registry: kopf.OperatorRegistry, *, stop_flag: threading.Event | None
+) -> Callable[..., Coroutine[Any, Any, None]]:
+    """The kopf operator over the registry, with its settings; called with where it reports its health."""
     settings = kopf.OperatorSettings()
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     namespaces = args.namespace
-    operator = functools.partial(
+    return functools.partial(
         kopf.operator,
         registry=registry,
         settings=settings,
@@ -381,10 +447,18 @@ def run(
         namespaces=namespaces,
         stop_flag=stop_flag,
     )
-    if not args.leader_election:
-        asyncio.run(operator(liveness_endpoint=args.liveness, ready_flag=ready_flag))
-        executor.shutdown(wait=False, cancel_futures=True)
-        return
+
+
+def _run_leading(
+    args: argparse.Namespace,
+    operator: Callable[..., Awaitable[None]],
+    *,
+    loops: ServiceLoops,
+    executor: ThreadPoolExecutor,
+    ready_flag: threading.Event | None,
+    clock: Clock,
+) -> None:
+    """Run the operator while this replica holds the Lease; hand it over at a clean stop."""
     elector = LeaderElector(
         # Its own client and connection pool: a renewal never queues behind the reconciles' calls.
         LeaseLock(Kube(_api_client()), args.leader_election_namespace, args.leader_election_lease),

@@ -35,6 +35,7 @@ from tailpilot.api import constants as c
 from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
 from tailpilot.controllers.kubeapi import pod_url
 from tailpilot.controllers.observe import PENDING_GAUGE, RATE_COUNTERS
+from tailpilot.controllers.service_runtime import ServiceRuntime, ServiceRuntimes
 from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import (
     DEFAULT_READS_PER_S,
@@ -203,24 +204,16 @@ class PodSignals:
     #: (pod IP, model) -> its statistics' URL (tests route pods to local servers).
     stats_url_of: Callable[[str, str], str] = pod_stats_url
     _session: aiohttp.ClientSession | None = None
-    _histories: dict[tuple[str, str], ReadHistory] = field(default_factory=dict)
+    #: Each service's runtime: its reads are kept there (`ServiceRuntime.reads`), where the
+    #: decisions and the fast rules read them.
+    runtimes: ServiceRuntimes = field(default_factory=ServiceRuntimes)
     #: Pod reads per second at most, all services together (`read_period_s`).
     reads_per_s: float = DEFAULT_READS_PER_S
-    #: Pods whose page the last read could not fetch (logged when that changes, not every period).
-    _unreadable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    #: Pods each service's last read asked for, and their sum: what one period of all the loops reads.
-    _pods_asked: dict[tuple[str, str], int] = field(default_factory=dict)
-    _pods_asked_total: int = 0
     _period_s: float = READ_PERIOD_S
-    #: When each service's pods' statistics were last asked for.
-    _stats_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a service's reads (deleted, or no longer served)."""
-        self._histories.pop((namespace, name), None)
-        self._unreadable.pop((namespace, name), None)
-        self._stats_at.pop((namespace, name), None)
-        self._pods_asked_total -= self._pods_asked.pop((namespace, name), 0)
+        self.runtimes.forget_reads(namespace, name)
 
     @property
     def period_s(self) -> float:
@@ -229,13 +222,12 @@ class PodSignals:
 
     def unreadable(self, namespace: str, name: str) -> frozenset[str]:
         """The pods the service's last read asked for and could not read."""
-        return self._unreadable.get((namespace, name), frozenset())
+        runtime = self.runtimes.find(namespace, name)
+        return runtime.reads.unreadable if runtime is not None else frozenset()
 
-    def _budget(self, key: tuple[str, str], asked: int) -> None:
+    def _budget(self, runtime: ServiceRuntime, asked: int) -> None:
         """Count a read's pods in the budget; a new period when the total crosses a step."""
-        self._pods_asked_total += asked - self._pods_asked.get(key, 0)
-        self._pods_asked[key] = asked
-        pods = self._pods_asked_total
+        pods = self.runtimes.count_asked(runtime, asked)
         period = read_period_s(pods, reads_per_s=self.reads_per_s)
         if period != self._period_s:
             log.warning(
@@ -249,7 +241,8 @@ class PodSignals:
 
     def history(self, namespace: str, name: str) -> ReadHistory | None:
         """The service's reads, or None before its first."""
-        return self._histories.get((namespace, name))
+        runtime = self.runtimes.find(namespace, name)
+        return runtime.reads.history if runtime is not None else None
 
     async def close(self) -> None:
         """Close the HTTP session (the operator is stopping)."""
@@ -267,24 +260,24 @@ class PodSignals:
         Ready pods did not answer (their arrivals are estimated from the others').
         """
         asked = {pod: pod_ips[pod] for pod in sample_pods(list(pod_ips))}
-        self._budget((namespace, name), len(asked))
+        runtime = self.runtimes.get(namespace, name)
+        memory = runtime.reads
+        self._budget(runtime, len(asked))
         started = self.clock.time()
-        due = batch_stats_due(
-            now_s=started, last_s=self._stats_at.get((namespace, name)), read_period_s=self._period_s
-        )
+        due = batch_stats_due(now_s=started, last_s=memory.stats_at_s, read_period_s=self._period_s)
         if due:
-            self._stats_at[(namespace, name)] = started
+            memory.stats_at_s = started
         at_s, counters, batches = await self._fetch(asked, model=model, stats=due)
-        self._note_unreadable((namespace, name), frozenset(asked) - set(counters))
+        self._note_unreadable(runtime, frozenset(asked) - set(counters))
         # A sample, or a Ready pod whose page could not be read: the read stands for every Ready
         # pod, so the pods that answered count for those that did not. Summing only what answered
         # would read as a fall in the load, and a scale-down on missing data.
         serving = len(pod_ips) if len(counters) < len(pod_ips) else None
         read = PodRead(at_s=at_s, pods=counters, serving=serving, batches=batches)
-        history = self._histories.get((namespace, name))
+        history = runtime.reads.history
         if history is None or history.keep_s != keep_s:
             kept = history.reads if history is not None else ()
-            history = self._histories[(namespace, name)] = ReadHistory(keep_s=keep_s)
+            history = runtime.reads.history = ReadHistory(keep_s=keep_s)
             for earlier in kept:
                 history.add(earlier)
         history.add(read)
@@ -350,14 +343,14 @@ class PodSignals:
             response.raise_for_status()
             return (await bounded_body(response, MAX_PAGE_BYTES)).decode("utf-8", errors="replace")
 
-    def _note_unreadable(self, key: tuple[str, str], pods: frozenset[str]) -> None:
+    def _note_unreadable(self, runtime: ServiceRuntime, pods: frozenset[str]) -> None:
         """Warn when pods become unreadable: their arrivals are estimated from the pods that answer."""
-        before = self._unreadable.get(key, frozenset())
+        before = runtime.reads.unreadable
         if pods - before:
             log.warning(
                 "%s/%s: cannot read the Triton metrics of %s on port %d",
-                *key,
+                *runtime.key,
                 ", ".join(sorted(pods - before)),
                 c.TRITON_METRICS_PORT,
             )
-        self._unreadable[key] = pods
+        runtime.reads.unreadable = pods

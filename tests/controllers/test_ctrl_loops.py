@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tailpilot.controllers.alert_webhook import AlertNotification
+from tailpilot.controllers.alerts import FiringAlerts
 from tailpilot.controllers.fast_checks import FastCheck
 from tailpilot.controllers.handlers import ServiceLoops
 from tailpilot.controllers.pod_signals import PodSignals
@@ -183,10 +184,12 @@ def test_alerts_about_services_without_a_loop_are_dropped_not_kept():
         loops = ServiceLoops(reconciler=Noop(), executor=None)
         for i in range(1000):  # made-up names from anyone who reaches the webhook
             loops.alert(firing("ns", f"nobody-{i}"))
-        before = dict(loops._alerts)
+        before = {r.key: a for r in loops.runtimes if (a := r.attached(FiringAlerts)) is not None}
         loops.ensure("ns", "svc", uid=UID)
         loops.alert(firing("ns", "svc"))
-        after = {key: sorted(alerts.firing) for key, alerts in loops._alerts.items()}
+        after = {
+            r.key: sorted(a.firing) for r in loops.runtimes if (a := r.attached(FiringAlerts)) is not None
+        }
         await loops.stop_all()
         return before, after
 
