@@ -62,7 +62,7 @@ from tailpilot.bench.validate import (
 )
 from tailpilot.builders.example_model import DENSE_HIDDEN, INPUT_NAME, example_inputs
 from tailpilot.builders.triton_server import TritonServer
-from tailpilot.controllers.pod_signals import parse_batch_stats
+from tailpilot.controllers.signals.pod_signals import parse_batch_stats
 
 #: The validation's batcher with a queue delay (`validate.VARIANTS`).
 DELAY_VARIANT = Variant("preferred-4-8-delay-5ms", (4, 8), 5000)

@@ -1,6 +1,6 @@
 """What the fast loop costs the operator: reading N services' pods every 2 s, and their observations.
 
-Runs the operator's own reader (`tailpilot.controllers.pod_signals.PodSignals`) against real HTTP
+Runs the operator's own reader (`tailpilot.controllers.signals.pod_signals.PodSignals`) against real HTTP
 endpoints: a separate process serves Triton's metrics page (`bench/triton_metrics.py`, counters that
 grow with time) and its statistics extension (asked every 10 s) for every simulated pod on
 127.0.0.1, and every pod's URLs point there. Each service
@@ -27,7 +27,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tailpilot.bench.triton_metrics import metrics_page, stats_answer
-from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.signals.pod_signals import PodSignals
 from tailpilot.policy.batch_sizes import SizeCounts
 from tailpilot.policy.signals import (
     READ_PERIOD_S,

@@ -3,7 +3,7 @@
 The adapter does what a deployed operator does for one service, through the same functions:
 
 - every `READ_PERIOD_S` it reads the Ready pods' cumulative Triton counters
-  (`FleetView.pod_counters`, what `tailpilot.controllers.pod_signals` parses from each pod's
+  (`FleetView.pod_counters`, what `tailpilot.controllers.signals.pod_signals` parses from each pod's
   metrics page) into a `ReadHistory`;
 - every control period (the operator's default, `DEFAULT_CONTROL_PERIOD_S`) it builds
   the Observation with `tailpilot.policy.signals.observation_from_reads`, taking each pod's latency
@@ -31,7 +31,7 @@ from tailpilot.api.autoscaling import Observation
 from tailpilot.api.engine import EngineProfile
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
 from tailpilot.bench.simulator import FleetView, Target
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.policy import PolicyConfig, PolicyState
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.from_spec import observation_windows, policy_config

@@ -3,7 +3,7 @@
 What a real Triton serves on :8002/metrics (the counters and gauge the operator reads, in the
 Prometheus text exposition format) and on :8000/v2/models/M/stats (executions and compute time per
 batch size), and what a real Prometheus answers to the operator's latency
-query (`tailpilot.controllers.observe.latency_query`), built from the simulator's values. Used where
+query (`tailpilot.controllers.signals.observe.latency_query`), built from the simulator's values. Used where
 the operator's own I/O code must read the simulated fleet: the observation-parity test (and any
 local endpoint that plays Triton for simulated pods).
 
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.observe import LATENCY_SUMMARY, PENDING_GAUGE
-from tailpilot.controllers.pod_signals import FIELD_OF_METRIC
+from tailpilot.controllers.signals.observe import LATENCY_SUMMARY, PENDING_GAUGE
+from tailpilot.controllers.signals.pod_signals import FIELD_OF_METRIC
 from tailpilot.policy.batch_sizes import BatchCounts
 from tailpilot.policy.signals import PodLatency, TritonCounters
 

@@ -57,7 +57,7 @@ from tailpilot.builders.example_model import DENSE_HIDDEN, example_inputs, write
 from tailpilot.builders.profiler import ProfileOptions, profile_served
 from tailpilot.builders.store import MANIFEST, REPOSITORY, EngineManifest
 from tailpilot.builders.triton_server import TritonServer
-from tailpilot.controllers.batching import apply_batching
+from tailpilot.controllers.autoscale.batching import apply_batching
 from tailpilot.manifests.triton_model_config import from_pbtxt, to_load_override_json
 
 MODEL = "example"

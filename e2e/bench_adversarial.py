@@ -42,7 +42,7 @@ from kubernetes import client
 
 from tailpilot.api import constants as c
 from tailpilot.bench.published import git_commit, provenance_lines, utc_minute
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot_e2e.bench_scale import (
     SCRAPE_INTERVAL_S,
     BuildPlayer,

@@ -43,8 +43,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import MonitoringSpec
-from tailpilot.controllers.kubeapi import ready_pod_ip
-from tailpilot.controllers.main import parse_args as operator_flags
+from tailpilot.controllers.core.kubeapi import ready_pod_ip
+from tailpilot.controllers.process.main import parse_args as operator_flags
 from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet

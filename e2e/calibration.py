@@ -26,7 +26,7 @@ from tailpilot.bench import traces
 from tailpilot.bench.loadgen import binary_infer_body
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders import example_model
-from tailpilot.controllers.status import decode_status, engine_profile
+from tailpilot.controllers.core.status import decode_status, engine_profile
 from tailpilot.manifests.build_job import serving_cpu_limit_millis
 from tailpilot.manifests.deployment import CONTAINER_NAME
 from tailpilot_e2e.agent_cgroups import CpuCgroups

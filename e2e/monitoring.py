@@ -331,7 +331,7 @@ class LocalAlertmanager:
                 "group_wait": "0s",
                 "group_interval": "1s",
                 # Under the operator's one hour after which a firing alert not notified again is
-                # taken as resolved (controllers/alerts.py), as docs/autoscaling.md configures it.
+                # taken as resolved (controllers/alerting/alerts.py), as docs/autoscaling.md configures it.
                 "repeat_interval": "30m",
             },
             "receivers": [

@@ -14,7 +14,11 @@ import sys
 
 #: subcommand -> (module, function, one-line help); each function takes argv and returns an exit code.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "operator": ("tailpilot.controllers.main", "main", "run the operator against the current kubeconfig"),
+    "operator": (
+        "tailpilot.controllers.process.main",
+        "main",
+        "run the operator against the current kubeconfig",
+    ),
     "build": (
         "tailpilot.builders.cli",
         "build_main",

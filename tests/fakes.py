@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tailpilot.controllers.kubeapi import Resource
+    from tailpilot.controllers.core.kubeapi import Resource
 
 
 @dataclass
 class FakeClock:
-    """A `tailpilot.controllers.clock.Clock` that moves only when a test moves it (seconds)."""
+    """A `tailpilot.controllers.core.clock.Clock` that moves only when a test moves it (seconds)."""
 
     now: float = 0.0
 
@@ -27,7 +27,7 @@ class FakeClock:
 
 
 class UnexpectedKube:
-    """A cluster client whose every call fails the test: each call of `tailpilot.controllers.seams`.
+    """A cluster client whose every call fails the test: each call of `tailpilot.controllers.core.seams`.
 
     A double subclasses it and answers the calls its test expects, so that it fits the consumer's
     Protocol whole while a call nobody expected fails by name. Alone, it stands in where the code

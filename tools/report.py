@@ -31,7 +31,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from tailpilot.api.v1alpha1 import DecisionRecordStatus, InferenceServiceStatus
-from tailpilot.controllers.observe import (
+from tailpilot.controllers.signals.observe import (
     LATENCY_SUMMARY,
     PENDING_GAUGE,
     ObservationError,

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import BatchSizeStatus, Condition, InferenceServiceStatus, ObservedStatus
-from tailpilot.controllers import status as codec
+from tailpilot.controllers.core import status as codec
 
 # ---- reading the status --------------------------------------------------------------------------
 
@@ -380,7 +380,7 @@ def read_service(
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
-    from tailpilot.controllers.kubeapi import ISVC, Kube
+    from tailpilot.controllers.core.kubeapi import ISVC, Kube
 
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]

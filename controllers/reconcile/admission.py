@@ -17,14 +17,14 @@ from pydantic import ValidationError
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
 from tailpilot.api.validation import check_spec, format_problems
-from tailpilot.controllers.admin_key import AdminKey, AdminKeyUnavailable, ensure_admin_key
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
+from tailpilot.controllers.core.admin_key import AdminKey, AdminKeyUnavailable, ensure_admin_key
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.status import decode_status, service_without_status
 from tailpilot.controllers.reconcile.children import Children
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass, ReconcileResult
 from tailpilot.controllers.reconcile.status_writer import StatusWriter
-from tailpilot.controllers.status import decode_status, service_without_status
 from tailpilot.manifests.network_policy import engine_jobs_network_policy
 from tailpilot.manifests.spec_check import refusal_in_spec_terms, spec_check_deployment
 

@@ -13,17 +13,17 @@ from __future__ import annotations
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildRequest
 from tailpilot.api.v1alpha1 import BuildStatus, EngineStatus
-from tailpilot.controllers.build_state import BuildPhase, BuildState, assess_build
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.kubeapi import JOBS
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import JOBS
+from tailpilot.controllers.core.status import engine_status
+from tailpilot.controllers.reconcile.build_state import BuildPhase, BuildState, assess_build
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.engine_jobs import EngineJobs, parse_time
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.controllers.reconcile.profiling import ProfileStep, Profiling
 from tailpilot.controllers.reconcile.regression_gate import regression_gate
 from tailpilot.controllers.reconcile.strategies import StrategyRegistry
-from tailpilot.controllers.status import engine_status
 from tailpilot.manifests import build_job as job_manifests
 
 

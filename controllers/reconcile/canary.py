@@ -10,7 +10,13 @@ from __future__ import annotations
 from tailpilot.api import constants as c
 from tailpilot.api.engine import ProfileSummary
 from tailpilot.api.v1alpha1 import EngineStatus, InferenceServiceStatus
-from tailpilot.controllers.canary_rollout import (
+from tailpilot.controllers.core.status import replicas_in_force
+from tailpilot.controllers.reconcile.deps import PassDeps
+from tailpilot.controllers.reconcile.pass_context import ReconcilePass
+from tailpilot.controllers.reconcile.regression_gate import accepts_engine
+from tailpilot.controllers.reconcile.serving import serve
+from tailpilot.controllers.reconcile.strategy import RolloutView
+from tailpilot.controllers.rollout.canary_rollout import (
     CANARY_REQUEUE_S,
     SERVING_PHASES,
     canary_applies,
@@ -18,12 +24,6 @@ from tailpilot.controllers.canary_rollout import (
     canary_step,
     follow_canary,
 )
-from tailpilot.controllers.reconcile.deps import PassDeps
-from tailpilot.controllers.reconcile.pass_context import ReconcilePass
-from tailpilot.controllers.reconcile.regression_gate import accepts_engine
-from tailpilot.controllers.reconcile.serving import serve
-from tailpilot.controllers.reconcile.strategy import RolloutView
-from tailpilot.controllers.status import replicas_in_force
 from tailpilot.manifests.children import CanaryPlan, is_canary_child
 from tailpilot.manifests.deployment import deployment_name
 

@@ -24,11 +24,17 @@ from tailpilot.api.v1alpha1 import (
     ProfilingStatus,
     ServiceTimeStatus,
 )
-from tailpilot.controllers.build_state import BuildPhase, assess_build
-from tailpilot.controllers.conditions import ConditionUpdate, derive_ready
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.gpu_inventory import GpuInventory
-from tailpilot.controllers.gpu_products import (
+from tailpilot.controllers.core.conditions import ConditionUpdate, derive_ready
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import JOBS
+from tailpilot.controllers.core.status import (
+    batching_in_force,
+    engine_status,
+    replicas_in_force,
+    served_result,
+)
+from tailpilot.controllers.gpu.gpu_inventory import GpuInventory
+from tailpilot.controllers.gpu.gpu_products import (
     PHASE_BUILDING,
     PHASE_BUILT,
     PHASE_FAILED,
@@ -45,13 +51,12 @@ from tailpilot.controllers.gpu_products import (
     price_of,
     serving_product,
 )
-from tailpilot.controllers.kubeapi import JOBS
+from tailpilot.controllers.reconcile.build_state import BuildPhase, assess_build
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.engine_jobs import EngineJobs
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass, ReconcileResult
 from tailpilot.controllers.reconcile.profiling import Profiling
 from tailpilot.controllers.reconcile.status_writer import StatusWriter
-from tailpilot.controllers.status import batching_in_force, engine_status, replicas_in_force, served_result
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests import placement
 from tailpilot.manifests import profile_job as profile_manifests

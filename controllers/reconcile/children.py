@@ -8,9 +8,9 @@ from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.controllers import drift
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.kubeapi import PODS, resource_of
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import PODS, resource_of
+from tailpilot.controllers.reconcile import drift
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.manifests.meta import controlled_by, selector_string
 from tailpilot.manifests.service import rotation_selectable

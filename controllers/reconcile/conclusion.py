@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.canary_rollout import CANARY_REQUEUE_S, SERVING_PHASES
-from tailpilot.controllers.conditions import ConditionUpdate, derive_ready
+from tailpilot.controllers.core.conditions import ConditionUpdate, derive_ready
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass, ReconcileResult
+from tailpilot.controllers.rollout.canary_rollout import CANARY_REQUEUE_S, SERVING_PHASES
 
 
 def conclude(p: ReconcilePass) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from tailpilot.controllers.clock import Clock, utc_now
-from tailpilot.controllers.seams import ReconcilerKube
-from tailpilot.controllers.settings import OperatorSettings
+from tailpilot.controllers.core.clock import Clock, utc_now
+from tailpilot.controllers.core.seams import ReconcilerKube
+from tailpilot.controllers.core.settings import OperatorSettings
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildRequest, ProfileRequest
 from tailpilot.api.v1alpha1 import EngineStatus, InferenceService
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.job_ownership import job_not_owned
-from tailpilot.controllers.kubeapi import ISVC, JOBS, PODS
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import ISVC, JOBS, PODS
+from tailpilot.controllers.core.status import engines_named
 from tailpilot.controllers.reconcile.deps import PassDeps
-from tailpilot.controllers.status import engines_named
+from tailpilot.controllers.reconcile.job_ownership import job_not_owned
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.triton_access import admin_key_ref

@@ -12,9 +12,9 @@ from typing import Any
 
 from tailpilot.api.engine import BuildResult
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
-from tailpilot.controllers.admin_key import AdminKey
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
+from tailpilot.controllers.core.admin_key import AdminKey
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
 
 
 @dataclass(frozen=True)

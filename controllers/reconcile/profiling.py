@@ -8,8 +8,8 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.engine import ProfileRequest, ProfileSummary
 from tailpilot.api.v1alpha1 import EngineStatus, InferenceService, ProfileStatus, ProfilingStatus
-from tailpilot.controllers.build_state import BuildPhase, assess_profile, describe_profile
-from tailpilot.controllers.events import EventRecord
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.reconcile.build_state import BuildPhase, assess_profile, describe_profile
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.engine_jobs import EngineJobs
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass

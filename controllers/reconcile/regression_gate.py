@@ -11,15 +11,15 @@ from typing import Literal
 from tailpilot.api import constants as c
 from tailpilot.api.engine import ProfileSummary
 from tailpilot.api.v1alpha1 import EngineStatus
-from tailpilot.controllers.conditions import ConditionUpdate, is_true
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.reconcile.pass_context import ReconcilePass
-from tailpilot.controllers.status import (
+from tailpilot.controllers.core.conditions import ConditionUpdate, is_true
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.status import (
     batching_in_force,
     comparison_status,
     replicas_in_force,
     service_time_of,
 )
+from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.policy.regression import compare_engines
 
 

@@ -12,20 +12,20 @@ from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildResult
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.kubeapi import DEPLOYMENTS, resource_of
-from tailpilot.controllers.reconcile.children import Children
-from tailpilot.controllers.reconcile.deps import PassDeps
-from tailpilot.controllers.reconcile.pass_context import ReconcilePass
-from tailpilot.controllers.reconcile.strategies import StrategyRegistry
-from tailpilot.controllers.reconcile.strategy import RolloutView, Strategy
-from tailpilot.controllers.status import (
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import DEPLOYMENTS, resource_of
+from tailpilot.controllers.core.status import (
     applied_spec_replicas,
     batching_in_force,
     batching_status,
     replicas_in_force,
 )
+from tailpilot.controllers.reconcile.children import Children
+from tailpilot.controllers.reconcile.deps import PassDeps
+from tailpilot.controllers.reconcile.pass_context import ReconcilePass
+from tailpilot.controllers.reconcile.strategies import StrategyRegistry
+from tailpilot.controllers.reconcile.strategy import RolloutView, Strategy
 from tailpilot.manifests.children import ClusterCapabilities, is_canary_child, plan_children
 from tailpilot.manifests.deployment import deployment_name
 from tailpilot.manifests.meta import selector_string

@@ -7,9 +7,9 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.engine import ProfileSummary
 from tailpilot.api.v1alpha1 import EngineStatus, ProfileStatus
-from tailpilot.controllers.build_state import profile_notes
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.reconcile.build_state import profile_notes
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.manifests import build_job as job_manifests
 

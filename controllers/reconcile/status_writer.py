@@ -6,10 +6,10 @@ from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
-from tailpilot.controllers.conditions import ConditionUpdate, merge_conditions
-from tailpilot.controllers.events import EventRecord, post_events
+from tailpilot.controllers.core.conditions import ConditionUpdate, merge_conditions
+from tailpilot.controllers.core.events import EventRecord, post_events
+from tailpilot.controllers.core.status import decode_status, fit_status, status_patch
 from tailpilot.controllers.reconcile.deps import PassDeps
-from tailpilot.controllers.status import decode_status, fit_status, status_patch
 
 
 class StatusWriter:

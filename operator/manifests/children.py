@@ -1,7 +1,7 @@
 """Every child of a served InferenceService: those its spec wants, in creation order, and those it turned off.
 
 The controller's one call once the engine is ready: it creates or updates each wanted child that
-differs from the live one (`tailpilot.controllers.drift`), and deletes the optional children the
+differs from the live one (`tailpilot.controllers.reconcile.drift`), and deletes the optional children the
 spec turned off where this service controls them. The build Job is not here: it exists before the
 engine does (see `build_job`).
 """

@@ -4,7 +4,7 @@ Every child of an InferenceService carries the standard `app.kubernetes.io/*`
 labels plus `tailpilot.io/inferenceservice=<name>`, and one owner reference
 (controller, blockOwnerDeletion) so deleting the InferenceService garbage-
 collects it. Drift (a hand edit, a spec change) is found by comparing the
-fields the builders set with the live object (`tailpilot.controllers.drift`).
+fields the builders set with the live object (`tailpilot.controllers.reconcile.drift`).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class ManifestSettings:
 
 
 # Environment variables the chart sets on the operator (templates/operator-deployment.yaml) that
-# feed these settings. The controller (`controllers.main.parse_args`, the operator's one settings
+# feed these settings. The controller (`controllers.process.main.parse_args`, the operator's one settings
 # path) passes its environment in; the parsing stays pure.
 ENV_BUILDER_IMAGE = "TAILPILOT_BUILDER_IMAGE"
 ENV_TRITON_IMAGE = "TAILPILOT_TRITON_IMAGE"

@@ -3,7 +3,7 @@
 Triton's metrics page counts executions (`nv_inference_exec_count`) but not per batch size; its
 statistics extension (`GET /v2/models/<model>/stats`) does: `batch_stats[]` holds, per version, each
 batch size executed and the cumulative count of executions at it (`compute_infer.count`). The fast
-loop's reader (`tailpilot.controllers.pod_signals`) reads those every `BATCH_STATS_PERIOD_S` and
+loop's reader (`tailpilot.controllers.signals.pod_signals`) reads those every `BATCH_STATS_PERIOD_S` and
 keeps each pod's counts, summed over versions, on its `PodRead`; this module turns them into
 executions per size over the window.
 

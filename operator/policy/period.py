@@ -1,6 +1,6 @@
 """One control period of one service, whole (pure): learn, decide, choose the product, plan the acts.
 
-Why one function: the operator's autoscaler (`tailpilot.controllers.autoscaler`) and the benchmark's
+Why one function: the operator's autoscaler (`tailpilot.controllers.autoscale.autoscaler`) and the benchmark's
 TailPilot (`tailpilot.bench.tailpilot_policy`) must run the same period, or the benchmark measures a
 policy that does not ship. Each caller only gathers the inputs (the operator from its pods,
 Prometheus and the object's status; the simulator from its fleet) and executes the plan; the order
@@ -57,11 +57,11 @@ class PeriodMemory:
 
     Attributes:
         state: The policy's state; None when no decision was made yet (the caller then starts one
-            from what the object's status kept, `tailpilot.controllers.status.restore_learned`).
+            from what the object's status kept, `tailpilot.controllers.core.status.restore_learned`).
         fit: The service-time fit's windows.
         fitted: The last Fitted fit of the engine, which a fit that is provisional again (its windows
             no longer span enough batch sizes) falls back to. An operator that restarts seeds it from
-            what the object's status kept (`tailpilot.controllers.status.restored_fit`).
+            what the object's status kept (`tailpilot.controllers.core.status.restored_fit`).
         moves: The product choice's memory.
         ledger: The error budget's met and missed time over the compliance period (the service's:
             kept across a move to another product).

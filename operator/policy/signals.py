@@ -1,7 +1,7 @@
 """The fast signals: the pods' own Triton counters, read every few seconds, turned into an Observation.
 
 One path for the operator and the benchmark. The operator reads each Ready Triton pod's metrics
-page (`tailpilot.controllers.pod_signals`); the simulator hands the same cumulative counters of its
+page (`tailpilot.controllers.signals.pod_signals`); the simulator hands the same cumulative counters of its
 simulated pods. Both append one `PodRead` per read period to a `ReadHistory` and build the
 policy's `Observation` with `observation_from_reads`, with the windows of `ObservationWindows`
 (derived from the spec's defaults in `tailpilot.policy.from_spec`). Prometheus stays the source of

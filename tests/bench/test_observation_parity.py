@@ -23,9 +23,9 @@ from tailpilot.bench.simulator import FleetView, Target, simulate
 from tailpilot.bench.suite import Setup, baseline_params, make_controller, oracle_needs, sim_config, trace_of
 from tailpilot.bench.tailpilot_policy import CONTROL_PERIOD_S, TailPilot
 from tailpilot.bench.triton_metrics import latency_answer, metrics_page, stats_answer
-from tailpilot.controllers.autoscaler import Autoscaler
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.autoscale.autoscaler import Autoscaler
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.signals.pod_signals import PodSignals
 from tailpilot.policy.batch_sizes import BatchCounts
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.signals import PodLatency, TritonCounters

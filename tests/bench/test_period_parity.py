@@ -28,10 +28,10 @@ from tailpilot.bench.engine_profiles import DEFAULT_PROFILE, load_profile
 from tailpilot.bench.simulator import FleetView, simulate
 from tailpilot.bench.suite import Setup, baseline_params, make_controller, oracle_needs, sim_config, trace_of
 from tailpilot.bench.tailpilot_policy import CONTROL_PERIOD_S, TailPilot
-from tailpilot.controllers import autoscaler as autoscaler_module
-from tailpilot.controllers.autoscaler import Autoscaler
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.status import (
+from tailpilot.controllers.autoscale import autoscaler as autoscaler_module
+from tailpilot.controllers.autoscale.autoscaler import Autoscaler
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.status import (
     batching_status,
     encode_status,
     engine_profile,

@@ -8,7 +8,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailpilot.bench.triton_metrics import metrics_page
-from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
+from tailpilot.controllers.signals.pod_signals import PodSignals, parse_triton_counters
 from tailpilot.policy.signals import PodLatency, TritonCounters
 from tailpilot_e2e.triton_pages import PageLoad, PodEndpoint, TritonPages, client_of
 from tests.fakes import FakeClock

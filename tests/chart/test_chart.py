@@ -343,7 +343,7 @@ def _operator_parse(helm: str, *sets: str) -> tuple[argparse.Namespace, Any, set
     Returns the parsed flags, the `OperatorSettings`, and the variables the chart sets that the
     operator never read.
     """
-    from tailpilot.controllers.main import build_settings, parse_args
+    from tailpilot.controllers.process.main import build_settings, parse_args
 
     (dep,) = _by_kind(template(helm, *sets), "Deployment")
     (ctr,) = dep["spec"]["template"]["spec"]["containers"]
@@ -440,7 +440,7 @@ def test_gpu_prices_reach_the_operator(helm: str) -> None:
 
 
 def test_the_allowed_prometheus_endpoints_and_tenant_queries_reach_the_operator(helm: str) -> None:
-    from tailpilot.controllers.main import prometheus_access
+    from tailpilot.controllers.process.main import prometheus_access
 
     args, _, unread = _operator_parse(
         helm,

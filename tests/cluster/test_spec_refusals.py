@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tailpilot.api.v1alpha1 import InferenceServiceSpec
 from tailpilot.api.validation import check_spec
-from tailpilot.controllers.kubeapi import PODS, Kube
+from tailpilot.controllers.core.kubeapi import PODS, Kube
 from tests.api.invalid_specs import CPU_BASE, merge
 
 pytestmark = pytest.mark.cluster

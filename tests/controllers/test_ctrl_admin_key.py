@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from tailpilot.controllers.admin_key import (
+from tailpilot.controllers.core.admin_key import (
     AdminKey,
     AdminKeyUnavailable,
     ensure_admin_key,
     generate_key,
     read_admin_key,
 )
-from tailpilot.controllers.kubeapi import Resource
+from tailpilot.controllers.core.kubeapi import Resource
 from tailpilot.manifests.triton_access import SECRET_KEY
 from tests.manifests.fixtures import make_isvc
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tailpilot.controllers.alert_webhook import (
+from tailpilot.controllers.alerting.alert_webhook import (
     AlertNotification,
     MalformedPayload,
     make_webhook_app,
     parse_payload,
 )
-from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.core.metrics import OperatorMetrics
 
 TOKEN = "s3cret-token"
 

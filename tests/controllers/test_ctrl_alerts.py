@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tailpilot.controllers.alerts import EXPIRE_AFTER_S, FiringAlerts
+from tailpilot.controllers.alerting.alerts import EXPIRE_AFTER_S, FiringAlerts
 from tests.controllers.test_ctrl_loops import firing
 
 

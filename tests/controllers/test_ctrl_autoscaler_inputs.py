@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from tailpilot.api.autoscaling import Observation
 from tailpilot.api.v1alpha1 import Condition, InferenceServiceStatus, ObservedStatus
-from tailpilot.controllers.autoscaler import significant_change, with_unobserved
+from tailpilot.controllers.autoscale.autoscaler import significant_change, with_unobserved
 from tailpilot.policy.from_spec import (
     arrival_lookback_s,
     observation_windows,
@@ -98,10 +98,10 @@ def test_the_clients_query_runs_once_a_control_period_and_a_failure_never_fails_
 
     import httpx
 
-    from tailpilot.controllers.autoscaler import Autoscaler
-    from tailpilot.controllers.metrics import OperatorMetrics
-    from tailpilot.controllers.prometheus_access import PrometheusAccess
-    from tailpilot.controllers.prometheus_client import PrometheusClient
+    from tailpilot.controllers.autoscale.autoscaler import Autoscaler
+    from tailpilot.controllers.core.metrics import OperatorMetrics
+    from tailpilot.controllers.signals.prometheus_access import PrometheusAccess
+    from tailpilot.controllers.signals.prometheus_client import PrometheusClient
 
     answers = iter(
         [

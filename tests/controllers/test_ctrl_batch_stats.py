@@ -13,7 +13,7 @@ import pytest
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.builders.triton_server import TritonServer
-from tailpilot.controllers.pod_signals import (
+from tailpilot.controllers.signals.pod_signals import (
     PodSignals,
     parse_batch_stats,
     pod_stats_url,
@@ -166,7 +166,7 @@ def test_a_page_past_the_bound_makes_its_pod_unreadable_and_the_others_are_read(
     """A declared size past the bound is refused before reading; a chunked one once it passes it."""
     from aiohttp import web
 
-    from tailpilot.controllers.pod_signals import MAX_PAGE_BYTES
+    from tailpilot.controllers.signals.pod_signals import MAX_PAGE_BYTES
 
     good = 'nv_inference_request_success{model="echo",version="1"} 5\n'
     filler = "# " + "x" * 1022 + "\n"  # comment lines, as a page could carry

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from tailpilot.controllers.batching import BatchingReason, apply_batching, verify_config
+from tailpilot.controllers.autoscale.batching import BatchingReason, apply_batching, verify_config
 
 MODEL = "m"
 

@@ -8,9 +8,9 @@ import pytest
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceServiceStatus, ObservedStatus
-from tailpilot.controllers.autoscaler import significant_change
-from tailpilot.controllers.breakdown import HOLD_MARGIN, breakdown_condition, dominant, parts_of
-from tailpilot.controllers.conditions import merge_conditions
+from tailpilot.controllers.autoscale.autoscaler import significant_change
+from tailpilot.controllers.autoscale.breakdown import HOLD_MARGIN, breakdown_condition, dominant, parts_of
+from tailpilot.controllers.core.conditions import merge_conditions
 
 #: A queue-bound service: 40.1 ms queued, 4.4 ms in the server of which 3.9 ms compute infer.
 QUEUED = ObservedStatus(

@@ -9,10 +9,10 @@ import pytest
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import BuildStatus, InferenceServiceStatus
 from tailpilot.builders import errors
-from tailpilot.controllers.admin_key import AdminKey
-from tailpilot.controllers.build_state import BuildPhase, JobState
-from tailpilot.controllers.reconciler import EventRecord, ReconcilePass, Reconciler
-from tailpilot.controllers.settings import OperatorSettings
+from tailpilot.controllers.core.admin_key import AdminKey
+from tailpilot.controllers.core.settings import OperatorSettings
+from tailpilot.controllers.reconcile.build_state import BuildPhase, JobState
+from tailpilot.controllers.reconcile.reconciler import EventRecord, ReconcilePass, Reconciler
 from tests.controllers.test_ctrl_prune import CountingKube
 from tests.manifests.fixtures import SETTINGS, admin_key, make_isvc
 

@@ -15,15 +15,15 @@ from tailpilot.api.v1alpha1 import (
     ProfileStatus,
     ServiceTimeStatus,
 )
-from tailpilot.controllers.canary_analysis import track_reading, track_status
-from tailpilot.controllers.canary_rollout import (
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.rollout.canary_analysis import track_reading, track_status
+from tailpilot.controllers.rollout.canary_rollout import (
     canary_applies,
     canary_plan,
     canary_step,
     drop_superseded_canary,
     follow_canary,
 )
-from tailpilot.controllers.events import EventRecord
 from tailpilot.policy import PodMetrics
 from tests.controllers.specs import service as make_service
 
@@ -247,7 +247,7 @@ def test_each_side_reading_sums_its_pods_and_merges_their_tails() -> None:
 
 
 def test_restarts_count_every_container_of_the_canarys_pods() -> None:
-    from tailpilot.controllers.canary_analysis import restarts_of
+    from tailpilot.controllers.rollout.canary_analysis import restarts_of
 
     pod = {
         "status": {

@@ -11,9 +11,9 @@ import pytest
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import CanaryStatus
-from tailpilot.controllers.canary_analysis import CanaryAnalyst
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.metrics import OperatorMetrics
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.rollout.canary_analysis import CanaryAnalyst
 from tests.controllers.test_ctrl_prometheus_access import DEFAULT, KEY, StatusKube, _serving_body
 
 

@@ -20,9 +20,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from tailpilot.controllers.observe import ClientLatency, client_latency
-from tailpilot.controllers.prometheus_access import PrometheusAccess
-from tailpilot.controllers.prometheus_client import PrometheusClient
+from tailpilot.controllers.signals.observe import ClientLatency, client_latency
+from tailpilot.controllers.signals.prometheus_access import PrometheusAccess
+from tailpilot.controllers.signals.prometheus_client import PrometheusClient
 from tailpilot_e2e.monitoring import LocalPrometheus
 from tailpilot_e2e.wait import eventually
 from tests.fakes import PageServer

@@ -7,11 +7,11 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.engine import BuildOutcome, BuildRequest, BuildResult
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus, ProfilingStatus
-from tailpilot.controllers.admin_key import AdminKey
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.kubeapi import Kube, Resource
-from tailpilot.controllers.reconciler import EventRecord, ReconcilePass, Reconciler
-from tailpilot.controllers.settings import OperatorSettings
+from tailpilot.controllers.core.admin_key import AdminKey
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.kubeapi import Kube, Resource
+from tailpilot.controllers.core.settings import OperatorSettings
+from tailpilot.controllers.reconcile.reconciler import EventRecord, ReconcilePass, Reconciler
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests import profile_job as profile_manifests
 from tailpilot.manifests.meta import owner_reference
@@ -158,7 +158,7 @@ def test_a_profile_job_the_service_does_not_own_is_never_read_and_the_engine_wai
 def test_a_delete_by_uid_carries_the_precondition_and_a_conflict_leaves_the_object() -> None:
     from kubernetes.client.exceptions import ApiException
 
-    from tailpilot.controllers.kubeapi import JOBS
+    from tailpilot.controllers.core.kubeapi import JOBS
 
     sent: list[tuple[str, str, Any]] = []
     kube = Kube.__new__(Kube)

@@ -12,12 +12,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.fast_checks import FastChecker, label_changes
-from tailpilot.controllers.kubeapi import ready_pod_ip
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.observe import SUMMARY_QUERIES
-from tailpilot.controllers.pod_signals import PodSignals, parse_triton_counters
-from tailpilot.controllers.watched import WatchedObjects
+from tailpilot.controllers.autoscale.fast_checks import FastChecker, label_changes
+from tailpilot.controllers.core.kubeapi import ready_pod_ip
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.watched import WatchedObjects
+from tailpilot.controllers.signals.observe import SUMMARY_QUERIES
+from tailpilot.controllers.signals.pod_signals import PodSignals, parse_triton_counters
 from tailpilot.policy.signals import (
     MAX_PODS_PER_READ,
     PodRead,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tailpilot.controllers.gpu_inventory import replicas_available, tolerates
-from tailpilot.controllers.settings import parse_gpu_prices
+from tailpilot.controllers.core.settings import parse_gpu_prices
+from tailpilot.controllers.gpu.gpu_inventory import replicas_available, tolerates
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 SERVICE = ("ml", "resnet")

@@ -11,7 +11,7 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     ServiceTimeStatus,
 )
-from tailpilot.controllers.gpu_products import (
+from tailpilot.controllers.gpu.gpu_products import (
     choice_status,
     memory_of,
     options_of,

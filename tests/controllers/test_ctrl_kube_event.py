@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tailpilot.controllers.kubeapi import PODS, Kube
+from tailpilot.controllers.core.kubeapi import PODS, Kube
 
 NOW = "2025-03-01T12:00:00Z"
 INVOLVED = {

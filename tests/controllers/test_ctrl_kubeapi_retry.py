@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tailpilot.controllers.kubeapi import MAX_RETRY_WAIT_S, PODS, Kube, api_client, retry_wait_s
+from tailpilot.controllers.core.kubeapi import MAX_RETRY_WAIT_S, PODS, Kube, api_client, retry_wait_s
 
 Answer = tuple[int, dict[str, str], dict[str, Any]]
 
@@ -138,7 +138,7 @@ def test_retry_wait(method: str, status: int, header: str | None, wait: float | 
 
 
 def test_the_lease_is_read_and_written_in_one_attempt_and_a_changed_one_is_a_conflict(server):
-    from tailpilot.controllers.leader_election import Conflict, LeaseLock, LeaseRecord
+    from tailpilot.controllers.process.leader_election import Conflict, LeaseLock, LeaseRecord
 
     script, kube, waits = server
     lock = LeaseLock(kube, "ops", "tp")

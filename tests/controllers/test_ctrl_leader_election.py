@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tailpilot.controllers.leader_election import (
+from tailpilot.controllers.process.leader_election import (
     Action,
     Conflict,
     ElectionTiming,

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from tailpilot.controllers.alert_webhook import AlertNotification
-from tailpilot.controllers.alerts import FiringAlerts
-from tailpilot.controllers.fast_checks import FastCheck
-from tailpilot.controllers.handlers import ServiceLoops
-from tailpilot.controllers.pod_signals import PodSignals
-from tailpilot.controllers.reconciler import ReconcileResult
+from tailpilot.controllers.alerting.alert_webhook import AlertNotification
+from tailpilot.controllers.alerting.alerts import FiringAlerts
+from tailpilot.controllers.autoscale.fast_checks import FastCheck
+from tailpilot.controllers.process.handlers import ServiceLoops
+from tailpilot.controllers.reconcile.reconciler import ReconcileResult
+from tailpilot.controllers.signals.pod_signals import PodSignals
 from tailpilot.policy.surge import SurgeReading
 
 READING = SurgeReading(
@@ -286,7 +286,7 @@ def test_an_alert_is_taken_only_for_the_service_of_the_uid_it_carries():
 
 
 def test_retries_back_off_doubling_to_a_cap_with_jitter():
-    from tailpilot.controllers.handlers import RETRY_MAX_S, retry_delay_s
+    from tailpilot.controllers.process.handlers import RETRY_MAX_S, retry_delay_s
 
     assert [retry_delay_s(n, jitter=0.0) for n in (1, 2, 3)] == [2.5, 5.0, 10.0]
     assert [retry_delay_s(n, jitter=0.999) for n in (1, 2)] == pytest.approx([5.0, 10.0], abs=0.01)
@@ -296,7 +296,7 @@ def test_retries_back_off_doubling_to_a_cap_with_jitter():
 def test_a_failing_pass_is_retried_with_growing_waits_and_told_once_per_error(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    from tailpilot.controllers import handlers
+    from tailpilot.controllers.process import handlers
 
     asked: list[int] = []
 
@@ -375,7 +375,7 @@ def test_a_failing_decision_is_retried_within_its_cap_without_a_reconcile_and_to
 ):
     from concurrent.futures import ThreadPoolExecutor
 
-    from tailpilot.controllers import handlers
+    from tailpilot.controllers.process import handlers
 
     monkeypatch.setattr(handlers, "DECISION_RETRY_MAX_S", 0.01)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tailpilot.controllers.main import DEFAULT_BUILDER_IMAGE, build_settings, parse_args
+from tailpilot.controllers.process.main import DEFAULT_BUILDER_IMAGE, build_settings, parse_args
 
 
 def test_no_environment_gives_the_built_in_defaults() -> None:

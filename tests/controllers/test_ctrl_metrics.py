@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, ScalingAction
-from tailpilot.controllers.metrics import OperatorMetrics, WebhookResult
+from tailpilot.controllers.core.metrics import OperatorMetrics, WebhookResult
 
 
 def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tailpilot.controllers.observe import (
+from tailpilot.controllers.signals.observe import (
     ObservationError,
     Selector,
     arrival_counts,
@@ -23,8 +23,8 @@ from tailpilot.controllers.observe import (
     parse_vector,
     pod_metrics_from_results,
 )
-from tailpilot.controllers.prometheus_access import PrometheusAccess
-from tailpilot.controllers.prometheus_client import PrometheusClient
+from tailpilot.controllers.signals.prometheus_access import PrometheusAccess
+from tailpilot.controllers.signals.prometheus_client import PrometheusClient
 from tailpilot.policy.estimate import Summary
 from tailpilot.policy.signals import PodLatency
 
@@ -354,7 +354,7 @@ def test_observe_service_passes_the_arrival_curve_on_when_asked():
 
 
 def test_the_clients_p99_is_the_one_finite_figure_of_the_answer_or_says_why_not():
-    from tailpilot.controllers.observe import ClientLatency, client_latency_of
+    from tailpilot.controllers.signals.observe import ClientLatency, client_latency_of
 
     def vector(*values: str) -> dict[str, Any]:
         result = [{"metric": {"i": str(i)}, "value": [1.0, v]} for i, v in enumerate(values)]
@@ -379,7 +379,7 @@ def test_the_clients_p99_is_the_one_finite_figure_of_the_answer_or_says_why_not(
 
 
 def test_the_clients_query_is_sent_at_the_observations_time_and_an_unreachable_prometheus_is_an_error():
-    from tailpilot.controllers.observe import client_latency
+    from tailpilot.controllers.signals.observe import client_latency
 
     sent: list[httpx.QueryParams] = []
 
@@ -408,7 +408,7 @@ def test_the_clients_query_is_sent_at_the_observations_time_and_an_unreachable_p
 
 def test_a_slow_prometheus_holds_only_its_own_share_of_the_connections():
     """A service's own Prometheus that never answers cannot starve another's queries."""
-    from tailpilot.controllers.observe import MAX_IN_FLIGHT_PER_PROMETHEUS, _query
+    from tailpilot.controllers.signals.observe import MAX_IN_FLIGHT_PER_PROMETHEUS, _query
 
     release, filled = asyncio.Event(), asyncio.Event()
     in_flight = {"slow": 0, "most": 0}
@@ -444,7 +444,7 @@ def test_a_slow_prometheus_holds_only_its_own_share_of_the_connections():
 
 def test_one_namespace_holds_only_its_share_of_the_queries_whichever_prometheus_it_names():
     """A tenant's services naming several endpoints that never answer cannot starve another tenant."""
-    from tailpilot.controllers.observe import MAX_IN_FLIGHT_PER_NAMESPACE, _query
+    from tailpilot.controllers.signals.observe import MAX_IN_FLIGHT_PER_NAMESPACE, _query
 
     release, filled = asyncio.Event(), asyncio.Event()
     in_flight = {"greedy": 0, "most": 0}
@@ -486,7 +486,7 @@ def test_one_namespace_holds_only_its_share_of_the_queries_whichever_prometheus_
 
 
 def test_an_answer_past_the_size_bound_is_refused_not_parsed(monkeypatch: pytest.MonkeyPatch):
-    from tailpilot.controllers import observe as module
+    from tailpilot.controllers.signals import observe as module
 
     monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 1000)
     huge = httpx.MockTransport(lambda request: httpx.Response(200, content=b"[" + b"1," * 5000 + b"1]"))
@@ -511,7 +511,7 @@ def _vector_answer(size: int) -> bytes:
 
 
 def test_a_tenants_answer_is_bounded_tighter_than_the_operators_shared_one():
-    from tailpilot.controllers import observe as module
+    from tailpilot.controllers.signals import observe as module
 
     body = _vector_answer(module.MAX_TENANT_RESPONSE_BYTES + 4096)
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
@@ -530,7 +530,7 @@ def test_a_tenants_answer_is_bounded_tighter_than_the_operators_shared_one():
 def test_a_large_answer_is_parsed_off_the_event_loop_and_a_small_one_on_it(monkeypatch: pytest.MonkeyPatch):
     import threading
 
-    from tailpilot.controllers import observe as module
+    from tailpilot.controllers.signals import observe as module
 
     parsed_on: list[int] = []
     parse = module._json_or_none
@@ -561,7 +561,7 @@ def test_an_answer_nested_past_pythons_stack_is_not_an_api_answer_not_a_crash():
     deep = httpx.MockTransport(lambda request: httpx.Response(200, content=b"[" * 200_000))
 
     async def main() -> None:
-        from tailpilot.controllers import observe as module
+        from tailpilot.controllers.signals import observe as module
 
         async with httpx.AsyncClient(transport=deep) as client:
             await module._query(client, "http://prom:9090/api/v1/query", "up", NOW, namespace="t")

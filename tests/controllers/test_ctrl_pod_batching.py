@@ -16,8 +16,8 @@ from triton_fixtures import MODEL, model_config_json, write_repository
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.builders.triton_server import TritonServer, free_port
-from tailpilot.controllers.batching import BatchingReason, check_config
-from tailpilot.controllers.pod_batching import incarnation
+from tailpilot.controllers.autoscale.batching import BatchingReason, check_config
+from tailpilot.controllers.autoscale.pod_batching import incarnation
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

@@ -10,9 +10,9 @@ from typing import Any
 import kopf
 import pytest
 
-from tailpilot.controllers.handlers import ServiceLoops, register
-from tailpilot.controllers.progress import MAX_PASS_S, PassWatch
-from tailpilot.controllers.reconciler import ReconcileResult
+from tailpilot.controllers.process.handlers import ServiceLoops, register
+from tailpilot.controllers.process.progress import MAX_PASS_S, PassWatch
+from tailpilot.controllers.reconcile.reconciler import ReconcileResult
 from tests.fakes import FakeClock, UnexpectedKube
 
 

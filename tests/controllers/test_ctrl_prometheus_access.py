@@ -17,13 +17,23 @@ import httpx
 import pytest
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.autoscaler import Autoscaler
-from tailpilot.controllers.canary_analysis import CanaryAnalyst
-from tailpilot.controllers.main import parse_args, prometheus_access
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.observe import ObservationError, Selector, _query, client_latency, pod_metrics
-from tailpilot.controllers.prometheus_access import PrometheusAccess, parse_allowed_urls, resolve_prometheus
-from tailpilot.controllers.prometheus_client import EndpointNotAllowed, PrometheusClient
+from tailpilot.controllers.autoscale.autoscaler import Autoscaler
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.process.main import parse_args, prometheus_access
+from tailpilot.controllers.rollout.canary_analysis import CanaryAnalyst
+from tailpilot.controllers.signals.observe import (
+    ObservationError,
+    Selector,
+    _query,
+    client_latency,
+    pod_metrics,
+)
+from tailpilot.controllers.signals.prometheus_access import (
+    PrometheusAccess,
+    parse_allowed_urls,
+    resolve_prometheus,
+)
+from tailpilot.controllers.signals.prometheus_client import EndpointNotAllowed, PrometheusClient
 from tests.controllers.specs import service
 from tests.fakes import UnexpectedKube
 

@@ -32,7 +32,7 @@ from tailpilot.bench import traces
 from tailpilot.bench.loadgen import LoadResult, Payload
 from tailpilot.bench.loadgen_process import LoadProcess
 from tailpilot.builders.triton_server import TritonServer, free_port
-from tailpilot.controllers.observe import Selector, observe_service, pod_metrics
+from tailpilot.controllers.signals.observe import Selector, observe_service, pod_metrics
 from tailpilot.policy.estimate import PodMetrics
 from tailpilot_e2e.config import tool
 from tailpilot_e2e.wait import eventually

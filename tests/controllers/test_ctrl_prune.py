@@ -7,10 +7,10 @@ from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.controllers.admin_key import AdminKey
-from tailpilot.controllers.kubeapi import Resource
-from tailpilot.controllers.reconciler import EventRecord, ReconcilePass, Reconciler
-from tailpilot.controllers.settings import OperatorSettings
+from tailpilot.controllers.core.admin_key import AdminKey
+from tailpilot.controllers.core.kubeapi import Resource
+from tailpilot.controllers.core.settings import OperatorSettings
+from tailpilot.controllers.reconcile.reconciler import EventRecord, ReconcilePass, Reconciler
 from tailpilot.manifests.children import ClusterCapabilities, plan_children
 from tailpilot.manifests.settings import NetworkPolicySettings
 from tests.fakes import UnexpectedKube

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
-from tailpilot.controllers.service_runtime import ServiceRuntimes
-from tailpilot.controllers.status import learned_status
+from tailpilot.controllers.core.status import learned_status
+from tailpilot.controllers.signals.service_runtime import ServiceRuntimes
 from tailpilot.policy import Learned, PolicyState
 from tailpilot.policy.period import PeriodMemory
 from tailpilot.policy.surge import SurgeReading

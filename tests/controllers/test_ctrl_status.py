@@ -11,7 +11,7 @@ import pytest
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import AccuracyReport, BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
-from tailpilot.controllers.status import (
+from tailpilot.controllers.core.status import (
     applied_spec_replicas,
     batching_in_force,
     batching_status,
@@ -258,7 +258,7 @@ def test_the_patch_removes_what_the_status_no_longer_has_at_every_level():
 
 def test_the_observation_says_where_the_time_went():
     from tailpilot.api.autoscaling import Observation
-    from tailpilot.controllers.status import observed_status
+    from tailpilot.controllers.core.status import observed_status
 
     queued = Observation(
         at_s=0.0,
@@ -287,7 +287,7 @@ def test_the_observation_says_where_the_time_went():
 
 def test_the_observation_gives_each_compute_part_and_the_tails_beside_the_existing_figures():
     from tailpilot.api.autoscaling import Observation
-    from tailpilot.controllers.status import observed_status
+    from tailpilot.controllers.core.status import observed_status
 
     observation = Observation(
         at_s=0.0,
@@ -319,7 +319,7 @@ def test_the_decision_history_keeps_the_last_ten_oldest_first():
     from datetime import UTC, datetime
 
     from tailpilot.api.v1alpha1 import MAX_DECISION_HISTORY, DecisionRecordStatus
-    from tailpilot.controllers.status import with_decision
+    from tailpilot.controllers.core.status import with_decision
 
     def record(i: int) -> DecisionRecordStatus:
         return DecisionRecordStatus(
@@ -341,7 +341,7 @@ def test_the_decision_history_keeps_the_last_ten_oldest_first():
 
 def test_the_observation_gives_the_executed_batch_sizes_bounded_and_none_when_not_measured():
     from tailpilot.api.autoscaling import ExecutedBatchSize, Observation
-    from tailpilot.controllers.status import observed_status
+    from tailpilot.controllers.core.status import observed_status
 
     def size(n: int, executions: int, share: float) -> ExecutedBatchSize:
         return ExecutedBatchSize(
@@ -378,7 +378,7 @@ def test_the_observation_gives_the_executed_batch_sizes_bounded_and_none_when_no
 
 def test_the_observation_gives_the_clients_p99_and_the_part_outside_the_server_floored_at_zero():
     from tailpilot.api.autoscaling import Observation
-    from tailpilot.controllers.status import observed_status
+    from tailpilot.controllers.core.status import observed_status
 
     def shown(client: float | None, p99: float | None) -> dict[str, Any]:
         observation = Observation(at_s=0.0, request_rate=10.0, p99_ms=p99, client_p99_ms=client)

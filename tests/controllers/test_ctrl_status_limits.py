@@ -21,14 +21,14 @@ from tailpilot.api.engine import (
     TensorSpec,
 )
 from tailpilot.api.v1alpha1 import MAX_TENSORS, BuildStatus, InferenceServiceStatus
-from tailpilot.controllers.build_state import BuildPhase, assess_build
-from tailpilot.controllers.status import (
+from tailpilot.controllers.core.status import (
     CUT_MARKER,
     encode_status,
     engine_status,
     fit_status,
     status_patch,
 )
+from tailpilot.controllers.reconcile.build_state import BuildPhase, assess_build
 from tests.api.crd_sim import validate
 
 STATUS_SCHEMA = crdgen.openapi_schema()["properties"]["status"]

@@ -15,8 +15,8 @@ from tritonclient.utils import InferenceServerException
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.builders.reload_cost import measure_reload
 from tailpilot.builders.triton_server import TritonServer
-from tailpilot.controllers.admin_key import generate_key
-from tailpilot.controllers.batching import BatchingReason, apply_batching, batching_fields
+from tailpilot.controllers.autoscale.batching import BatchingReason, apply_batching, batching_fields
+from tailpilot.controllers.core.admin_key import generate_key
 from tailpilot.manifests.triton_access import (
     ADMIN_KEY_ENV,
     ADMIN_KEY_HEADER,

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.watched import RELIST_S, WatchedObjects
+from tailpilot.controllers.core.watched import RELIST_S, WatchedObjects
 from tailpilot.manifests.meta import selector_labels
 from tests.fakes import FakeClock
 
@@ -122,8 +122,8 @@ def test_a_pod_event_delivered_during_the_list_is_applied_after_it():
 
 
 def test_pod_urls_bracket_ipv6_addresses():
-    from tailpilot.controllers.kubeapi import pod_url
-    from tailpilot.controllers.pod_signals import pod_metrics_url
+    from tailpilot.controllers.core.kubeapi import pod_url
+    from tailpilot.controllers.signals.pod_signals import pod_metrics_url
 
     assert pod_url("10.1.2.3", 8000) == "http://10.1.2.3:8000"
     assert pod_url("fd00:10:244::5", 8000) == "http://[fd00:10:244::5]:8000"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tailpilot.controllers.alert_webhook import make_webhook_app
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
+from tailpilot.controllers.alerting.alert_webhook import make_webhook_app
+from tailpilot.controllers.alerting.webhook_guard import RateLimit, RotatingToken
+from tailpilot.controllers.core.metrics import OperatorMetrics
 from tests.controllers.test_ctrl_alert_webhook import alert, auth, counts, payload
 
 

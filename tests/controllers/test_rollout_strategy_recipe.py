@@ -17,16 +17,16 @@ import pytest
 from tailpilot.api import constants as c
 from tailpilot.api.engine import ProfileSummary
 from tailpilot.api.v1alpha1 import EngineStatus, InferenceServiceStatus
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.kubeapi import Resource
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import Resource
+from tailpilot.controllers.core.settings import OperatorSettings
+from tailpilot.controllers.core.status import decode_status, encode_status, engine_status
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
+from tailpilot.controllers.reconcile.reconciler import Reconciler
 from tailpilot.controllers.reconcile.strategies import StrategyRegistry
 from tailpilot.controllers.reconcile.strategy import RolloutView, Strategy
-from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.settings import OperatorSettings
-from tailpilot.controllers.status import decode_status, encode_status, engine_status
 from tailpilot.manifests import build_job as job_manifests
 from tailpilot.manifests.children import CanaryPlan
 from tailpilot.manifests.meta import owner_reference

@@ -9,7 +9,7 @@ from tailpilot.api.engine import (
     ReloadCost,
     ServiceTimeModel,
 )
-from tailpilot.controllers.build_state import (
+from tailpilot.controllers.reconcile.build_state import (
     BuildPhase,
     assess_build,
     assess_profile,

@@ -1,4 +1,4 @@
-from tailpilot.controllers.drift import Outcome, is_subset, plan
+from tailpilot.controllers.reconcile.drift import Outcome, is_subset, plan
 
 
 def deployment(replicas=2, gpu="1"):

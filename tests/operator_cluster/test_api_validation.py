@@ -12,7 +12,7 @@ import yaml
 
 from tailpilot.api.constants import RESERVED_NAME_SUFFIXES
 from tailpilot.api.v1alpha1 import RULE_NAME_SUFFIX
-from tailpilot.controllers.status import CUT_MARKER, encode_status, status_patch
+from tailpilot.controllers.core.status import CUT_MARKER, encode_status, status_patch
 from tailpilot_e2e.operator_harness import CRD_FILE, install_crds
 from tests.api.invalid_specs import INVALID_SPECS, VALID_SPECS, make_object
 from tests.controllers.test_ctrl_status_limits import overflowing_status

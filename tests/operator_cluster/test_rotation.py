@@ -20,10 +20,10 @@ from kubernetes import client
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.builders.triton_server import TritonServer
-from tailpilot.controllers.fast_checks import FastChecker
-from tailpilot.controllers.kubeapi import Kube
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.pod_signals import PodSignals
+from tailpilot.controllers.autoscale.fast_checks import FastChecker
+from tailpilot.controllers.core.kubeapi import Kube
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.signals.pod_signals import PodSignals
 from tailpilot.manifests.meta import selector_labels
 from tailpilot_e2e.wait import eventually
 from tests.controllers import triton_fixtures

@@ -172,7 +172,7 @@ def test_the_charts_operator_runs_as_its_service_account_and_serves_the_cpu_exam
         assert environ["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
         assert real_cluster.server.endswith(f":{environ['KUBERNETES_SERVICE_PORT']}")
         assert "KUBECONFIG" not in environ
-        # There, the in-cluster configuration the operator tries first (controllers/main.py) loads and
+        # There, the in-cluster configuration the operator tries first (controllers/process/main.py) loads and
         # is the chart's ServiceAccount.
         assert in_cluster_user(pid, environ) == f"system:serviceaccount:{release_ns}:{account}"
         # Its metrics server listens on its pod IP (the chart's metrics port).

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from tailpilot.controllers.batching import batching_fields
+from tailpilot.controllers.autoscale.batching import batching_fields
 from tailpilot.manifests.triton_access import ADMIN_KEY_HEADER, SECRET_KEY, admin_key_secret_name
 from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.cluster import LocalCluster

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from tailpilot.api import constants as c
 from tailpilot.bench import traces
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.tools.report import build_report, summarize, write_report
 from tailpilot.tools.report_plot import COLOURS
 from tailpilot_e2e.agent_cgroups import CpuCgroups

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from tailpilot.cli import SUBCOMMANDS
-from tailpilot.controllers.observe import Selector
+from tailpilot.controllers.signals.observe import Selector
 from tailpilot.tools.report import (
     PARTS,
     ReportData,

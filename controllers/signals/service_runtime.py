@@ -26,8 +26,8 @@ from typing import TypeVar
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
-from tailpilot.controllers.observe import ClientLatency
-from tailpilot.controllers.status import restore_learned, restored_memory
+from tailpilot.controllers.core.status import restore_learned, restored_memory
+from tailpilot.controllers.signals.observe import ClientLatency
 from tailpilot.policy import PolicyState
 from tailpilot.policy.period import PeriodMemory
 from tailpilot.policy.signals import ReadHistory

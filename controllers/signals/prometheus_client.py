@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import httpx
 
-from tailpilot.controllers.prometheus_access import (
+from tailpilot.controllers.signals.prometheus_access import (
     PrometheusAccess,
     PrometheusChoice,
     client_query_refusal,

@@ -29,7 +29,7 @@ from tailpilot.api.engine import (
     TensorSpec,
 )
 from tailpilot.api.v1alpha1 import MAX_TENSORS, TensorOverride
-from tailpilot.controllers.job_ownership import job_uid, pods_of_job
+from tailpilot.controllers.reconcile.job_ownership import job_uid, pods_of_job
 
 #: A reason the operator copies onto a condition (CamelCase, within the condition's 128 characters).
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]{0,127}$")

@@ -3,8 +3,8 @@
 Each period, for every service the autoscaler drives (and every one with backlogRotation):
 
 - the ready pods and their `tailpilot.io/rotation` label, as the operator's watches delivered them
-  (`tailpilot.controllers.watched`: no request to the API server per period);
-- one read of their Triton metrics pages (`tailpilot.controllers.pod_signals.PodSignals`), kept in
+  (`tailpilot.controllers.core.watched`: no request to the API server per period);
+- one read of their Triton metrics pages (`tailpilot.controllers.signals.pod_signals.PodSignals`), kept in
   the service's read history: the autoscaler's Observation is built from it at each decision;
 - then, each turned on by its own field of spec.autoscaling, the two rules that act between
   decisions, on the same reads:
@@ -32,21 +32,21 @@ from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
-from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.kubeapi import PODS, ready_pod_ip
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.pod_signals import PodSignals
-from tailpilot.controllers.seams import FastCheckKube
-from tailpilot.controllers.service_runtime import ServiceRuntime, ServiceRuntimes
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
-from tailpilot.controllers.status import (
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.core.events import EventRecord, post_events
+from tailpilot.controllers.core.kubeapi import PODS, ready_pod_ip
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.seams import FastCheckKube
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.controllers.core.status import (
     batching_in_force,
     decode_status,
     engine_profile,
     service_without_status,
 )
-from tailpilot.controllers.watched import DirectReads, ObjectSource
+from tailpilot.controllers.core.watched import DirectReads, ObjectSource
+from tailpilot.controllers.signals.pod_signals import PodSignals
+from tailpilot.controllers.signals.service_runtime import ServiceRuntime, ServiceRuntimes
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.from_spec import observation_windows
 from tailpilot.policy.rotation import RotationConfig, choose_rotation

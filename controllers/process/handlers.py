@@ -22,19 +22,19 @@ from typing import Any, Protocol
 import kopf
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.alert_webhook import AlertNotification
-from tailpilot.controllers.alerts import FiringAlerts
-from tailpilot.controllers.canary_analysis import ANALYSIS_PERIOD_S
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
-from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.fast_checks import FastCheck
-from tailpilot.controllers.kubeapi import ISVC
-from tailpilot.controllers.progress import PassWatch
-from tailpilot.controllers.reconciler import ReconcileResult
-from tailpilot.controllers.seams import EventsKube
-from tailpilot.controllers.service_runtime import ServiceRuntime, ServiceRuntimes
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
-from tailpilot.controllers.watched import WatchedObjects
+from tailpilot.controllers.alerting.alert_webhook import AlertNotification
+from tailpilot.controllers.alerting.alerts import FiringAlerts
+from tailpilot.controllers.autoscale.fast_checks import FastCheck
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.core.events import EventRecord, post_events
+from tailpilot.controllers.core.kubeapi import ISVC
+from tailpilot.controllers.core.seams import EventsKube
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.controllers.core.watched import WatchedObjects
+from tailpilot.controllers.process.progress import PassWatch
+from tailpilot.controllers.reconcile.reconciler import ReconcileResult
+from tailpilot.controllers.rollout.canary_analysis import ANALYSIS_PERIOD_S
+from tailpilot.controllers.signals.service_runtime import ServiceRuntime, ServiceRuntimes
 from tailpilot.policy.surge import SurgeReading
 
 log = logging.getLogger("tailpilot.handlers")

@@ -36,33 +36,15 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     ObservedStatus,
 )
-from tailpilot.controllers.breakdown import breakdown_condition
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
-from tailpilot.controllers.conditions import ConditionUpdate, condition_of, is_true, merge_conditions
-from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.gpu_inventory import GpuInventory
-from tailpilot.controllers.gpu_products import (
-    candidates_serving,
-    choice_status,
-    chooses_product,
-    memory_of,
-    options_of,
-    serving_spec,
-)
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.observe import (
-    LatencyBoard,
-    ObservationError,
-    client_latency,
-    observe_service,
-)
-from tailpilot.controllers.pod_batching import PodBatching
-from tailpilot.controllers.pod_signals import PodSignals
-from tailpilot.controllers.prometheus_client import prometheus_for
-from tailpilot.controllers.seams import AutoscalerKube
-from tailpilot.controllers.service_runtime import ClientAnswer, ServiceRuntime, ServiceRuntimes
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S
-from tailpilot.controllers.status import (
+from tailpilot.controllers.autoscale.breakdown import breakdown_condition
+from tailpilot.controllers.autoscale.pod_batching import PodBatching
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.core.conditions import ConditionUpdate, condition_of, is_true, merge_conditions
+from tailpilot.controllers.core.events import EventRecord, post_events
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.seams import AutoscalerKube
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
+from tailpilot.controllers.core.status import (
     MAX_MESSAGE,
     batching_in_force,
     batching_status,
@@ -78,7 +60,25 @@ from tailpilot.controllers.status import (
     status_patch,
     with_decision,
 )
-from tailpilot.controllers.watched import DirectReads, ObjectSource
+from tailpilot.controllers.core.watched import DirectReads, ObjectSource
+from tailpilot.controllers.gpu.gpu_inventory import GpuInventory
+from tailpilot.controllers.gpu.gpu_products import (
+    candidates_serving,
+    choice_status,
+    chooses_product,
+    memory_of,
+    options_of,
+    serving_spec,
+)
+from tailpilot.controllers.signals.observe import (
+    LatencyBoard,
+    ObservationError,
+    client_latency,
+    observe_service,
+)
+from tailpilot.controllers.signals.pod_signals import PodSignals
+from tailpilot.controllers.signals.prometheus_client import prometheus_for
+from tailpilot.controllers.signals.service_runtime import ClientAnswer, ServiceRuntime, ServiceRuntimes
 from tailpilot.manifests import placement
 from tailpilot.policy import PolicyState
 from tailpilot.policy.from_spec import (

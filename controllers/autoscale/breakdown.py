@@ -31,7 +31,7 @@ from typing import Final
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import ObservedStatus
-from tailpilot.controllers.conditions import ConditionUpdate
+from tailpilot.controllers.core.conditions import ConditionUpdate
 
 #: The part the reason names stays named while the largest part is within this factor of it.
 HOLD_MARGIN: Final = 1.1

@@ -13,7 +13,7 @@ otherwise keep the operator in its alert mode, with no scale-down, for ever. Ale
 firing alert every `repeat_interval` of its route, so that route's interval must be shorter (the
 receiver configuration in docs/autoscaling.md sets 30 minutes).
 
-Pure: the service's loop (`tailpilot.controllers.handlers.ServiceLoops`) keeps one `FiringAlerts`
+Pure: the service's loop (`tailpilot.controllers.process.handlers.ServiceLoops`) keeps one `FiringAlerts`
 per service and posts what `update` and `expire` return.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.alert_webhook import AlertNotification
-from tailpilot.controllers.events import EventRecord
+from tailpilot.controllers.alerting.alert_webhook import AlertNotification
+from tailpilot.controllers.core.events import EventRecord
 
 #: Seconds after its last notification a firing alert is taken as resolved.
 EXPIRE_AFTER_S = 3600.0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from tailpilot.controllers.kubeapi import Resource
+from tailpilot.controllers.core.kubeapi import Resource
 
 # ---- one call each ----------------------------------------------------------------------------------
 

@@ -22,16 +22,16 @@ from pydantic import ValidationError
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import CanaryStatus, CanaryTrackStatus, InferenceService
-from tailpilot.controllers.canary_rollout import phase_conditions
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, utc_now
-from tailpilot.controllers.conditions import merge_conditions
-from tailpilot.controllers.events import EventRecord, post_events
-from tailpilot.controllers.kubeapi import ISVC, PODS
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.observe import ObservationError, Selector, pod_metrics
-from tailpilot.controllers.prometheus_client import prometheus_for
-from tailpilot.controllers.seams import CanaryKube
-from tailpilot.controllers.status import decode_status, service_without_status, status_patch
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock, utc_now
+from tailpilot.controllers.core.conditions import merge_conditions
+from tailpilot.controllers.core.events import EventRecord, post_events
+from tailpilot.controllers.core.kubeapi import ISVC, PODS
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.seams import CanaryKube
+from tailpilot.controllers.core.status import decode_status, service_without_status, status_patch
+from tailpilot.controllers.rollout.canary_rollout import phase_conditions
+from tailpilot.controllers.signals.observe import ObservationError, Selector, pod_metrics
+from tailpilot.controllers.signals.prometheus_client import prometheus_for
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
 from tailpilot.policy.canary import CanaryCriteria, TrackReading, Verdict, judge_canary
 

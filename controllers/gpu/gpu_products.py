@@ -24,7 +24,7 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     Precision,
 )
-from tailpilot.controllers.conditions import ConditionUpdate
+from tailpilot.controllers.core.conditions import ConditionUpdate
 from tailpilot.policy import gpu_choice
 from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption
 

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("tailpilot.webhook")
 

@@ -50,13 +50,13 @@ import httpx
 
 from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import Observation
-from tailpilot.controllers.prometheus_answer import (
+from tailpilot.controllers.signals.prometheus_answer import (
     not_an_api_answer,
     refusal,
     result_kind,
     value_words,
 )
-from tailpilot.controllers.prometheus_client import client_query_refused
+from tailpilot.controllers.signals.prometheus_client import client_query_refused
 from tailpilot.policy import PodMetrics, observation_from_pod_metrics
 from tailpilot.policy.estimate import Summary
 from tailpilot.policy.signals import PodLatency

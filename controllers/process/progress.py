@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
 
 #: Longest a pass may be in flight before the operator counts as stuck. Each API call it makes is
 #: bounded (5 s connect, 60 s read, 3 attempts with at most 10 s between them) and a pass makes a

@@ -1,6 +1,6 @@
 """Reading the Triton pods' own metrics pages: the I/O of the fast signals (`tailpilot.policy.signals`).
 
-Every `READ_PERIOD_S` the service's fast loop (`tailpilot.controllers.fast_checks`) lists its Ready
+Every `READ_PERIOD_S` the service's fast loop (`tailpilot.controllers.autoscale.fast_checks`) lists its Ready
 pods and calls `PodSignals.read`: each pod's metrics page (`:8002/metrics`) is fetched concurrently,
 the service's model's counters are summed over its versions (`parse_triton_counters`), and the read
 is appended to the service's `ReadHistory`. The autoscaler builds its Observation from that history
@@ -32,10 +32,10 @@ from urllib.parse import quote
 import aiohttp
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.kubeapi import pod_url
-from tailpilot.controllers.observe import PENDING_GAUGE, RATE_COUNTERS
-from tailpilot.controllers.service_runtime import ServiceRuntime, ServiceRuntimes
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.kubeapi import pod_url
+from tailpilot.controllers.signals.observe import PENDING_GAUGE, RATE_COUNTERS
+from tailpilot.controllers.signals.service_runtime import ServiceRuntime, ServiceRuntimes
 from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import (
     DEFAULT_READS_PER_S,

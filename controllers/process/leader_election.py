@@ -45,8 +45,8 @@ from typing import Any, Final, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock, iso_time
-from tailpilot.controllers.seams import LeaseKube
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock, iso_time
+from tailpilot.controllers.core.seams import LeaseKube
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from tailpilot.controllers.clock import iso_time
-from tailpilot.controllers.seams import PostsEvents
+from tailpilot.controllers.core.clock import iso_time
+from tailpilot.controllers.core.seams import PostsEvents
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ Where the store cannot answer, it asks the API server and keeps the answer:
 - a service's pods not listed for `RELIST_S`: a watch that broke and listed again delivers no
   DELETED event for a pod deleted in between, so the pod set is listed afresh now and then, which
   bounds how long such a pod can linger (its reads fail meanwhile, and the pods that answer
-  count for it: `tailpilot.controllers.pod_signals`).
+  count for it: `tailpilot.controllers.signals.pod_signals`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.kubeapi import ISVC, PODS
-from tailpilot.controllers.seams import ServiceReadsKube
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.kubeapi import ISVC, PODS
+from tailpilot.controllers.core.seams import ServiceReadsKube
 from tailpilot.manifests.meta import selector_labels, selector_string
 
 #: Seconds after which a service's pods are listed from the API server again (see the module doc).

@@ -23,15 +23,18 @@ from aiohttp import web
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from tailpilot.controllers.alert_webhook import AlertNotification, make_webhook_app
-from tailpilot.controllers.autoscaler import Autoscaler
-from tailpilot.controllers.canary_analysis import CanaryAnalyst
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.fast_checks import FastChecker
-from tailpilot.controllers.gpu_inventory import GpuInventory
-from tailpilot.controllers.handlers import ServiceLoops, register
-from tailpilot.controllers.kubeapi import SECRETS, Kube, api_client
-from tailpilot.controllers.leader_election import (
+from tailpilot.controllers.alerting.alert_webhook import AlertNotification, make_webhook_app
+from tailpilot.controllers.alerting.webhook_guard import RateLimit, RotatingToken
+from tailpilot.controllers.autoscale.autoscaler import Autoscaler
+from tailpilot.controllers.autoscale.fast_checks import FastChecker
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.kubeapi import SECRETS, Kube, api_client
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
+from tailpilot.controllers.core.watched import WatchedObjects
+from tailpilot.controllers.gpu.gpu_inventory import GpuInventory
+from tailpilot.controllers.process.handlers import ServiceLoops, register
+from tailpilot.controllers.process.leader_election import (
     DEFAULT_LEASE_DURATION_S,
     DEFAULT_RENEW_DEADLINE_S,
     DEFAULT_RETRY_PERIOD_S,
@@ -39,15 +42,12 @@ from tailpilot.controllers.leader_election import (
     LeaderElector,
     LeaseLock,
 )
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.pod_signals import PodSignals
-from tailpilot.controllers.prometheus_access import PrometheusAccess, invalid_urls, parse_allowed_urls
-from tailpilot.controllers.prometheus_client import PrometheusClient
-from tailpilot.controllers.reconciler import Reconciler
-from tailpilot.controllers.service_runtime import ServiceRuntimes
-from tailpilot.controllers.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
-from tailpilot.controllers.watched import WatchedObjects
-from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
+from tailpilot.controllers.reconcile.reconciler import Reconciler
+from tailpilot.controllers.rollout.canary_analysis import CanaryAnalyst
+from tailpilot.controllers.signals.pod_signals import PodSignals
+from tailpilot.controllers.signals.prometheus_access import PrometheusAccess, invalid_urls, parse_allowed_urls
+from tailpilot.controllers.signals.prometheus_client import PrometheusClient
+from tailpilot.controllers.signals.service_runtime import ServiceRuntimes
 from tailpilot.manifests.settings import ManifestSettings, settings_from_env
 from tailpilot.policy.signals import DEFAULT_READS_PER_S
 

@@ -17,16 +17,16 @@ from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
-from tailpilot.controllers.admin_key import read_admin_key
-from tailpilot.controllers.batching import BatchingApplyResult, apply_batching, check_config
-from tailpilot.controllers.canary_rollout import canary_plan
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.kubeapi import PODS, pod_url, ready_pod_ip
-from tailpilot.controllers.metrics import OperatorMetrics
-from tailpilot.controllers.seams import ServiceReadsKube
-from tailpilot.controllers.service_runtime import PodsAtBatching, ServiceKey, ServiceRuntime
-from tailpilot.controllers.status import served_result
-from tailpilot.controllers.watched import ObjectSource
+from tailpilot.controllers.autoscale.batching import BatchingApplyResult, apply_batching, check_config
+from tailpilot.controllers.core.admin_key import read_admin_key
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import PODS, pod_url, ready_pod_ip
+from tailpilot.controllers.core.metrics import OperatorMetrics
+from tailpilot.controllers.core.seams import ServiceReadsKube
+from tailpilot.controllers.core.status import served_result
+from tailpilot.controllers.core.watched import ObjectSource
+from tailpilot.controllers.rollout.canary_rollout import canary_plan
+from tailpilot.controllers.signals.service_runtime import PodsAtBatching, ServiceKey, ServiceRuntime
 from tailpilot.manifests import placement, triton_model_config
 from tailpilot.manifests.meta import selector_string
 

@@ -10,7 +10,7 @@ a resolved one returns it to normal.
 Security: the receiver requires `Authorization: Bearer <token>` (Alertmanager's
 `http_config.authorization.credentials`), compared in constant time; an empty
 token is refused at construction, and a rotated one is taken from where it lives
-(`tailpilot.controllers.webhook_guard`). Requests past the rate limit get 429,
+(`tailpilot.controllers.alerting.webhook_guard`). Requests past the rate limit get 429,
 unauthenticated ones 401, malformed ones 400 (nothing is passed on), and every
 request is counted by result in `tailpilot_webhook_requests_total`.
 
@@ -30,8 +30,8 @@ from typing import Any, Literal
 from aiohttp import web
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.metrics import OperatorMetrics, WebhookResult
-from tailpilot.controllers.webhook_guard import RateLimit, RotatingToken
+from tailpilot.controllers.alerting.webhook_guard import RateLimit, RotatingToken
+from tailpilot.controllers.core.metrics import OperatorMetrics, WebhookResult
 
 #: Largest accepted body; Alertmanager groups are far smaller.
 MAX_BODY_BYTES = 1 << 20

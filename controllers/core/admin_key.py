@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.controllers.kubeapi import SECRETS
-from tailpilot.controllers.seams import AdminKeyKube, GetsObjects
+from tailpilot.controllers.core.kubeapi import SECRETS
+from tailpilot.controllers.core.seams import AdminKeyKube, GetsObjects
 from tailpilot.manifests.meta import controlled_by
 from tailpilot.manifests.triton_access import (
     AdminKeyRef,

@@ -32,9 +32,9 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     RolloutStrategy,
 )
-from tailpilot.controllers.conditions import ConditionUpdate
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.status import engine_result
+from tailpilot.controllers.core.conditions import ConditionUpdate
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.status import engine_result
 from tailpilot.manifests.children import CanaryPlan
 from tailpilot.policy.canary import canary_replicas
 

@@ -20,9 +20,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from tailpilot.api import constants as c
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.kubeapi import NODES, PODS
-from tailpilot.controllers.seams import ListsObjects
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.kubeapi import NODES, PODS
+from tailpilot.controllers.core.seams import ListsObjects
 
 log = logging.getLogger("tailpilot.gpu_inventory")
 

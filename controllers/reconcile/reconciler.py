@@ -28,11 +28,13 @@ children, the closing conditions, the status write and the Events.
 
 from __future__ import annotations
 
-from tailpilot.controllers.canary_rollout import drop_superseded_canary
-from tailpilot.controllers.clock import SYSTEM_CLOCK, Clock
-from tailpilot.controllers.events import EventRecord
-from tailpilot.controllers.gpu_inventory import GpuInventory
-from tailpilot.controllers.kubeapi import ISVC
+from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import ISVC
+from tailpilot.controllers.core.seams import ReconcilerKube
+from tailpilot.controllers.core.settings import OperatorSettings
+from tailpilot.controllers.core.status import served_result
+from tailpilot.controllers.gpu.gpu_inventory import GpuInventory
 from tailpilot.controllers.reconcile.admission import Admission
 from tailpilot.controllers.reconcile.build import EngineBuild
 from tailpilot.controllers.reconcile.candidates import Candidates
@@ -46,9 +48,7 @@ from tailpilot.controllers.reconcile.regression_gate import accepts_engine, rele
 from tailpilot.controllers.reconcile.rollout import Rollout, rollout_condition
 from tailpilot.controllers.reconcile.status_writer import StatusWriter
 from tailpilot.controllers.reconcile.strategies import StrategyRegistry
-from tailpilot.controllers.seams import ReconcilerKube
-from tailpilot.controllers.settings import OperatorSettings
-from tailpilot.controllers.status import served_result
+from tailpilot.controllers.rollout.canary_rollout import drop_superseded_canary
 from tailpilot.manifests import build_job as job_manifests
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""Alertmanager's webhook and what its firing alerts tell each service's loop."""

@@ -1,0 +1,1 @@
+"""GPU products: the nodes' free capacity and the candidates' records of a product choice."""

@@ -1,0 +1,1 @@
+"""The operator process: flags into settings, kopf wiring, one loop per service, leader election, liveness."""
