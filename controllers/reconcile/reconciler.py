@@ -44,8 +44,8 @@ from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.engine_jobs import EngineJobs
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass, ReconcileResult
 from tailpilot.controllers.reconcile.profiling import Profiling
-from tailpilot.controllers.reconcile.regression_gate import accepts_engine, release_stale_hold
-from tailpilot.controllers.reconcile.rollout import Rollout, rollout_condition
+from tailpilot.controllers.reconcile.regression_gate import release_stale_hold
+from tailpilot.controllers.reconcile.rollout import Rollout
 from tailpilot.controllers.reconcile.status_writer import StatusWriter
 from tailpilot.controllers.reconcile.strategies import StrategyRegistry
 from tailpilot.controllers.rollout.canary_rollout import drop_superseded_canary
@@ -56,8 +56,6 @@ __all__ = [
     "ReconcilePass",
     "ReconcileResult",
     "Reconciler",
-    "accepts_engine",
-    "rollout_condition",
 ]
 
 
