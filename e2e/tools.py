@@ -29,13 +29,13 @@ def link_binaries(target: Path) -> list[Path]:
 
 
 #: Folder -> import package, as pyproject.toml's package-dir maps them.
-PACKAGE_DIRS = {"controllers": "controllers", "tools": "tools", "builders": "builders", "bench": "bench"}
+PACKAGE_DIRS = {"controllers": "controllers", "tools": "tools", "builders": "builders", "bench": "bench", "activator": "activator"}
 
 
 def link_source_tree(target: Path) -> Path:
     """Lay the `tailpilot` package out as one directory tree of symlinks under `target`.
 
-    The editable install maps six folders into one package with an import hook
+    The editable install maps seven folders into one package with an import hook
     that static tools (mypy, import-linter) cannot follow; pointed at this tree
     (MYPYPATH / PYTHONPATH) they see the package exactly as Python imports it.
     """
