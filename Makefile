@@ -73,9 +73,10 @@ test-slo-loop: tools ## the SLO-loop test alone, with its timeline: a load step 
 
 # `python -P`: the repository root must not shadow the stdlib `operator` module with operator/.
 .PHONY: bench
-bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product page; rewrites docs/benchmarks and the figures docs quote from it (~10 min)
+bench: venv ## the policy benchmark: TailPilot vs baselines vs oracle on every trace, then the GPU product and scale-to-zero pages; rewrites docs/benchmarks and the figures docs quote from it (~11 min)
 	$(PY) -P -m tailpilot.bench.run
 	$(PY) -P -m tailpilot.bench.gpu_products
+	$(PY) -P -m tailpilot.bench.scale_to_zero
 
 # The policy benchmark on the measured profile of the example model on this CPU. That engine serves
 # ~12x the requests of the default profile per replica, and a simulated hour's cost grows with its
@@ -124,6 +125,10 @@ bench-static: venv ## the cheapest constant fleet keeping both SLO goals on each
 .PHONY: bench-products
 bench-products: venv ## GPU product choice vs one product picked by hand (H100, L4): money, SLO, moves per trace, Ts = 30 and 90 s, into docs/benchmarks/gpu-products.md (~1 min)
 	$(PY) -P -m tailpilot.bench.gpu_products
+
+.PHONY: bench-zero
+bench-zero: venv ## scale to zero on idle-heavy traces: TailPilot vs Knative KPA vs one replica, into docs/benchmarks/scale-to-zero.md (~1 min)
+	$(PY) -P -m tailpilot.bench.scale_to_zero
 
 .PHONY: bench-quick
 bench-quick: venv ## a one-minute subset of the policy benchmark

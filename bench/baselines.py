@@ -225,6 +225,41 @@ class KnativeKpa:
         return Target(max(self._p.min_replicas, min(self._p.max_replicas, desired)), self._p.batching)
 
 
+class KnativeKpaZero(KnativeKpa):
+    """KPA with scale to zero at Knative's defaults (the fleet runs behind `ActivatorModel`).
+
+    The activator's held requests count as concurrency (`FleetView.mean_inflight` samples them), so a
+    held request asks for a replica at the next tick. The last replica goes once the stable window
+    saw no request in flight and then the scale-to-zero grace period (30 s) passed; a fleet at zero
+    stays there until a request is held.
+    """
+
+    def __init__(
+        self, params: BaselineParams, *, share: float = DEFAULT_LOAD_SHARE, grace_s: float = 30.0
+    ) -> None:
+        super().__init__(params, share=share)
+        self._grace_s = grace_s
+        self._quiet_since: float | None = None
+
+    def decide(self, view: FleetView) -> Target:
+        held = view.held_requests
+        if held > 0 and view.target_replicas == 0:
+            self._quiet_since = None
+            return Target(max(1, math.ceil(held / self._target)), self._p.batching)
+        if view.target_replicas <= 1 and held == 0 and view.mean_inflight(self._stable_s) == 0:
+            if view.target_replicas == 0:
+                return Target(0, self._p.batching)
+            if self._quiet_since is None:
+                self._quiet_since = view.now_s
+            if view.now_s - self._quiet_since >= self._grace_s:
+                self._quiet_since = None
+                return Target(0, self._p.batching)
+            return Target(view.target_replicas, self._p.batching)
+        self._quiet_since = None
+        want = super().decide(view)
+        return Target(max(1, want.replicas), want.batching)
+
+
 class WvaSaturation:
     """WVA-style saturation scaler: +1 replica when saturated, -1 when the rest keep spare capacity.
 

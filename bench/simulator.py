@@ -50,7 +50,7 @@ from tailpilot.policy.batch_sizes import BatchCounts, SizeCounts
 from tailpilot.policy.signals import PodLatency, TritonCounters
 
 # Event kinds; the number also orders simultaneous events (completions free instances first).
-_DONE, _READY, _REBATCH, _ROTATE, _TIMER, _SCRAPE, _TICK, _ROTATION_TICK = range(8)
+_DONE, _READY, _REBATCH, _ROTATE, _TIMER, _SCRAPE, _TICK, _ROTATION_TICK, _WAKE = range(9)
 
 _STARTING, _SERVING, _DRAINING, _GONE = range(4)
 
@@ -99,6 +99,22 @@ class RotatingController(Controller, Protocol):
 
 
 @dataclass(frozen=True)
+class ActivatorModel:
+    """The activator in front of a fleet that may scale to zero (`tailpilot.activator`, its defaults).
+
+    A request that finds no serving replica is held (at most `hold_limit` at once; beyond, refused at
+    once) and fails if no replica serves within `hold_timeout_s`. The first held request wakes the
+    service: `wake_delay_s` later (the annotation's patch and the operator's handler) one replica is
+    asked for, whatever the controller's next period says; held requests go to the first replica
+    ready.
+    """
+
+    hold_limit: int = 1000
+    hold_timeout_s: float = 300.0
+    wake_delay_s: float = 1.0
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """Fleet parameters that do not depend on the policy."""
 
@@ -125,6 +141,8 @@ class SimConfig:
     #: that the scored part starts at 0 (the requests, batches, samples, actions and replica-seconds
     #: of the warm-up are left out; the work it left queued is served within the scored part).
     score_from_s: float = 0.0
+    #: Requests at zero serving replicas wait at this activator (None: they fail, as with no activator).
+    activator: ActivatorModel | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +168,10 @@ class SimResult:
     replica_seconds_by_product: dict[str, float] = field(default_factory=dict)
     #: (time, product left, product moved to) for each move between GPU products.
     moves: list[tuple[float, str | None, str]] = field(default_factory=list)
+    #: Times the activator woke the fleet from zero (each a cold start).
+    wakes_s: list[float] = field(default_factory=list)
+    #: Per request, whether it waited at the activator (empty: no activator in the run).
+    held: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
 
     @property
     def latency_s(self) -> npt.NDArray[np.float64]:
@@ -261,6 +283,11 @@ class Simulation:
         self._race_rng = np.random.default_rng([config.seed, 1])
         self._race: list[bool] = []
         self._race_i = 0
+        # Requests held at the activator (ids, arrival order) while no replica serves.
+        self._held: list[int] = []
+        self._ever_held: list[int] = []
+        self._wake_pending = False
+        self._wakes: list[float] = []
         init = controller.initial()
         self._product = init.product
         self._set_batching(init.batching)
@@ -465,7 +492,7 @@ class Simulation:
         if isinstance(self._ctl, RotatingController):
             self._push(self._ctl.rotation_period_s, _ROTATION_TICK, None)
         arr, heap, n, i = self._arr, self._heap, len(self._arr), 0
-        pod, done, completed = self._pod, self._done, self._completed
+        done, completed = self._done, self._completed
         exec_t, exec_pod = self._exec_done_t, self._exec_done_pod
         exec_size, exec_ns, start = self._exec_done_size, self._exec_done_ns, self._start
         heappop, inf = heapq.heappop, math.inf
@@ -499,10 +526,7 @@ class Simulation:
             elif i < n:
                 t = next_arrival
                 self.now_s = t
-                target = self._pick()
-                if target is not None:
-                    pod[i] = target.idx
-                    self._arrive(target, i, t)
+                self._route(i, t)
                 i += 1
             else:
                 break
@@ -522,6 +546,10 @@ class Simulation:
                 rep.state = _SERVING
                 self._serving.append(rep)
                 self._retire_if_moved(t)
+                if self._held:
+                    self._release_held(t)
+        elif kind == _WAKE:
+            self._wake(t)
         elif kind == _REBATCH:
             assert isinstance(obj, BatchingConfig)
             self._apply_batching(t, obj)
@@ -540,6 +568,60 @@ class Simulation:
             assert isinstance(obj, frozenset)
             self._held_out = obj
 
+    def _held_mask(self) -> npt.NDArray[np.bool_]:
+        if self._cfg.activator is None:
+            return np.zeros(0, dtype=np.bool_)
+        mask = np.zeros(len(self._arr), dtype=np.bool_)
+        mask[self._ever_held] = True
+        return mask
+
+    def _route(self, request: int, t: float) -> None:
+        """An arrival goes to a serving replica, else waits at the activator (if any) or fails."""
+        target = self._pick()
+        if target is not None:
+            self._pod[request] = target.idx
+            self._arrive(target, request, t)
+        elif self._cfg.activator is not None:
+            self._hold(request, t, self._cfg.activator)
+
+    # ----------------------------------------------------------------- activator
+    def _hold(self, request: int, t: float, activator: ActivatorModel) -> None:
+        """Hold a request that found no serving replica (refused when the activator is full)."""
+        arr = self._arr
+        self._held = [r for r in self._held if arr[r] + activator.hold_timeout_s >= t]
+        if len(self._held) >= activator.hold_limit:
+            return  # refused: its done time stays inf
+        self._held.append(request)
+        self._ever_held.append(request)
+        starting = any(r.state == _STARTING for r in self._replicas)
+        if not self._wake_pending and not starting:
+            self._wake_pending = True
+            self._push(t + activator.wake_delay_s, _WAKE, None)
+
+    def _wake(self, t: float) -> None:
+        """The activator's wake: one replica asked for at once, if none serves or starts."""
+        self._wake_pending = False
+        if self._serving or any(r.state == _STARTING for r in self._replicas):
+            return
+        target = max(1, self._cfg.min_replicas)
+        self._actions.append((t, self._target, target))
+        self._wakes.append(t)
+        self._target = target
+        self._scale_to(t, target)
+
+    def _release_held(self, t: float) -> None:
+        """Forward the held requests that have not timed out to the replicas now serving."""
+        activator = self._cfg.activator
+        assert activator is not None
+        held, self._held = self._held, []
+        for r in held:
+            if self._arr[r] + activator.hold_timeout_s < t:
+                continue  # timed out at the activator: its done time stays inf
+            target = self._pick()
+            assert target is not None
+            self._pod[r] = target.idx
+            self._arrive(target, r, t)
+
     def _apply_batching(self, t: float, cfg: BatchingConfig) -> None:
         delta = cfg.instances_per_replica - self._batching.instances_per_replica
         self._set_batching(cfg)
@@ -555,7 +637,8 @@ class Simulation:
         live = [r for r in self._replicas if r.state != _GONE]
         s.t.append(t)
         s.queued.append(sum(r.pending() for r in live))
-        s.inflight.append(sum(r.pending() + r.executing for r in live))
+        # The activator's held requests count too, as Knative's activator reports them to the KPA.
+        s.inflight.append(sum(r.pending() + r.executing for r in live) + len(self._held))
         s.ready.append(len(self._serving))
         s.provisioned.append(sum(1 for r in live if r.state != _DRAINING))
         self._capacity_s += len(self._serving) * self._batching.instances_per_replica * self._cfg.scrape_s
@@ -635,6 +718,8 @@ class Simulation:
             duration_s=end,
             replica_seconds_by_product=by_product,
             moves=list(self._moves),
+            wakes_s=list(self._wakes),
+            held=self._held_mask(),
         )
         return scored_part(full, begin) if begin > 0 else full
 
@@ -665,6 +750,8 @@ def scored_part(full: SimResult, begin_s: float) -> SimResult:
         duration_s=full.duration_s - begin_s,
         replica_seconds_by_product=full.replica_seconds_by_product,
         moves=[(t - begin_s, old, new) for t, old, new in full.moves if t >= begin_s],
+        wakes_s=[t - begin_s for t in full.wakes_s if t >= begin_s],
+        held=full.held[keep] if full.held.size else full.held,
     )
 
 
@@ -712,6 +799,14 @@ class FleetView:
         s = self._sim._samples
         k = max(1, round(window_s / self._sim._cfg.scrape_s))
         return slice(max(0, len(s.t) - k), len(s.t))
+
+    @property
+    def held_requests(self) -> int:
+        """Requests waiting at the activator for a replica, not yet timed out (0 without one)."""
+        sim, activator = self._sim, self._sim._cfg.activator
+        if activator is None:
+            return 0
+        return sum(1 for r in sim._held if sim._arr[r] + activator.hold_timeout_s >= self.now_s)
 
     def mean_inflight(self, window_s: float) -> float:
         """Mean total requests queued or executing across the fleet (sampled gauge)."""

@@ -25,6 +25,7 @@ benchmark crashing.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tailpilot.api.autoscaling import Observation
@@ -119,6 +120,14 @@ class TailPilot:
     def initial(self) -> Target:
         return self._initial
 
+    def allow_zero(self) -> None:
+        """Run as at `minReplicas: 0` (the policy's own zero decision, `tailpilot.policy.idle`).
+
+        Until the API accepts 0 (the operator then routes an idle Service to the activator), this
+        is the one knob set apart from the spec.
+        """
+        self._config = replace(self._config, min_replicas=0)
+
     @property
     def reads(self) -> ReadHistory:
         """The pods' reads so far (kept for the longest window)."""
@@ -152,7 +161,7 @@ class TailPilot:
             self._next_decision_s += self._config.control_period_s
             return self._decide(view, surge=None)
         if self._surge is None:
-            return self._last
+            return self._between_periods(view)
         reads = self._history.reads
         check = surge_step(
             self._surge,
@@ -164,11 +173,15 @@ class TailPilot:
         )
         self._over_in_a_row = check.over_in_a_row
         if check.reading is None:
-            return self._last
+            return self._between_periods(view)
         self.surge_decisions += 1
         # The operator's loop counts the next period from a surge decision.
         self._next_decision_s = view.now_s + self._config.control_period_s
         return self._decide(view, surge=check.reading)
+
+    def _between_periods(self, view: FleetView) -> Target:
+        """No decision: the fleet keeps its size (which the activator's wake may have set), and batching."""
+        return replace(self._last, replicas=view.target_replicas)
 
     def _decide(self, view: FleetView, *, surge: SurgeReading | None) -> Target:
         """One control period, as the operator's autoscaler runs it (a surge: at once, with its reading)."""
@@ -182,7 +195,7 @@ class TailPilot:
             plan = run_period(self.period_input(view, obs, surge=surge))
         except (ArithmeticError, ValueError) as exc:
             self.errors.append(f"t={now:.0f}s {type(exc).__name__}: {exc}; reads={len(self._history)}")
-            return self._last
+            return self._between_periods(view)
         return self.execute(view, plan)
 
     def period_input(

@@ -3,8 +3,8 @@
 The published-pages drift test reruns the whole policy benchmark (about 550 s of two cores'
 work). Run in line it adds those minutes to `make test`; the local-cluster tiers before the
 real-pods one mostly wait on the API server, so one core sits idle for most of them. This plugin
-starts the same commands `make bench` runs (`tailpilot.bench.run`, then
-`tailpilot.bench.gpu_products`), at the lowest CPU priority, when collection ends, and moves the
+starts the same commands `make bench` runs (`tailpilot.bench.run`, `tailpilot.bench.gpu_products`,
+`tailpilot.bench.scale_to_zero`), at the lowest CPU priority, when collection ends, and moves the
 tests marked `background_bench` to just before the first real-pods test: by then the run is
 usually done, and the timing-sensitive real-pods tests never share the CPU with it.
 
@@ -33,6 +33,8 @@ TIMING_SENSITIVE_PREFIX = "tests/real_pods/"
 LOG_TAIL_CHARS = 4000
 #: Where in the output folder the GPU product page is written.
 GPU_PRODUCTS_PAGE = "gpu-products.md"
+#: Where in the output folder the scale-to-zero page is written.
+SCALE_TO_ZERO_PAGE = "scale-to-zero.md"
 
 
 @dataclass
@@ -74,11 +76,12 @@ _RUN_KEY = pytest.StashKey[BenchRun]()
 
 
 def bench_commands(out: Path) -> list[str]:
-    """`make bench`'s two commands, at the lowest CPU priority, writing into `out`."""
+    """`make bench`'s commands, at the lowest CPU priority, writing into `out`."""
     python = shlex.quote(sys.executable)
     script = (
         f"{python} -P -m tailpilot.bench.run --out {shlex.quote(str(out))}"
         f" && {python} -P -m tailpilot.bench.gpu_products --out {shlex.quote(str(out / GPU_PRODUCTS_PAGE))}"
+        f" && {python} -P -m tailpilot.bench.scale_to_zero --out {shlex.quote(str(out / SCALE_TO_ZERO_PAGE))}"
     )
     return ["nice", "-n", "19", "bash", "-c", script]
 

@@ -29,7 +29,13 @@ def link_binaries(target: Path) -> list[Path]:
 
 
 #: Folder -> import package, as pyproject.toml's package-dir maps them.
-PACKAGE_DIRS = {"controllers": "controllers", "tools": "tools", "builders": "builders", "bench": "bench", "activator": "activator"}
+PACKAGE_DIRS = {
+    "controllers": "controllers",
+    "tools": "tools",
+    "builders": "builders",
+    "bench": "bench",
+    "activator": "activator",
+}
 
 
 def link_source_tree(target: Path) -> Path:

@@ -142,6 +142,8 @@ class PolicyConfig:
         dry_run: Decisions are recorded (Decision.dry_run=True) but the state keeps the actual size.
         objective: The attainment objective, the share of time whose P99 must meet the target (0.99).
         compliance_period_s: The rolling period its error budget is counted over.
+        scale_to_zero_idle_s: With min_replicas 0, the least idle time before the last replica goes
+            (the service's idle history and error budget may ask for more: `tailpilot.policy.idle`).
     """
 
     p99_target_ms: float
@@ -163,6 +165,7 @@ class PolicyConfig:
     dry_run: bool = False
     objective: float = 0.99
     compliance_period_s: float = 168 * 3600.0
+    scale_to_zero_idle_s: float = 60.0
 
     def __post_init__(self) -> None:
         """Reject configurations the policy cannot honour."""
@@ -182,6 +185,8 @@ class PolicyConfig:
             raise ValueError("scale_up_stabilization_s must be >= 0")
         if not 0 < self.objective < 1 or self.compliance_period_s <= 0:
             raise ValueError("need 0 < objective < 1 and compliance_period_s > 0")
+        if self.scale_to_zero_idle_s <= 0:
+            raise ValueError("scale_to_zero_idle_s must be > 0")
 
 
 @dataclass(frozen=True)

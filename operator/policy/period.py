@@ -14,7 +14,10 @@ of the steps lives here alone:
 4. where the service lists several GPU products, `choose_product` at the demand the decision saw and
    the batching it chose; a move replaces the decision (the replicas and batching the old product
    needed no longer apply) and the policy's state restarts on the new product;
-5. otherwise the plan: the batching first (a live reload), then the replicas.
+5. otherwise the plan: the batching first (a live reload), then the replicas;
+6. with `min_replicas` 0, whether the last replica goes (`tailpilot.policy.idle`): `decide` sizes a
+   service with traffic (at least one replica); the idle history and the error budget say when an
+   idle one goes to zero, and a service at zero stays there until traffic wakes it.
 
 What is carried to the next period is `PeriodMemory`: the policy's state, the fit's windows, the
 product choice's memory. The caller keeps it per service and passes it back, as it did the state.
@@ -24,14 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation
+from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile
-from tailpilot.policy import error_budget, headroom
+from tailpilot.policy import error_budget, headroom, idle
 from tailpilot.policy.config import PolicyConfig, PolicyState
 from tailpilot.policy.core import decide
 from tailpilot.policy.error_budget import Budget, BudgetLedger
 from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption, choose_product
 from tailpilot.policy.headroom import RiseHistory
+from tailpilot.policy.idle import IdleHistory, ZeroChoice
 from tailpilot.policy.service_fit import (
     FitQuality,
     ServiceFit,
@@ -66,6 +70,7 @@ class PeriodMemory:
         ledger: The error budget's met and missed time over the compliance period (the service's:
             kept across a move to another product).
         rises: The traffic's rises within the reaction time (the traffic's: kept across a move).
+        idle: The traffic's idle stretches (the traffic's: kept across a move).
     """
 
     state: PolicyState | None = None
@@ -74,6 +79,7 @@ class PeriodMemory:
     moves: MoveMemory | None = None
     ledger: BudgetLedger = field(default_factory=BudgetLedger)
     rises: RiseHistory = field(default_factory=RiseHistory)
+    idle: IdleHistory = field(default_factory=IdleHistory)
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,7 @@ class PeriodPlan:
         move: A move to another product; the decision's replicas and batching then do not apply.
         batching: The batching to reload first, when it changes (None: keep).
         replicas: The replicas to scale to next, when they change (None: keep).
+        zero: With min_replicas 0, whether the service goes to (or stays at) zero, and why.
         memory: What the next period reads. When the batching reload fails, the caller replaces it
             with `after_refused_batching`.
     """
@@ -177,6 +184,7 @@ class PeriodPlan:
     move: ProductMove | None = None
     batching: BatchingConfig | None = None
     replicas: int | None = None
+    zero: ZeroChoice | None = None
 
     def after_refused_batching(self, batching: BatchingConfig) -> PeriodMemory:
         """The memory when the pods refused the new batching: the state keeps the one in force."""
@@ -210,6 +218,13 @@ def run_period(period: PeriodInput) -> PeriodPlan:
     observation = with_surge(period.observation, period.surge)
     fit, learned = _learn(period, observation)
     learned, left, factor = _headroom(period, observation, learned)
+    quiet = idle.record(
+        learned.idle,
+        now_s=period.now_s,
+        idle=_idle(period, observation),
+        quiet_s=period.config.control_period_s,
+    )
+    learned = replace(learned, idle=quiet)
     profile = period.profile or learned_profile(fit, engine=period.engine)
     if profile is None:
         # Nothing served yet to learn from: nothing to size replicas with. The state is not moved.
@@ -217,7 +232,8 @@ def run_period(period: PeriodInput) -> PeriodPlan:
             observation=observation, fit=fit, profile=None, decision=None, memory=learned, budget=left
         )
     decision, state = decide(
-        config=period.config,
+        # Zero is this function's call (step 6), not decide's: decide sizes for the traffic.
+        config=replace(period.config, min_replicas=max(1, period.config.min_replicas)),
         profile=profile,
         observation=observation,
         state=period.state,
@@ -246,12 +262,19 @@ def run_period(period: PeriodInput) -> PeriodPlan:
                 choice=choice,
                 move=move,
                 memory=PeriodMemory(
-                    state=restarted, moves=choice.memory, ledger=learned.ledger, rises=learned.rises
+                    state=restarted,
+                    moves=choice.memory,
+                    ledger=learned.ledger,
+                    rises=learned.rises,
+                    idle=learned.idle,
                 ),
                 budget=left,
                 headroom=factor,
             )
     moves = choice.memory if choice is not None else period.memory.moves
+    zero = _zero(period, learned.idle, left) if period.config.min_replicas == 0 else None
+    if zero is not None and zero.to_zero and _idle(period, observation):
+        decision, state = _to_zero(decision, state, zero, now_replicas=period.replicas)
     acts = not decision.dry_run
     return PeriodPlan(
         observation=observation,
@@ -265,7 +288,45 @@ def run_period(period: PeriodInput) -> PeriodPlan:
         memory=replace(learned, state=state, moves=moves),
         budget=left,
         headroom=factor,
+        zero=zero,
     )
+
+
+def _idle(period: PeriodInput, observation: Observation) -> bool:
+    """No arrivals over the last control period (at zero, no pods to read: idle until a wake)."""
+    recent = observation.recent_request_rate
+    if recent is None:
+        recent = observation.request_rate
+    if period.replicas == 0:
+        return recent is None or recent <= 0
+    return recent is not None and recent <= 0
+
+
+def _zero(period: PeriodInput, history: IdleHistory, left: Budget) -> ZeroChoice:
+    """Whether the last replica goes: the idle history priced by the error budget left."""
+    config, learned = period.config, period.state.learned
+    startup = learned.replica_startup_s if learned.replica_startup_s is not None else config.replica_startup_s
+    return idle.zero_choice(
+        history,
+        now_s=period.now_s,
+        idle_window_s=config.scale_to_zero_idle_s,
+        # A wake's held requests wait out the start-up; the windows they fall in miss the target.
+        miss_per_wake_s=startup + config.control_period_s,
+        startup_s=startup,
+        objective=config.objective,
+        budget_remaining=left.remaining,
+    )
+
+
+def _to_zero(
+    decision: Decision, state: PolicyState, zero: ZeroChoice, *, now_replicas: int
+) -> tuple[Decision, PolicyState]:
+    """The decision and state at zero replicas (the batching is kept for the wake)."""
+    action = ScalingAction.NONE if now_replicas == 0 else ScalingAction.SCALE_DOWN
+    zeroed = decision.model_copy(
+        update={"replicas": 0, "action": action, "reason": "ScaledToZero", "message": zero.reason}
+    )
+    return zeroed, state.with_actual(replicas=0, batching=state.batching)
 
 
 def _learn(period: PeriodInput, observation: Observation) -> tuple[ServiceFit | None, PeriodMemory]:

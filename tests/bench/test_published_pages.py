@@ -5,9 +5,10 @@ must write the committed pages again, figure for figure (their provenance lines,
 run, aside). A change to the simulator, a baseline or the policy that moves a published figure
 fails here until the pages are regenerated with the command each failure names.
 
-- `make bench`'s table (docs/benchmarks/results.csv, README.md and the plots) and its GPU product
-  page (gpu-products.md, `make bench-products`): rerun in full, by the run `make test` starts in the
-  background (`tailpilot_e2e.background_bench`); these tests wait for it.
+- `make bench`'s table (docs/benchmarks/results.csv, README.md and the plots), its GPU product
+  page (gpu-products.md, `make bench-products`) and its scale-to-zero page (scale-to-zero.md,
+  `make bench-zero`): rerun in full, by the run `make test` starts in the background
+  (`tailpilot_e2e.background_bench`); these tests wait for it.
 - `make bench-measured` (measured-cpu/) and `make bench-batching` (batching-capacity.md) take 3-10
   minutes, so a named subset of each (`MEASURED_SUBSET_*`, `BATCHING_SUBSET`) is rerun and its rows
   must be the committed ones.
@@ -28,7 +29,7 @@ from tailpilot.bench.engine_profiles import load_profile
 from tailpilot.bench.published import REPO, figures_of
 from tailpilot.bench.report import csv_record
 from tailpilot.bench.suite import Setup, run_suite
-from tailpilot_e2e.background_bench import GPU_PRODUCTS_PAGE, BenchRun
+from tailpilot_e2e.background_bench import GPU_PRODUCTS_PAGE, SCALE_TO_ZERO_PAGE, BenchRun
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +96,16 @@ def test_the_gpu_products_page_is_what_make_bench_products_writes(bench_out: Pat
     fresh = figures_of(page.read_text())
     assert fresh == committed, _differences(
         committed, fresh, name="docs/benchmarks/gpu-products.md", command="make bench-products"
+    )
+
+
+@pytest.mark.background_bench
+@pytest.mark.timeout(BENCH_TIMEOUT_S)
+def test_the_scale_to_zero_page_is_what_make_bench_writes(bench_out: Path) -> None:
+    committed = figures_of((BENCHMARKS / SCALE_TO_ZERO_PAGE).read_text())
+    fresh = figures_of((bench_out / SCALE_TO_ZERO_PAGE).read_text())
+    assert fresh == committed, _differences(
+        committed, fresh, name="docs/benchmarks/scale-to-zero.md", command="make bench"
     )
 
 

@@ -101,3 +101,61 @@ def test_a_move_to_another_product_replaces_the_decision_and_restarts_the_state_
     assert (plan.replicas, plan.batching) == (None, None)
     assert plan.memory.state == PolicyState.initial(replicas=plan.move.replicas, batching=BATCHING)
     assert plan.memory.fit == FitMemory() and plan.memory.moves == plan.choice.memory
+
+
+# --- Scale to zero (step 6) ----------------------------------------------------------------------------
+ZERO = replace(CONFIG, min_replicas=0, scale_to_zero_idle_s=60.0)
+
+
+def quiet(at_s: float) -> Observation:
+    return Observation(at_s=at_s, request_rate=0.0, recent_request_rate=0.0, p99_ms=None, ready_replicas=1)
+
+
+def run_quiet(config: PolicyConfig, *, until_s: float, replicas: int = 1) -> list:
+    """Periods of no traffic every 15 s from 100 s, the plan of each executed."""
+    memory, plans, now = PeriodMemory(), [], 100.0
+    while now <= until_s:
+        state = (memory.state or PolicyState.initial(replicas=replicas, batching=BATCHING)).with_actual(
+            replicas=replicas, batching=BATCHING
+        )
+        plan = run_period(
+            period(quiet(now), config=config, state=state, memory=memory, replicas=replicas, now_s=now)
+        )
+        plans.append(plan)
+        memory = plan.memory
+        replicas = plan.replicas if plan.replicas is not None else replicas
+        now += 15.0
+    return plans
+
+
+def test_an_idle_service_goes_to_zero_after_the_idle_window_and_stays_there():
+    plans = run_quiet(ZERO, until_s=400.0)
+    first = next(i for i, p in enumerate(plans) if p.replicas == 0)
+    went = plans[first]
+    assert went.decision is not None and went.decision.reason == "ScaledToZero"
+    assert went.zero is not None and went.zero.to_zero and went.zero.idle_s >= 60.0
+    assert all(p.zero is not None and not p.zero.to_zero for p in plans[:first])
+    # The quiet began one period before the first idle period: 60 s of quiet is reached at 145 s.
+    assert went.observation.at_s == 145.0
+    later = plans[first + 1 :]
+    assert later and all(p.replicas is None and p.decision.replicas == 0 for p in later)
+    assert all(p.memory.state is not None and p.memory.state.replicas == 0 for p in later)
+
+
+def test_min_replicas_one_never_goes_to_zero():
+    plans = run_quiet(CONFIG, until_s=1000.0)
+    assert all(p.zero is None for p in plans)
+    assert all((p.replicas if p.replicas is not None else 1) >= 1 for p in plans)
+
+
+def test_traffic_at_zero_is_sized_by_decide_and_ends_the_idle_stretch():
+    plans = run_quiet(ZERO, until_s=400.0)
+    memory = plans[-1].memory
+    assert memory.idle.idle_since_s is not None
+    # The activator's wake gave one replica; the next period sees its traffic.
+    state = memory.state.with_actual(replicas=1, batching=BATCHING)
+    plan = run_period(period(busy(400.0), config=ZERO, state=state, memory=memory, replicas=1, now_s=415.0))
+    assert plan.decision is not None and plan.decision.replicas >= 1
+    assert plan.decision.reason != "ScaledToZero"
+    assert plan.zero is not None and not plan.zero.to_zero
+    assert plan.memory.idle.idle_since_s is None and len(plan.memory.idle.stretches) == 1
