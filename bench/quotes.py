@@ -114,10 +114,26 @@ def tuned_baselines(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scale_to_zero_verdicts(root: Path) -> str:
+    """The scale-to-zero page's verdicts, one line per trace and Ts."""
+    name = BENCHMARKS / "scale-to-zero.md"
+    page = (root / name).read_text()
+    _, _, section = page.partition("## Against the goals\n")
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    if not lines:
+        raise QuoteError(f"{name} has no verdicts under 'Against the goals'")
+    return (
+        "From [benchmarks/scale-to-zero.md](benchmarks/scale-to-zero.md) (`make bench-zero`):\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
 RENDERERS: Mapping[str, Callable[[Path], str]] = {
     "tailpilot-attainment": tailpilot_attainment,
     "gpu-products-totals": gpu_products_totals,
     "tuned-baselines": tuned_baselines,
+    "scale-to-zero-verdicts": scale_to_zero_verdicts,
 }
 
 
