@@ -114,6 +114,10 @@ bench-surge: venv ## TailPilot with (its default) and without the surge check (~
 bench-fast-loop: venv ## the operator's CPU for reading 500 services' pods every 2 s over real HTTP (~1 min)
 	$(PY) -P -m tailpilot.bench.fast_loop_cost --services 500 --pods 2 --seconds 30
 
+.PHONY: bench-activator
+bench-activator: venv ## the activator's added latency (HTTP, gRPC; 1 and 16 in flight) and its RSS holding the most its bounds admit (~30 s)
+	$(PY) -P -m tailpilot.bench.activator_overhead
+
 .PHONY: bench-bound
 bench-bound: venv ## what any causal policy must hold before T5's step, T6's spike and T9's crowds, against the oracle (~15 s)
 	$(PY) -P -m tailpilot.bench.causal_bound
