@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         parser.error(str(exc))
     parser.set_defaults(manifests_from_env=from_env)
     # The flags in the order `--help` lists them.
-    _add_service_flags(parser, from_env)
+    _add_service_flags(parser, from_env, environ)
     _add_prometheus_flags(parser, environ)
     _add_loop_flags(parser, environ)
     _add_server_flags(parser, environ)
@@ -96,7 +96,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     return args
 
 
-def _add_service_flags(parser: argparse.ArgumentParser, from_env: ManifestSettings) -> None:
+def _add_service_flags(
+    parser: argparse.ArgumentParser, from_env: ManifestSettings, environ: Mapping[str, str]
+) -> None:
     """What the services are made of: the namespaces watched, images, storage, labels, GPU prices."""
     parser.add_argument(
         "--namespace",
@@ -123,6 +125,12 @@ def _add_service_flags(parser: argparse.ArgumentParser, from_env: ManifestSettin
         action="append",
         default=[],
         help="extra KEY=VALUE label on engine build pods (repeatable)",
+    )
+    parser.add_argument(
+        "--activator-service",
+        default=environ.get("TAILPILOT_ACTIVATOR_SERVICE") or None,
+        help="NAMESPACE/NAME of the activator's Service (the chart's): a service at zero replicas is "
+        "routed to its pods; unset, minReplicas 0 keeps one replica",
     )
     parser.add_argument(
         "--gpu-price",
