@@ -33,14 +33,16 @@ BOUND_BYTES = "max held bytes"
 class HoldLimits:
     """The bounds on held requests and on one request's body."""
 
-    #: Requests held at once for one service.
-    max_held_per_service: int = 100
+    #: Requests held at once for one service. A cold start lasts minutes, so a busy service's clients
+    #: pile up meanwhile; the byte bound, not this one, is what bounds the memory.
+    max_held_per_service: int = 1000
     #: Bytes of request bodies held at once, all services together.
     max_held_bytes: int = 256 * MIB
-    #: How long a request is held at most; long enough for a cold start (a pod scheduled, Triton
-    #: loading its engine), short enough that a client is not left waiting on a service that will
-    #: not come up.
-    hold_timeout_s: float = 60.0
+    #: How long a request is held at most; long enough for a GPU cold start (a pod scheduled, the
+    #: engine fetched, Triton loading it), which often exceeds a minute, and equal to Knative's
+    #: default request timeout (300 s), so clients written for it wait as long; short enough that a
+    #: client is not left waiting on a service that will not come up.
+    hold_timeout_s: float = 300.0
     #: The largest request body accepted at all (held or forwarded at once).
     max_body_bytes: int = 64 * MIB
 

@@ -1,7 +1,7 @@
 r"""The activator process: flags into settings, the cluster (or static services) wired in, SIGTERM drains.
 
     python -P -m tailpilot.activator --http-port 8000 --grpc-port 8001 --metrics-port 9090 \\
-        --max-held-per-service 100 --max-held-bytes 268435456 --hold-timeout-s 60 --max-body-bytes 67108864
+        --max-held-per-service 1000 --max-held-bytes 268435456 --hold-timeout-s 300 --max-body-bytes 67108864
 
 In a cluster it reads the services and their replicas from the API server (`kube_backends`) and
 wakes a service by annotating its InferenceService (`waking.KubeWaker`), with the in-cluster
@@ -11,7 +11,8 @@ their replicas are the flag's, and a wake is only logged (local runs and
 
 SIGTERM (or SIGINT) drains: readiness turns 503, the proxy ports stop accepting, requests in
 flight, held ones included, get up to the hold timeout to finish, and the process exits 0. The
-pod's `terminationGracePeriodSeconds` must exceed the hold timeout for the drain to complete.
+pod's `terminationGracePeriodSeconds` must exceed the hold timeout (say 330 s for the default 300 s)
+for the drain to complete.
 """
 
 from __future__ import annotations

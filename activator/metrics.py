@@ -17,9 +17,13 @@ from tailpilot.activator.routing import ServiceKey
 #: Content type of `render()`'s body.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-#: Hold durations: from a replica already starting (sub-second) to a cold start near the default
-#: 60 s hold timeout and past it (a longer configured timeout).
-HOLD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0)
+#: Hold durations: from a replica already starting (sub-second) to a GPU cold start of minutes, up to
+#: the default 300 s hold timeout and past it (a request timed out is held a little over the timeout;
+#: a longer configured timeout).
+HOLD_SECONDS_BUCKETS = (
+    *(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0),  # a replica already starting, or warm
+    *(60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 600.0),  # a GPU cold start, the hold timeout, past it
+)
 
 
 class Outcome(enum.StrEnum):

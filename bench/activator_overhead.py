@@ -10,11 +10,12 @@ percentile direct. The client and the replica share this process's event loop an
 activator has its own process.
 
 Memory. A second activator process serves cold static services (no replica: every request is
-held) with the default bounds (100 requests per service, 256 MiB of held bodies), and a hold
-timeout longer than the run. The benchmark sends `--hold-body-bytes` bodies to three cold
-services, more than the bounds admit, and reads the process's VmRSS and VmHWM from
-/proc/<pid>/status at rest and while it holds the most it admits: HTTP, then gRPC (whose calls each
-wait in a server thread) in a third process.
+held) with the default bounds (1000 requests per service, 256 MiB of held bodies), and a hold
+timeout longer than the run. The benchmark sends `--hold-body-bytes` bodies, more than the
+held-bytes bound admits (HTTP to three cold services, gRPC to one: the byte bound binds, not the
+per-service one), and reads the process's VmRSS and VmHWM from /proc/<pid>/status at rest and
+while it holds the most it admits: HTTP, then gRPC (whose calls each wait in a server thread) in a
+third process.
 
     python -P -m tailpilot.bench.activator_overhead
 """
@@ -40,6 +41,8 @@ import grpc
 import grpc.aio
 from aiohttp import web
 
+from tailpilot.activator.holding import HoldLimits
+
 MIB = 1024 * 1024
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 LISTENING = re.compile(r"activator listening: http (\d+), grpc (\d+), admin (\d+)")
@@ -47,6 +50,15 @@ LISTENING = re.compile(r"activator listening: http (\d+), grpc (\d+), admin (\d+
 COLD_SERVICES = ("cold-a", "cold-b", "cold-c")
 #: Hold timeout of the memory runs: longer than the runs, so nothing held leaves before it is measured.
 MEMORY_HOLD_TIMEOUT_S = 120
+#: The bounds the memory runs measure: the activator's defaults (the runs pass no bound flag).
+DEFAULT_LIMITS = HoldLimits()
+#: Requests sent beyond what the held-bytes bound admits, so the runs show the bound refusing them.
+BEYOND_THE_BOUND = 10
+
+
+def beyond_the_byte_bound(body_bytes: int) -> int:
+    """Requests of `body_bytes` that overfill the default held-bytes bound by `BEYOND_THE_BOUND`."""
+    return DEFAULT_LIMITS.max_held_bytes // body_bytes + BEYOND_THE_BOUND
 
 
 # --- The replica ---------------------------------------------------------------------------------
@@ -411,9 +423,12 @@ async def run(options: argparse.Namespace) -> None:
     for comparison in comparisons:
         print(comparison.row())
     http_run = await memory_http(per_service=options.hold_per_service, body_bytes=options.hold_body_bytes)
-    grpc_run = await memory_grpc(calls=110, body_bytes=options.hold_body_bytes)
+    grpc_run = await memory_grpc(
+        calls=beyond_the_byte_bound(options.hold_body_bytes), body_bytes=options.hold_body_bytes
+    )
     print(
-        f"\nMemory while holding, default bounds (100 held per service, 256 MiB held bodies), "
+        f"\nMemory while holding, default bounds ({DEFAULT_LIMITS.max_held_per_service} held per service, "
+        f"{DEFAULT_LIMITS.max_held_bytes / MIB:g} MiB held bodies), "
         f"{options.hold_body_bytes / MIB:g} MiB bodies; HTTP to {len(COLD_SERVICES)} cold services, "
         "gRPC to one:\n"
     )

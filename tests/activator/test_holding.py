@@ -32,9 +32,9 @@ def test_the_defaults_are_the_documented_ones() -> None:
         limits.hold_timeout_s,
         limits.max_body_bytes,
     ) == (
-        100,
+        1000,
         256 * MIB,
-        60.0,
+        300.0,
         64 * MIB,
     )
 

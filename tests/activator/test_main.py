@@ -49,9 +49,9 @@ def test_the_flags_defaults_are_the_documented_ones() -> None:
         limits.hold_timeout_s,
         limits.max_body_bytes,
     ) == (
-        100,
+        1000,
         256 * MIB,
-        60.0,
+        300.0,
         64 * MIB,
     )
     overridden = settings_from(parse_args(["--max-held-per-service", "7", "--hold-timeout-s", "90"])).limits
