@@ -22,9 +22,8 @@ Policies:
   99%); `tailpilot-zero-objective-95` and `-90`: the same at those objectives, the points of the
   trade between cost and attainment a user chooses.
 
-Until the API accepts `minReplicas: 0` (it does once the operator routes an idle Service to the
-activator), the TailPilot-zero policies take the spec's defaults and set the policy's
-`min_replicas` to 0: the only knob that differs from a spec a user would write.
+Each TailPilot runs from a spec with the API's defaults, only the SLO, the replica bounds
+(`minReplicas: 0` for the zero policies) and the objective set.
 """
 
 from __future__ import annotations
@@ -151,12 +150,13 @@ def make_controller(setup: ZeroSetup, policy: str) -> Controller:
     if policy == "knative-kpa-zero":
         suite = Setup(profile=profile, slo_ms=setup.slo_ms, seed=setup.seed, max_replicas=MAX_REPLICAS)
         return KnativeKpaZero(baseline_params(suite, initial_replicas=1))
-    objective = TAILPILOT_ZERO.get(policy)
-    spec = default_spec(p99_target_ms=setup.slo_ms, max_replicas=MAX_REPLICAS, objective_percent=objective)
-    controller = TailPilot(profile=profile, spec=spec, initial=Target(1, batching))
-    if policy in TAILPILOT_ZERO:
-        controller.allow_zero()
-    return controller
+    spec = default_spec(
+        p99_target_ms=setup.slo_ms,
+        max_replicas=MAX_REPLICAS,
+        objective_percent=TAILPILOT_ZERO.get(policy),
+        minReplicas=0 if policy in TAILPILOT_ZERO else 1,
+    )
+    return TailPilot(profile=profile, spec=spec, initial=Target(1, batching))
 
 
 def run_one(task: tuple[ZeroSetup, str, float, str]) -> ZeroRow:

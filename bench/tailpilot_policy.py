@@ -120,14 +120,6 @@ class TailPilot:
     def initial(self) -> Target:
         return self._initial
 
-    def allow_zero(self) -> None:
-        """Run as at `minReplicas: 0` (the policy's own zero decision, `tailpilot.policy.idle`).
-
-        Until the API accepts 0 (the operator then routes an idle Service to the activator), this
-        is the one knob set apart from the spec.
-        """
-        self._config = replace(self._config, min_replicas=0)
-
     @property
     def reads(self) -> ReadHistory:
         """The pods' reads so far (kept for the longest window)."""

@@ -162,6 +162,12 @@ def _serving(read: StatusRead) -> list[str]:
             f"{batching.max_queue_delay_microseconds} us, {batching.instances_per_replica} "
             "instance(s) per replica"
         )
+    if status.scaled_to_zero_at is not None:
+        return [
+            line,
+            f"Zero        scaled to zero at {status.scaled_to_zero_at.isoformat()}: its Service routes to "
+            "the activator, which holds requests and wakes it",
+        ]
     return [line]
 
 

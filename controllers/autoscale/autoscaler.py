@@ -19,7 +19,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -299,6 +299,11 @@ def _reason(status: InferenceServiceStatus) -> str | None:
     return status.last_decision.reason if status.last_decision else None
 
 
+def replicas_now(status: InferenceServiceStatus) -> int:
+    """The replicas in force by the status (0 at zero; 1 before the first rollout recorded any)."""
+    return int(status.replicas) if status.replicas is not None else 1
+
+
 def _breakdown_reason(status: InferenceServiceStatus) -> str | None:
     """The part LatencyBreakdown named, while it was True (the part it keeps naming while close)."""
     held = condition_of(status.conditions, c.CONDITION_LATENCY_BREAKDOWN)
@@ -355,6 +360,9 @@ class Autoscaler:
     #: GPU nodes and their pods, for services listing several products; None: the replicas each
     #: product can hold are those the last reconcile recorded.
     inventory: GpuInventory | None = None
+    #: An activator is configured (`--activator-service`): a service with minReplicas 0 may go to
+    #: zero. Without one, such a service keeps one replica (a request at zero would find no endpoint).
+    scale_to_zero: bool = False
     #: The services' runtimes when no pods' reader is given (whose runtimes are used otherwise).
     _own_runtimes: ServiceRuntimes = field(default_factory=ServiceRuntimes)
 
@@ -387,7 +395,7 @@ class Autoscaler:
             return self.control_period_s, False
         isvc, status = inputs.isvc, inputs.status
         now, runtime = self.clock.time(), self.runtimes.get(namespace, name)
-        replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
+        replicas, batching = replicas_now(status), batching_in_force(isvc, status)
         pod_events = await self._keep_pods_at(runtime, inputs, batching)
         observed, client_error = await self._observed(inputs, now)
         products = await self._products(inputs, observed, now)
@@ -425,6 +433,9 @@ class Autoscaler:
         if plan.replicas is not None:
             target = target.model_copy(update={"replicas": plan.replicas})
             scale = True
+            if plan.replicas == 0 and plan.zero is not None:
+                target = target.model_copy(update={"scaled_to_zero_at": utc_now(self.clock)})
+                events.append(EventRecord("Normal", c.EVENT_SCALED_TO_ZERO, plan.zero.reason))
         if decision.action not in _QUIET_ACTIONS:
             events.append(_decision_event(decision, replicas=replicas, batching=batching, surge=surge))
         update = _decided_status(
@@ -475,10 +486,13 @@ class Autoscaler:
         The memory is this process's, else what the object's status kept (after a restart).
         """
         isvc, status = inputs.isvc, inputs.status
-        replicas, batching = int(status.replicas or 1), batching_in_force(isvc, status)
+        replicas, batching = replicas_now(status), batching_in_force(isvc, status)
         runtime = self.runtimes.get(isvc.namespace, isvc.name)
+        config = policy_config(isvc.spec, control_period_s=self.control_period_s)
+        if not self.scale_to_zero:
+            config = replace(config, min_replicas=max(1, config.min_replicas))
         return PeriodInput(
-            config=policy_config(isvc.spec, control_period_s=self.control_period_s),
+            config=config,
             profile=inputs.profile,
             engine=served_engine(isvc, status),
             observation=observed,

@@ -86,6 +86,7 @@ SERVICE_MONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "S
 PROMETHEUS_RULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 ISVC = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 BY_KIND = {
@@ -101,6 +102,7 @@ BY_KIND = {
         NETWORK_POLICIES,
         SERVICE_MONITORS,
         PROMETHEUS_RULES,
+        ENDPOINT_SLICES,
     )
 }
 

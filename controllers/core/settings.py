@@ -28,6 +28,9 @@ class OperatorSettings:
         control_period_seconds: How often the autoscaler evaluates a Ready service.
         gpu_prices: Price of one GPU per hour by GPU product (node label value): what a service
             listing several products (spec.runtime.gpu.products) pays where it sets no price itself.
+        activator_service: (namespace, name) of the activator's Service: a service with
+            `minReplicas: 0` is routed to its pods while it has no ready replica. None: no activator,
+            and such a service keeps one replica.
     """
 
     manifests: ManifestSettings
@@ -38,6 +41,7 @@ class OperatorSettings:
     prometheus_url: str | None = None
     control_period_seconds: float = DEFAULT_CONTROL_PERIOD_S
     gpu_prices: Mapping[str, float] = field(default_factory=dict)
+    activator_service: tuple[str, str] | None = None
 
 
 def parse_gpu_prices(table: str, flags: list[str] | tuple[str, ...] = ()) -> dict[str, float]:

@@ -296,6 +296,8 @@ def _check_args(
         len(parts := args.webhook_token_secret.split("/")) != 3 or not all(parts)
     ):
         parser.error(f"--webhook-token-secret takes NAMESPACE/NAME/KEY, got {args.webhook_token_secret!r}")
+    if args.activator_service and (len(parts := args.activator_service.split("/")) != 2 or not all(parts)):
+        parser.error(f"--activator-service takes NAMESPACE/NAME, got {args.activator_service!r}")
     if args.leader_election:
         if not args.leader_election_namespace:
             parser.error("--leader-election needs --leader-election-namespace (where the Lease lives)")
@@ -338,6 +340,7 @@ def build_settings(args: argparse.Namespace) -> OperatorSettings:
         prometheus_url=args.prometheus_url,
         control_period_seconds=args.control_period_seconds,
         gpu_prices=args.gpu_prices,
+        activator_service=tuple(args.activator_service.split("/")) if args.activator_service else None,
     )
 
 
@@ -415,6 +418,7 @@ def _service_loops(
         signals=signals,
         objects=watched,
         inventory=inventory,
+        scale_to_zero=args.activator_service is not None,
     )
     fast_checker = FastChecker(
         kube=kube,

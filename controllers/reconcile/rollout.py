@@ -26,6 +26,7 @@ from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.controllers.reconcile.strategies import StrategyRegistry
 from tailpilot.controllers.reconcile.strategy import RolloutView, Strategy
+from tailpilot.controllers.reconcile.zero_routing import ZeroRouting, take_wake
 from tailpilot.manifests.children import ClusterCapabilities, is_canary_child, plan_children
 from tailpilot.manifests.deployment import deployment_name
 from tailpilot.manifests.meta import selector_string
@@ -71,6 +72,7 @@ class Rollout:
         self.deps = deps
         self.children = children
         self.strategies = strategies
+        self.zero = ZeroRouting(deps)
 
     def run(self, p: ReconcilePass) -> None:
         """Roll out the served engine (RolloutReady onto the pass), or say that none is built yet."""
@@ -81,6 +83,7 @@ class Rollout:
             )
             return
         strategy = self.strategies.in_charge(p.isvc, p.status)
+        take_wake(p)
         self.apply_children(p, served, strategy)
         strategy.after_rollout(p, self.deps)
         self._move_done(p)
@@ -107,6 +110,7 @@ class Rollout:
             select_rotation=self.children.rotation_selectable(isvc),
             moving=status.gpu is not None and status.gpu.moving_to is not None,
             canary=strategy.extra_replicas(status),
+            routing=self.zero.routing(isvc, replicas=replicas),
         )
         written = self._prune(p, children.turned_off, "the spec turned it off")
         written += self._prune(p, children.canary_over, "the canary is over")

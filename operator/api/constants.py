@@ -60,8 +60,14 @@ ADMIN_KEY_SECRET_SUFFIX: Final = "-triton-admin"
 #: checks every child the manifests build against this list.
 #: The NetworkPolicy over a service's build and profile Job pods (`<name>-engine-jobs`).
 ENGINE_JOBS_POLICY_SUFFIX: Final = "-engine-jobs"
+#: The headless Service over a service's pods that the activator forwards to (`<name>-pods`), and
+#: the EndpointSlice that routes the service's own Service to the activator at zero replicas.
+PODS_SERVICE_SUFFIX: Final = "-pods"
+ACTIVATOR_SLICE_SUFFIX: Final = "-activator"
 RESERVED_NAME_SUFFIXES: Final = (
     "-metrics",
+    PODS_SERVICE_SUFFIX,
+    ACTIVATOR_SLICE_SUFFIX,
     "-canary",
     "-model-config",
     "-slo",
@@ -169,6 +175,14 @@ REASON_ENGINE_TENSORS_TOO_LARGE: Final = "EngineTensorsTooLarge"
 REASON_ENGINE_STORE_FULL: Final = "EngineStoreFull"
 #: Annotation naming a new engine (its key or first 12 characters) to serve despite a regression.
 ANNOTATION_ACCEPT_ENGINE: Final = f"{GROUP}/accept-engine"
+#: Annotation the activator sets (RFC 3339 UTC) when a request arrives for a service at zero replicas.
+ANNOTATION_WAKE_REQUESTED: Final = f"{GROUP}/wake-requested-at"
+#: The EndpointSlice field manager value of the slices the operator writes (the EndpointSlice
+#: controller leaves slices with another `endpointslice.kubernetes.io/managed-by` alone).
+ENDPOINT_SLICE_MANAGER: Final = f"operator.{GROUP}"
+#: Events: a service went to zero replicas; a request at zero woke it.
+EVENT_SCALED_TO_ZERO: Final = "ScaledToZero"
+EVENT_WOKEN: Final = "Woken"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.
 EVENT_PROFILE_CPU_LIMIT_MISMATCH: Final = "ProfileCPULimitMismatch"
 EVENT_REPLICAS_HELD_OUT: Final = "ReplicasHeldOut"

@@ -722,7 +722,19 @@ class AutoscalingSpec(_Model):
         default=True,
         description="When false, spec.replicas is the replica count and batching is not tuned.",
     )
-    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas.")
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description=(
+            "Fewest replicas. 0 lets an idle service scale to zero: while it has no ready replica its "
+            "Service routes to the activator, which holds the requests (KServe v2 HTTP and gRPC), wakes "
+            "the service and forwards them once a replica is ready. When the last replica goes is "
+            "learned from the service's idle stretches and priced by the objective's error budget "
+            "(at least idleBeforeZeroSeconds). Needs the chart's activator; without one the service "
+            "keeps one replica."
+        ),
+    )
     max_replicas: int = Field(default=4, ge=1, le=1000, description="Most replicas.")
     dry_run: bool = Field(
         default=False,
@@ -744,6 +756,16 @@ class AutoscalingSpec(_Model):
     )
     max_scale_up_step: int = Field(
         default=4, ge=1, le=100, description="Most replicas added by one decision."
+    )
+    idle_before_zero_seconds: int = Field(
+        default=60,
+        ge=30,
+        le=86400,
+        description=(
+            "With minReplicas 0: the least time without a request before the last replica goes. The "
+            "operator waits longer when the service's idle stretches and the error budget say a cold "
+            "start would cost more than the replica saves."
+        ),
     )
     backlog_rotation: bool = Field(
         default=False,
@@ -1758,6 +1780,14 @@ class InferenceServiceStatus(_Model):
         ),
     )
     ready_replicas: int | None = Field(default=None, ge=0, description="Ready replicas.")
+    scaled_to_zero_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When the autoscaler took the service to zero replicas (minReplicas 0); cleared when a "
+            "request at zero wakes it (the activator's tailpilot.io/wake-requested-at annotation, "
+            "newer than this). Its Service routes to the activator meanwhile."
+        ),
+    )
     selector: str | None = Field(
         default=None, max_length=1024, description="Label selector of the replicas (scale subresource)."
     )

@@ -15,6 +15,7 @@ from tailpilot.api import constants as c
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import BuildResult
 from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.manifests.activator_routing import ActivatorRouting, routing_children
 from tailpilot.manifests.deployment import deployment_name, triton_deployment
 from tailpilot.manifests.network_policy import triton_network_policy
 from tailpilot.manifests.pdb import triton_pdb
@@ -71,6 +72,7 @@ def plan_children(
     select_rotation: bool = False,
     moving: bool = False,
     canary: CanaryPlan | None = None,
+    routing: ActivatorRouting | None = None,
 ) -> Children:
     """ConfigMap, Deployment, Service, metrics Service, PDB, NetworkPolicy, ServiceMonitor, PrometheusRule.
 
@@ -85,7 +87,10 @@ def plan_children(
     (the controller knows whether every pod has the label). `moving`: the service moves to another
     GPU product (see `triton_deployment`). `canary`: a new engine's canary replicas run beside the
     stable ones (their own ConfigMap and Deployment, after the stable Deployment); without one, those
-    two are `canary_over`.
+    two are `canary_over`. `routing`: with an activator configured, the `<name>-pods` Service (for
+    `minReplicas: 0`) and the EndpointSlice routing the Service to the activator (while it must), first,
+    so that the activator is in the Service before a Deployment scaled to zero lets its last pod go
+    (`activator_routing`); turned off otherwise. Without one, neither is wanted nor turned off.
     """
     monitoring = isvc.spec.monitoring
     policy = settings.network_policy
@@ -113,7 +118,9 @@ def plan_children(
             canary=True,
         ),
     ]
+    routed, unrouted = routing_children(isvc=isvc, routing=routing) if routing is not None else ([], [])
     wanted = [
+        *routed,
         triton_configmap(isvc=isvc, result=result, batching=batching),
         triton_deployment(
             isvc=isvc,
@@ -131,7 +138,10 @@ def plan_children(
         *(obj for obj, on in optional_policy if on),
         *(obj for obj, on in optional_monitoring if on),
     ]
-    turned_off = [obj for obj, on in (*optional_services, *optional_policy, *optional_monitoring) if not on]
+    turned_off = [
+        *unrouted,
+        *(obj for obj, on in (*optional_services, *optional_policy, *optional_monitoring) if not on),
+    ]
     return Children(
         wanted=tuple(wanted),
         turned_off=tuple(turned_off),

@@ -30,6 +30,7 @@ def policy_config(spec: InferenceServiceSpec, *, control_period_s: float) -> Pol
         dry_run=spec.autoscaling.dry_run,
         objective=spec.slo.objective_percent / 100.0,
         compliance_period_s=spec.slo.compliance_period_hours * 3600.0,
+        scale_to_zero_idle_s=float(spec.autoscaling.idle_before_zero_seconds),
     )
 
 

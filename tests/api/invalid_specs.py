@@ -236,9 +236,14 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.batching.preferredBatchSizes",
     ),
     (
-        "min-replicas-zero",
-        merge(CPU_BASE, {"autoscaling": {"minReplicas": 0}}),
+        "min-replicas-negative",
+        merge(CPU_BASE, {"autoscaling": {"minReplicas": -1}}),
         "spec.autoscaling.minReplicas",
+    ),
+    (
+        "idle-before-zero-too-short",
+        merge(CPU_BASE, {"autoscaling": {"minReplicas": 0, "idleBeforeZeroSeconds": 10}}),
+        "spec.autoscaling.idleBeforeZeroSeconds",
     ),
     ("missing-slo", merge(CPU_BASE, {"slo": None}), "spec.slo"),
     ("shape-dimension-zero", merge(CPU_BASE, _shape([0], [1], [1])), "spec.engine.shapes[0].min[0]"),

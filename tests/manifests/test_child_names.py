@@ -15,6 +15,7 @@ from typing import Any
 from tailpilot import crdgen
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import MAX_NAME_LENGTH, RULE_NAME_SUFFIX
+from tailpilot.manifests.activator_routing import ActivatorEndpoints, ActivatorRouting
 from tailpilot.manifests.build_job import build_job, make_build_request
 from tailpilot.manifests.children import CanaryPlan, ClusterCapabilities, plan_children
 from tailpilot.manifests.network_policy import engine_jobs_network_policy
@@ -30,7 +31,7 @@ OPENAPI = crdgen.openapi_schema()
 JOB_SUFFIX = re.compile(r"-(build-[0-9a-f]{10}|profile-[0-9a-f]{8})$")
 #: Kinds whose name must be a DNS-1035 label (Services), or is copied into a label value by
 #: Kubernetes (a Job's `job-name` label on its pods): 63 characters at most.
-LABEL_SIZED_KINDS = {"Service", "Job"}
+LABEL_SIZED_KINDS = {"Service", "Job", "EndpointSlice"}
 
 
 def children_of(name: str) -> list[dict[str, Any]]:
@@ -45,6 +46,9 @@ def children_of(name: str) -> list[dict[str, Any]]:
         capabilities=ClusterCapabilities(service_monitors=True, prometheus_rules=True),
         admin_key=admin_key(name),
         canary=CanaryPlan(result=build_result("f" * 40), replicas=1),
+        routing=ActivatorRouting(
+            scale_to_zero=True, route_to=ActivatorEndpoints(addresses=("10.0.0.9",), ports={"http": 8000})
+        ),
     )
     build = build_job(isvc=isvc, request=make_build_request(isvc=isvc), settings=SETTINGS)
     request = make_profile_request(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from tailpilot.cli import SUBCOMMANDS
 from tailpilot.tools.status_view import render
 
@@ -281,3 +283,14 @@ def test_the_status_is_read_through_the_codec_as_typed_values():
     assert read.status.conditions[1].reason == "SLOViolated"
     status = {**OBJ["status"], "observed": {**OBJ["status"]["observed"], "requestRate": 140}}
     assert "140.0 req/s" in render({**OBJ, "status": status})
+
+
+def test_a_service_at_zero_says_so_and_where_its_requests_go():
+    at_zero = copy.deepcopy(OBJ)
+    at_zero["status"].update({"replicas": 0, "readyReplicas": 0, "scaledToZeroAt": "2026-12-06T05:00:00Z"})
+    text = render(at_zero)
+    assert "0/0 replicas ready" in text
+    assert (
+        "Zero        scaled to zero at 2026-12-06T05:00:00+00:00: its Service routes to the activator" in text
+    )
+    assert "Zero " not in render(OBJ)

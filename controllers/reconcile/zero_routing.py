@@ -1,0 +1,86 @@
+"""Scale to zero in the reconcile pass: a request at zero wakes the service; the Service's routing.
+
+- **The wake.** The activator annotates a service at zero when a request arrives
+  (`tailpilot.io/wake-requested-at`, RFC 3339). A pass that finds the annotation newer than
+  `status.scaledToZeroAt` asks for one replica at once (`status.replicas`), clears the time and says
+  so in an Event; the autoscaler sizes the service from its traffic once that replica serves.
+  An annotation older than the last scale to zero is a wake already taken.
+- **The routing.** With an activator configured (`--activator-service`), a service with
+  `minReplicas: 0` has its `<name>-pods` Service, and while it has no ready replica (or is going to
+  zero) the EndpointSlice that routes its Service to the activator's ready pods
+  (`tailpilot.manifests.activator_routing`). The ready replicas are read from the live Deployment,
+  not the last status, so the slice goes as soon as a pod is ready.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tailpilot.api import constants as c
+from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.controllers.core.events import EventRecord
+from tailpilot.controllers.core.kubeapi import DEPLOYMENTS, ENDPOINT_SLICES
+from tailpilot.controllers.reconcile.deps import PassDeps
+from tailpilot.controllers.reconcile.pass_context import ReconcilePass
+from tailpilot.manifests.activator_routing import (
+    LABEL_SERVICE_NAME,
+    ActivatorRouting,
+    ready_endpoints,
+    routes_to_activator,
+)
+from tailpilot.manifests.deployment import deployment_name
+
+
+def wake_requested_at(isvc: InferenceService) -> datetime | None:
+    """The activator's wake annotation as a time (None: absent or not RFC 3339)."""
+    annotations = isvc.metadata.get("annotations") or {}
+    raw = annotations.get(c.ANNOTATION_WAKE_REQUESTED)
+    if not isinstance(raw, str):
+        return None
+    try:
+        at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def take_wake(p: ReconcilePass) -> None:
+    """A wake newer than the last scale to zero: one replica asked for now, and an Event."""
+    isvc, status = p.isvc, p.status
+    zero_at, asked = status.scaled_to_zero_at, wake_requested_at(isvc)
+    if zero_at is None or asked is None or asked < zero_at.replace(microsecond=0):
+        return
+    replicas = max(1, isvc.spec.autoscaling.min_replicas)
+    p.status = status.model_copy(update={"replicas": replicas, "scaled_to_zero_at": None})
+    p.events.append(
+        EventRecord(
+            "Normal",
+            c.EVENT_WOKEN,
+            f"a request arrived at zero replicas ({asked.isoformat()}): {replicas} replica asked for; the "
+            "activator holds the requests until it is ready",
+        )
+    )
+
+
+class ZeroRouting:
+    """The routing children's inputs: whether the service may go to zero, and where its Service points."""
+
+    def __init__(self, deps: PassDeps) -> None:
+        self.deps = deps
+
+    def routing(self, isvc: InferenceService, *, replicas: int) -> ActivatorRouting | None:
+        """None without an activator; else whether to route the Service to it now, and its endpoints."""
+        activator = self.deps.settings.activator_service
+        if activator is None:
+            return None
+        if isvc.spec.autoscaling.min_replicas != 0:
+            return ActivatorRouting(scale_to_zero=False)
+        live = self.deps.kube.get(DEPLOYMENTS, isvc.namespace, deployment_name(isvc.name))
+        ready = int(((live or {}).get("status") or {}).get("readyReplicas") or 0)
+        if not routes_to_activator(replicas=replicas, ready_replicas=ready):
+            return ActivatorRouting(scale_to_zero=True)
+        namespace, name = activator
+        slices = self.deps.kube.list(
+            ENDPOINT_SLICES, namespace, label_selector=f"{LABEL_SERVICE_NAME}={name}"
+        )
+        return ActivatorRouting(scale_to_zero=True, route_to=ready_endpoints(slices))
