@@ -293,7 +293,14 @@ def run_period(period: PeriodInput) -> PeriodPlan:
 
 
 def _idle(period: PeriodInput, observation: Observation) -> bool:
-    """No arrivals over the last control period (at zero, no pods to read: idle until a wake)."""
+    """No arrivals over the last control period (at zero, no pods to read: idle until a wake).
+
+    A service woken from zero since the last period is not idle: the wake was a request, whatever
+    the observation (its replica may not serve yet, or its held requests not be counted yet).
+    """
+    before = period.memory.state
+    if before is not None and before.replicas == 0 and period.replicas > 0:
+        return False
     recent = observation.recent_request_rate
     if recent is None:
         recent = observation.request_rate

@@ -159,3 +159,13 @@ def test_traffic_at_zero_is_sized_by_decide_and_ends_the_idle_stretch():
     assert plan.decision.reason != "ScaledToZero"
     assert plan.zero is not None and not plan.zero.to_zero
     assert plan.memory.idle.idle_since_s is None and len(plan.memory.idle.stretches) == 1
+
+
+def test_a_wake_ends_the_idle_stretch_even_before_its_traffic_is_seen():
+    plans = run_quiet(ZERO, until_s=400.0)
+    memory = plans[-1].memory
+    # Woken (one replica), but the window still reads no arrivals: not back to zero at once.
+    state = memory.state.with_actual(replicas=1, batching=BATCHING)
+    plan = run_period(period(quiet(415.0), config=ZERO, state=state, memory=memory, replicas=1, now_s=415.0))
+    assert plan.replicas is None and plan.zero is not None and not plan.zero.to_zero
+    assert plan.memory.idle.idle_since_s is None and len(plan.memory.idle.stretches) == 1
