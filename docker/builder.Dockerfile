@@ -30,6 +30,7 @@ COPY operator/ operator/
 COPY controllers/ controllers/
 COPY tools/ tools/
 COPY builders/ builders/
+COPY activator/ activator/
 COPY bench/ bench/
 COPY e2e/__init__.py e2e/
 RUN uv python install 3.11 \

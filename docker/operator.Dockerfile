@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# The TailPilot operator image: `tailpilot operator` (kopf) on a slim Python 3.11.
+# The TailPilot operator image: `tailpilot operator` (kopf) on a slim Python 3.11; the chart's
+# activator Deployment runs it too, as `python -P -m tailpilot.activator` (the venv's python, on PATH).
 #
 #   docker build -f docker/operator.Dockerfile -t ghcr.io/tailpilot/tailpilot-operator:0.1.0 .
 #
@@ -21,6 +22,7 @@ COPY operator/ operator/
 COPY controllers/ controllers/
 COPY tools/ tools/
 COPY builders/ builders/
+COPY activator/ activator/
 COPY bench/ bench/
 COPY e2e/__init__.py e2e/
 RUN sh docker/install-python.sh operator /opt/venv

@@ -53,6 +53,20 @@ def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def _component(doc: dict[str, Any]) -> str | None:
+    return (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+
+
+def _operators(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The objects of `kind` that are not the activator's (the operator's, and the chart's others)."""
+    return [d for d in _by_kind(docs, kind) if _component(d) != "activator"]
+
+
+def _activators(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The activator's objects of `kind`."""
+    return [d for d in _by_kind(docs, kind) if _component(d) == "activator"]
+
+
 def _load_gen_readme() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_readme", CHART / "gen_readme.py")
     assert spec and spec.loader
@@ -79,19 +93,28 @@ def test_default_render(helm: str) -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
         "ClusterRole",
+        "ClusterRole",  # the activator's
         "ClusterRoleBinding",
+        "ClusterRoleBinding",  # the activator's
         "Deployment",
+        "Deployment",  # the activator's
         "NetworkPolicy",
+        "NetworkPolicy",  # the activator's
+        "PodDisruptionBudget",  # the activator's
         "Role",
         "Role",
+        "Role",  # the operator's read of the activator's EndpointSlices
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "Secret",
         "Service",
         "Service",
+        "Service",  # the activator's
         "ServiceAccount",
+        "ServiceAccount",  # the activator's
     ]
-    (dep,) = _by_kind(docs, "Deployment")
+    (dep,) = _operators(docs, "Deployment")
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -135,6 +158,12 @@ def test_crds_opt_in_and_kept(helm: str) -> None:
         ("webhook.tokenSecret.keep=yes", "keep"),
         ("typoValue=1", "typoValue"),
         ("gpuPrices.NVIDIA-L4=-1", "gpuPrices"),
+        ("activator.enabled=maybe", "enabled"),
+        ("activator.holdTimeoutSeconds=0", "holdTimeoutSeconds"),
+        ("activator.maxHeldBytes=-1", "maxHeldBytes"),
+        ("activator.replicas=3", "replicas"),
+        ("activator.maxBodyBytes=300000000", "maxBodyBytes must not exceed maxHeldBytes"),
+        ("networkPolicy.apiServer.ports={}", "ports"),
     ],
 )
 def test_values_schema_rejects(helm: str, setting: str, complaint: str) -> None:
@@ -185,10 +214,12 @@ def test_webhook_disabled_renders_none_of_it(helm: str) -> None:
     docs = template(helm, "webhook.enabled=false")
     assert not _by_kind(docs, "Secret")
     # The one Role left is the Lease's: nothing grants a Secret.
-    assert [r["metadata"]["name"] for r in _by_kind(docs, "Role")] == ["rel-tailpilot-leader-election"]
-    assert [b["metadata"]["name"] for b in _by_kind(docs, "RoleBinding")] == ["rel-tailpilot-leader-election"]
-    assert [s["metadata"]["name"] for s in _by_kind(docs, "Service")] == ["rel-tailpilot-metrics"]
-    (dep,) = _by_kind(docs, "Deployment")
+    # The Roles left are the Lease's and the activator's EndpointSlices' reads.
+    lease_and_slices = ["rel-tailpilot-activator-endpoints", "rel-tailpilot-leader-election"]
+    assert sorted(r["metadata"]["name"] for r in _by_kind(docs, "Role")) == lease_and_slices
+    assert sorted(b["metadata"]["name"] for b in _by_kind(docs, "RoleBinding")) == lease_and_slices
+    assert [s["metadata"]["name"] for s in _operators(docs, "Service")] == ["rel-tailpilot-metrics"]
+    (dep,) = _operators(docs, "Deployment")
     (ctr,) = dep["spec"]["template"]["spec"]["containers"]
     assert {p["name"] for p in ctr["ports"]} == {"health", "metrics"}
     assert not [e for e in ctr["env"] if "WEBHOOK" in e["name"]]
@@ -212,6 +243,8 @@ EXPECTED_RULES = {
     ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "watch", "patch", "delete"},
     ("monitoring.coreos.com", "servicemonitors"): {"create", "get", "list", "watch", "patch", "delete"},
     ("monitoring.coreos.com", "prometheusrules"): {"create", "get", "list", "watch", "patch", "delete"},
+    # Scale to zero (with the activator): the EndpointSlice routing a cold service's Service to it.
+    ("discovery.k8s.io", "endpointslices"): {"create", "get", "list", "watch", "patch", "delete"},
 }
 
 
@@ -225,7 +258,7 @@ def _grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 
 def test_cluster_role_is_least_privilege(helm: str) -> None:
-    (role,) = _by_kind(template(helm), "ClusterRole")
+    (role,) = _operators(template(helm), "ClusterRole")
     text = (CHART / "templates" / "operator-clusterrole.yaml").read_text()
     assert "*" not in text
     assert _grants(role) == EXPECTED_RULES
@@ -285,7 +318,7 @@ def _child_kinds() -> set[tuple[str, str]]:
 
 
 def test_cluster_role_covers_every_child_the_builders_make(helm: str) -> None:
-    (role,) = _by_kind(template(helm), "ClusterRole")
+    (role,) = _operators(template(helm), "ClusterRole")
     grants = _grants(role)
     plural = {"Job": "jobs", "ConfigMap": "configmaps", "Deployment": "deployments", "Service": "services"}
     plural |= {"PodDisruptionBudget": "poddisruptionbudgets", "ServiceMonitor": "servicemonitors"}
@@ -345,7 +378,7 @@ def _operator_parse(helm: str, *sets: str) -> tuple[argparse.Namespace, Any, set
     """
     from tailpilot.controllers.process.main import build_settings, parse_args
 
-    (dep,) = _by_kind(template(helm, *sets), "Deployment")
+    (dep,) = _operators(template(helm, *sets), "Deployment")
     (ctr,) = dep["spec"]["template"]["spec"]["containers"]
     # Every variable is a literal (no valueFrom), so this test sees exactly what the operator sees.
     assert all(set(e) == {"name", "value"} for e in ctr["env"]), ctr["env"]
@@ -496,7 +529,7 @@ def test_an_unread_variable_is_noticed(helm: str) -> None:
 
 
 def test_namespaces_and_verbosity_become_operator_flags(helm: str) -> None:
-    (dep,) = _by_kind(template(helm, "watchNamespaces={ml,prod}", "logLevel=debug"), "Deployment")
+    (dep,) = _operators(template(helm, "watchNamespaces={ml,prod}", "logLevel=debug"), "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["operator", "--namespace=ml", "--namespace=prod", "--verbose"]
 
@@ -523,7 +556,7 @@ def test_leader_election_by_default_reaches_the_operator(helm: str) -> None:
 
 
 def test_leader_election_deployment_rolls_and_only_the_leader_is_ready(helm: str) -> None:
-    (dep,) = _by_kind(template(helm), "Deployment")
+    (dep,) = _operators(template(helm), "Deployment")
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     assert dep["spec"]["strategy"] == rolling
     pod = dep["spec"]["template"]["spec"]
@@ -534,7 +567,7 @@ def test_leader_election_deployment_rolls_and_only_the_leader_is_ready(helm: str
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     # A user's affinity replaces the default spread.
-    (own,) = _by_kind(template(helm, "affinity.nodeAffinity.x=y"), "Deployment")
+    (own,) = _operators(template(helm, "affinity.nodeAffinity.x=y"), "Deployment")
     assert own["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {"x": "y"}}
 
 
@@ -561,21 +594,21 @@ def test_the_lease_role_grants_one_lease_in_the_release_namespace(helm: str) -> 
 
 def test_disruption_budget_is_opt_in_keeps_one_ready_operator_and_lets_standbys_go(helm: str) -> None:
     # Off by default: the standby is never Ready, so a budget would hold every drain of the leader's node.
-    assert not _by_kind(template(helm), "PodDisruptionBudget")
-    (pdb,) = _by_kind(template(helm, "podDisruptionBudget.enabled=true"), "PodDisruptionBudget")
-    (dep,) = _by_kind(template(helm), "Deployment")
+    assert not _operators(template(helm), "PodDisruptionBudget")
+    (pdb,) = _operators(template(helm, "podDisruptionBudget.enabled=true"), "PodDisruptionBudget")
+    (dep,) = _operators(template(helm), "Deployment")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     # One replica: a budget of one would forbid every eviction.
-    assert not _by_kind(
+    assert not _operators(
         template(helm, "podDisruptionBudget.enabled=true", "replicaCount=1"), "PodDisruptionBudget"
     )
 
 
 def test_without_leader_election_one_replica_recreated_and_no_lease(helm: str) -> None:
     docs = template(helm, "leaderElection.enabled=false", "replicaCount=1")
-    (dep,) = _by_kind(docs, "Deployment")
+    (dep,) = _operators(docs, "Deployment")
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
     (ctr,) = dep["spec"]["template"]["spec"]["containers"]
     assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
@@ -614,17 +647,17 @@ CLUSTERWIDE_RULES = {
 
 def test_all_namespaces_bind_the_cluster_role_cluster_wide(helm: str) -> None:
     docs = template(helm)
-    (binding,) = _by_kind(docs, "ClusterRoleBinding")
+    (binding,) = _operators(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == "rel-tailpilot"
     assert not [b for b in _by_kind(docs, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
 
 
 def test_watched_namespaces_bind_the_namespaced_rules_there_only(helm: str) -> None:
     docs = template(helm, "watchNamespaces={ml,prod}")
-    roles = {r["metadata"]["name"]: r for r in _by_kind(docs, "ClusterRole")}
+    roles = {r["metadata"]["name"]: r for r in _operators(docs, "ClusterRole")}
     assert set(roles) == {"rel-tailpilot", "rel-tailpilot-clusterwide"}
     # Cluster-wide: what no namespace holds, read-only, and listing pods (free GPUs per node).
-    (binding,) = _by_kind(docs, "ClusterRoleBinding")
+    (binding,) = _operators(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -651,8 +684,8 @@ def test_watched_namespaces_bind_the_namespaced_rules_there_only(helm: str) -> N
 
 
 def test_the_operators_network_policy_admits_alertmanager_and_prometheus_only(helm: str) -> None:
-    (dep,) = _by_kind(template(helm), "Deployment")
-    (policy,) = _by_kind(template(helm), "NetworkPolicy")
+    (dep,) = _operators(template(helm), "Deployment")
+    (policy,) = _operators(template(helm), "NetworkPolicy")
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
@@ -668,14 +701,14 @@ def test_the_operators_network_policy_admits_alertmanager_and_prometheus_only(he
     assert metrics["ports"] == [{"protocol": "TCP", "port": 9090}]
     assert metrics["from"][0]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
     # Without the webhook, only the metrics port is open.
-    (no_webhook,) = _by_kind(template(helm, "webhook.enabled=false"), "NetworkPolicy")
+    (no_webhook,) = _operators(template(helm, "webhook.enabled=false"), "NetworkPolicy")
     assert [r["ports"][0]["port"] for r in no_webhook["spec"]["ingress"]] == [9090]
 
 
 def test_the_services_network_policies_get_the_charts_peers_and_the_operators_pods(helm: str) -> None:
     from tailpilot.manifests.settings import NetworkPolicySettings
 
-    (dep,) = _by_kind(template(helm), "Deployment")
+    (dep,) = _operators(template(helm), "Deployment")
     _, settings, unread = _operator_parse(
         helm,
         "networkPolicy.tritonClients[0].podSelector.matchLabels.role=frontend",
@@ -684,7 +717,15 @@ def test_the_services_network_policies_get_the_charts_peers_and_the_operators_po
     assert unread == set()
     policy = settings.manifests.network_policy
     assert isinstance(policy, NetworkPolicySettings)
-    assert policy.clients == ({"podSelector": {"matchLabels": {"role": "frontend"}}},)
+    # The activator forwards the clients' requests: it is one of the listed clients.
+    (activator,) = _activators(template(helm), "Deployment")
+    assert policy.clients == (
+        {"podSelector": {"matchLabels": {"role": "frontend"}}},
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tp-system"}},
+            "podSelector": {"matchLabels": activator["spec"]["selector"]["matchLabels"]},
+        },
+    )
     (prometheus,) = policy.prometheus
     assert prometheus["namespaceSelector"]["matchLabels"]["team"] == "obs"
     (operator,) = policy.operator
@@ -703,3 +744,331 @@ def test_network_policies_off(helm: str) -> None:
     _, settings, unread = _operator_parse(helm, "networkPolicy.enabled=false")
     assert unread == set()
     assert settings.manifests.network_policy is None
+
+
+# The activator (docs/activator.md) -----------------------------------------------------------------
+
+ACTIVATOR = "rel-tailpilot-activator"
+#: The activator's RBAC, exactly: which services exist and their replicas (cluster-wide), and the wake.
+ACTIVATOR_RULES = {
+    ("", "services"): {"list", "watch"},
+    ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
+    ("tailpilot.io", "inferenceservices"): {"patch"},
+}
+MIB = 1024 * 1024
+
+
+def _mib(quantity: str) -> float:
+    """A memory quantity in Mi or Gi, in MiB."""
+    units = {"Mi": 1, "Gi": 1024}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def _activator_pod(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The activator's Deployment, its pod spec and its one container."""
+    (dep,) = _activators(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    return dep, pod, ctr
+
+
+def test_the_activator_runs_two_restricted_replicas_of_the_operators_image(helm: str) -> None:
+    from tailpilot.activator.holding import HoldLimits
+    from tailpilot.activator.main import parse_args, settings_from
+
+    from ..manifests.fixtures import assert_restricted
+
+    docs = template(helm)
+    dep, pod, ctr = _activator_pod(docs)
+    (operator,) = _operators(docs, "Deployment")
+    assert (dep["metadata"]["name"], dep["metadata"]["namespace"]) == (ACTIVATOR, "tp-system")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    assert pod["serviceAccountName"] == ACTIVATOR
+    assert_restricted(pod)
+    assert ctr["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # The operator's image, which holds the whole package, run as the activator's module.
+    assert ctr["image"] == operator["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert ctr["command"] == ["python", "-P", "-m", "tailpilot.activator"]
+    # Its flags through the activator's own parsing: every one is a flag it has, and the chart's
+    # defaults are the activator's.
+    settings = settings_from(parse_args(ctr["args"]))
+    assert (settings.bind_address, settings.http_port, settings.grpc_port, settings.admin_port) == (
+        "0.0.0.0",
+        8000,
+        8001,
+        9090,
+    )
+    assert settings.limits == HoldLimits()
+    assert (settings.retry_after_s, settings.forward_timeout_s, settings.grpc_max_concurrent_rpcs) == (
+        5,
+        300.0,
+        1024,
+    )
+    assert {p["name"]: p["containerPort"] for p in ctr["ports"]} == {
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 9090,
+    }
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # A drain outlasts the preStop sleep plus the hold timeout: the kubelet never cuts one short.
+    pre_stop = ctr["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert 0 < pre_stop <= 10
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + settings.limits.hold_timeout_s
+    # Memory: about 70 MiB at rest plus 2 times the held-bytes bound (gRPC's worst case,
+    # docs/activator.md); the limit covers it.
+    resources = ctr["resources"]
+    assert _mib(resources["limits"]["memory"]) >= 70 + 2 * settings.limits.max_held_bytes / MIB
+    assert _mib(resources["requests"]["memory"]) >= 70 and resources["requests"]["cpu"]
+    # Different nodes preferred; and the operator's selectors never catch an activator pod.
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert not operator["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert (
+        not dep["spec"]["selector"]["matchLabels"].items()
+        <= operator["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_the_activators_bounds_are_values(helm: str) -> None:
+    from tailpilot.activator.main import parse_args, settings_from
+
+    _, pod, ctr = _activator_pod(
+        template(
+            helm,
+            "activator.maxHeldPerService=50",
+            "activator.maxHeldBytes=1073741824",
+            "activator.maxBodyBytes=1048576",
+            "activator.holdTimeoutSeconds=600",
+            "activator.retryAfterSeconds=2",
+            "activator.forwardTimeoutSeconds=60",
+            "activator.grpcMaxConcurrentRpcs=256",
+            "activator.preStopSleepSeconds=3",
+            "logLevel=debug",
+        )
+    )
+    settings = settings_from(parse_args(ctr["args"]))
+    limits = settings.limits
+    assert (limits.max_held_per_service, limits.max_held_bytes, limits.max_body_bytes) == (
+        50,
+        1 << 30,
+        1 << 20,
+    )
+    assert limits.hold_timeout_s == 600.0
+    assert (settings.retry_after_s, settings.forward_timeout_s, settings.grpc_max_concurrent_rpcs) == (
+        2,
+        60.0,
+        256,
+    )
+    assert parse_args(ctr["args"]).log_level == "DEBUG"
+    assert pod["terminationGracePeriodSeconds"] == 600 + 3 + 25
+    assert ctr["lifecycle"]["preStop"]["sleep"]["seconds"] == 3
+
+
+def test_the_activators_service_names_the_ports_the_operator_routes_by(helm: str) -> None:
+    docs = template(helm)
+    dep, _, _ = _activator_pod(docs)
+    (service,) = _activators(docs, "Service")
+    assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (ACTIVATOR, "tp-system")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert ports == {"http": (8000, "http"), "grpc": (8001, "grpc"), "metrics": (9090, "metrics")}
+
+
+def test_the_activators_rbac_is_exactly_what_it_uses(helm: str) -> None:
+    docs = template(helm)
+    (role,) = _activators(docs, "ClusterRole")
+    assert role["metadata"]["name"] == ACTIVATOR
+    assert _grants(role) == ACTIVATOR_RULES
+    assert not any("resourceNames" in rule for rule in role["rules"])
+    text = (CHART / "templates" / "activator-clusterrole.yaml").read_text()
+    assert "*" not in text
+    rules = text.split("rules:", 1)[1]
+    assert rules.count("- apiGroups:") == rules.count("  # ") == len(role["rules"])
+    (binding,) = _activators(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": ACTIVATOR,
+    }
+    account = {"kind": "ServiceAccount", "name": ACTIVATOR, "namespace": "tp-system"}
+    assert binding["subjects"] == [account]
+    (service_account,) = _activators(docs, "ServiceAccount")
+    assert service_account["metadata"]["name"] == ACTIVATOR
+    assert service_account["automountServiceAccountToken"] is True
+    # Nothing else is bound to the activator's account.
+    bindings = _by_kind(docs, "RoleBinding") + _by_kind(docs, "ClusterRoleBinding")
+    assert [b["metadata"]["name"] for b in bindings if account in b["subjects"]] == [ACTIVATOR]
+    # The same rules cluster-wide with watched namespaces: the activator has no namespace list.
+    (scoped,) = _activators(template(helm, "watchNamespaces={ml}"), "ClusterRole")
+    assert _grants(scoped) == ACTIVATOR_RULES
+
+
+def test_the_operator_may_route_to_the_activator(helm: str) -> None:
+    docs = template(helm)
+    # Where services live: the operator's ClusterRole (EXPECTED_RULES) writes their EndpointSlices.
+    (role,) = _operators(docs, "ClusterRole")
+    assert _grants(role)[("discovery.k8s.io", "endpointslices")] == {
+        "create",
+        "get",
+        "list",
+        "watch",
+        "patch",
+        "delete",
+    }
+    # In the release namespace: reading the activator's EndpointSlices.
+    (reads,) = [r for r in _by_kind(docs, "Role") if r["metadata"]["name"] == f"{ACTIVATOR}-endpoints"]
+    assert reads["metadata"]["namespace"] == "tp-system"
+    assert reads["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    (binding,) = [
+        b for b in _by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == f"{ACTIVATOR}-endpoints"
+    ]
+    assert binding["metadata"]["namespace"] == "tp-system"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-tailpilot", "namespace": "tp-system"}
+    ]
+    # With watched namespaces: the writes where the services are (the ClusterRole bound there), not
+    # cluster-wide; the reads of the activator's slices stay in the release namespace.
+    scoped = template(helm, "watchNamespaces={ml,prod}")
+    roles = {r["metadata"]["name"]: r for r in _operators(scoped, "ClusterRole")}
+    assert ("discovery.k8s.io", "endpointslices") in _grants(roles["rel-tailpilot"])
+    assert ("discovery.k8s.io", "endpointslices") not in _grants(roles["rel-tailpilot-clusterwide"])
+    watched = [b for b in _by_kind(scoped, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
+    assert sorted(b["metadata"]["namespace"] for b in watched) == ["ml", "prod"]
+    assert [
+        r["metadata"]["namespace"]
+        for r in _by_kind(scoped, "Role")
+        if r["metadata"]["name"] == f"{ACTIVATOR}-endpoints"
+    ] == ["tp-system"]
+
+
+def test_the_operator_is_told_where_the_activator_is(helm: str) -> None:
+    args, settings, unread = _operator_parse(helm)
+    assert unread == set()
+    assert args.activator_service == f"tp-system/{ACTIVATOR}"
+    assert settings.activator_service == ("tp-system", ACTIVATOR)
+    (service,) = _activators(template(helm), "Service")
+    assert (service["metadata"]["namespace"], service["metadata"]["name"]) == settings.activator_service
+
+
+def test_the_activators_disruption_budget_keeps_one_serving(helm: str) -> None:
+    docs = template(helm)
+    dep, _, _ = _activator_pod(docs)
+    (pdb,) = _activators(docs, "PodDisruptionBudget")
+    assert pdb["metadata"]["name"] == ACTIVATOR
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    # One replica: a budget of one would forbid every eviction.
+    assert not _activators(template(helm, "activator.replicaCount=1"), "PodDisruptionBudget")
+
+
+def test_the_activators_network_policy(helm: str) -> None:
+    from tailpilot.api import constants as c
+    from tailpilot.api.v1alpha1 import InferenceService
+    from tailpilot.manifests import deployment, triton_access
+    from tailpilot.manifests.settings import ManifestSettings
+
+    docs = template(helm)
+    dep, _, _ = _activator_pod(docs)
+    (policy,) = _activators(docs, "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    clients, metrics = spec["ingress"]
+    # The models' clients, from anywhere: no `from`.
+    assert clients == {"ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]}
+    # Metrics from where the operator's metrics are allowed.
+    (operator_policy,) = _operators(docs, "NetworkPolicy")
+    assert metrics["from"] == operator_policy["spec"]["ingress"][-1]["from"]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9090}]
+    models, dns, api_server = spec["egress"]
+    (peer,) = models["to"]
+    assert peer["namespaceSelector"] == {}  # serving pods in every namespace
+    assert peer["podSelector"]["matchLabels"] == {
+        c.LABEL_MANAGED_BY: c.MANAGED_BY,
+        c.LABEL_COMPONENT: c.COMPONENT_SERVER,
+    }
+    assert models["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
+    # Those labels are on the serving pods the operator makes.
+    obj = yaml.safe_load((REPO / "examples" / "gpu-tensorrt-h100.yaml").read_text())
+    obj["metadata"]["uid"] = "u1"
+    isvc = InferenceService.model_validate(obj)
+    serving = deployment.triton_deployment(
+        isvc=isvc,
+        engine_key="0123456789abcdef0123456789abcdef",
+        rollout_hash="h",
+        replicas=1,
+        settings=ManifestSettings(builder_image="b:1"),
+        admin_key=triton_access.admin_key_ref(isvc.name),
+    )
+    assert (
+        peer["podSelector"]["matchLabels"].items()
+        <= serving["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert "to" not in dns and {(p["protocol"], p["port"]) for p in dns["ports"]} == {
+        ("UDP", 53),
+        ("TCP", 53),
+    }
+    assert "to" not in api_server
+    assert api_server["ports"] == [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
+    # The API server's addresses, where the platform names them.
+    (narrow,) = _activators(
+        template(
+            helm,
+            "networkPolicy.apiServer.peers[0].ipBlock.cidr=10.0.0.1/32",
+            "networkPolicy.apiServer.ports={6443}",
+        ),
+        "NetworkPolicy",
+    )
+    assert narrow["spec"]["egress"][2] == {
+        "ports": [{"protocol": "TCP", "port": 6443}],
+        "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}],
+    }
+    assert not _by_kind(template(helm, "networkPolicy.enabled=false"), "NetworkPolicy")
+
+
+def test_activator_disabled_renders_none_of_it(helm: str) -> None:
+    docs = template(helm, "activator.enabled=false")
+    assert not [d for d in docs if _component(d) == "activator" or "activator" in d["metadata"]["name"]]
+    assert not _by_kind(docs, "PodDisruptionBudget")
+    # The operator: not told of an activator, and no EndpointSlice rights anywhere.
+    args, settings, unread = _operator_parse(helm, "activator.enabled=false")
+    assert unread == set()
+    assert args.activator_service is None and settings.activator_service is None
+    (dep,) = _by_kind(docs, "Deployment")
+    assert not [
+        e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "ACTIVATOR" in e["name"]
+    ]
+    (role,) = _by_kind(docs, "ClusterRole")
+    assert _grants(role) == {k: v for k, v in EXPECTED_RULES.items() if k[1] != "endpointslices"}
+    assert not [
+        r for r in _by_kind(docs, "Role") if any("endpointslices" in rule["resources"] for rule in r["rules"])
+    ]
+    # The services' clients are the chart's alone.
+    _, listed, _ = _operator_parse(
+        helm,
+        "activator.enabled=false",
+        "networkPolicy.tritonClients[0].podSelector.matchLabels.role=frontend",
+    )
+    assert listed.manifests.network_policy is not None
+    assert listed.manifests.network_policy.clients == (
+        {"podSelector": {"matchLabels": {"role": "frontend"}}},
+    )
+
+
+def test_the_activators_name_fits_a_label_whatever_the_release(helm: str) -> None:
+    docs = template(helm, f"fullnameOverride={'x' * 63}")
+    names = {d["metadata"]["name"] for d in docs if _component(d) == "activator"}
+    assert names and all(len(name) <= 63 and name.endswith("-activator") for name in names), names

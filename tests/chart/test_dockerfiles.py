@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,26 @@ def test_make_images_builds_what_the_chart_pulls() -> None:
     )
     built = dict(re.findall(r"-f docker/(\w+)\.Dockerfile -t (\S+) \.", dry_run.stdout))
     assert built == expected
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=[p.name for p in DOCKERFILES])
+def test_every_package_folder_is_copied(path: Path) -> None:
+    """setuptools refuses a package whose folder (pyproject's package-dir) is missing: the install fails."""
+    folders = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    )
+    copied = {
+        src.rstrip("/").split("/")[0]
+        for line in re.findall(r"^COPY (?!--from)(.+)$", path.read_text(), re.M)
+        for src in line.split()[:-1]
+    }
+    assert folders <= copied, f"{path.name} copies no {sorted(folders - copied)}"
+
+
+def test_the_charts_activator_runs_the_operator_images_python() -> None:
+    """The activator Deployment's `python` is the image's venv (first on PATH), which holds the package."""
+    text = _dockerfile("operator")
+    assert re.search(r"^ENV PATH=/opt/venv/bin:\$PATH\b", text, re.M)
+    assert re.search(r"^COPY activator/ activator/$", text, re.M)
+    template = (REPO / "charts/tailpilot/templates/activator-deployment.yaml").read_text()
+    assert "command: [python, -P, -m, tailpilot.activator]" in template

@@ -39,6 +39,11 @@ IMAGE_COMMANDS: dict[str, tuple[str, ...]] = {
     "operator": ("operator", "crds"),
     "builder": ("build", "profile", "make-example-model"),
 }
+#: image -> the modules it runs with `python -P -m` (the chart's activator Deployment, in the operator image).
+IMAGE_MODULES: dict[str, tuple[str, ...]] = {
+    "operator": ("tailpilot.activator",),
+    "builder": (),
+}
 #: Installed by venv / uv venv, or the project itself: not pinned in requirements.lock.
 UNPINNED_OK = {"pip", "setuptools", "wheel", "tailpilot"}
 
@@ -255,12 +260,14 @@ def test_image_install_imports_every_entry_point_module(image: str, tmp_path: Pa
     print(f"{image}: installed with {env.get('INSTALLER', 'pip')} in {time.monotonic() - started:.0f} s")
 
     entry_modules = ["tailpilot.cli"] + [cli.SUBCOMMANDS[c][0] for c in IMAGE_COMMANDS[image]]
+    entry_modules += [f"{module}.__main__" for module in IMAGE_MODULES[image]]
     modules, statements = reachable(entry_modules)
     python = venv / "bin" / "python"
     # -I: neither the repository (cwd) nor PYTHONPATH may supply a module the venv lacks.
     check = subprocess.run(
         [str(python), "-I", "-c", CHECK],
-        input=json.dumps([f"import {m}" for m in modules] + statements),
+        # A `__main__` runs its program when imported: its imports are checked, not the module itself.
+        input=json.dumps([f"import {m}" for m in modules if not m.endswith(".__main__")] + statements),
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -290,3 +297,13 @@ def test_image_install_imports_every_entry_point_module(image: str, tmp_path: Pa
             [tailpilot, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
         assert run.returncode == 0, f"tailpilot {' '.join(args)}: {run.stdout[-1500:]}{run.stderr[-1500:]}"
+    for module in IMAGE_MODULES[image]:
+        run = subprocess.run(
+            [str(python), "-P", "-m", module, "--help"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, f"python -P -m {module}: {run.stdout[-1500:]}{run.stderr[-1500:]}"

@@ -59,12 +59,49 @@ app.kubernetes.io/component: operator
 
 {{/*
 Who the services' NetworkPolicies admit, as TAILPILOT_NETWORK_POLICY's JSON: the clients, the
-Prometheus, and the operator's own pods (their namespace and selector labels).
+Prometheus, and the operator's own pods (their namespace and selector labels). The activator
+forwards the clients' requests, so where the clients are listed it is one of them; where they are
+not (every source), adding it would narrow the rule to it.
 */}}
 {{- define "tailpilot.networkPolicyPeers" -}}
 {{- $prometheus := dict "namespaceSelector" .Values.networkPolicy.prometheus.namespaceSelector "podSelector" .Values.networkPolicy.prometheus.podSelector -}}
 {{- $operatorNamespace := dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace) -}}
 {{- $operatorPods := dict "matchLabels" (include "tailpilot.selectorLabels" . | fromYaml) -}}
 {{- $operator := dict "namespaceSelector" $operatorNamespace "podSelector" $operatorPods -}}
-{{- dict "clients" .Values.networkPolicy.tritonClients "prometheus" (list $prometheus) "operator" (list $operator) | toJson -}}
+{{- $clients := .Values.networkPolicy.tritonClients -}}
+{{- if and $clients .Values.activator.enabled -}}
+{{- $activatorPods := dict "matchLabels" (include "tailpilot.activatorSelectorLabels" . | fromYaml) -}}
+{{- $clients = append $clients (dict "namespaceSelector" $operatorNamespace "podSelector" $activatorPods) -}}
+{{- end -}}
+{{- dict "clients" $clients "prometheus" (list $prometheus) "operator" (list $operator) | toJson -}}
+{{- end }}
+
+{{/* The activator's name (its Deployment, Service, ServiceAccount and RBAC): `<fullname>-activator`, within 63. */}}
+{{- define "tailpilot.activatorName" -}}
+{{- printf "%s-activator" (include "tailpilot.fullname" . | trunc 53 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Labels selecting the activator's pods (immutable on the Deployment); never the operator's. */}}
+{{- define "tailpilot.activatorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "tailpilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: activator
+{{- end }}
+
+{{/* Standard labels of the activator's objects (`tailpilot.labels` with the activator's component). */}}
+{{- define "tailpilot.activatorLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "tailpilot.activatorSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tailpilot
+{{- end }}
+
+{{/* The activator's ServiceAccount name. */}}
+{{- define "tailpilot.activatorServiceAccountName" -}}
+{{- if .Values.activator.serviceAccount.create }}
+{{- default (include "tailpilot.activatorName" .) .Values.activator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.activator.serviceAccount.name }}
+{{- end }}
 {{- end }}
