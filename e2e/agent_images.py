@@ -9,9 +9,11 @@ executables on this machine:
 - `ghcr.io/tailpilot/tailpilot-builder`: command `tailpilot` runs the project's own
   `tailpilot` console script (the build Job's `tailpilot build`);
 - `ghcr.io/tailpilot/tailpilot-operator`: the same console script, also as the image's
-  entry point (the chart's Deployment gives only `args: [operator, ...]`), run in a
-  private mount namespace with the pod's volumes at their mountPaths, because the
-  operator reads its ServiceAccount token at the absolute in-cluster path.
+  entry point (the chart's Deployment gives only `args: [operator, ...]`), and command
+  `python`, the project's own interpreter (`.venv/bin/python`, as the image's venv is first on
+  its PATH: the chart's activator Deployment runs `python -P -m tailpilot.activator`); run in
+  a private mount namespace with the pod's volumes at their mountPaths, because the operator
+  and the activator read their ServiceAccount token at the absolute in-cluster path.
 
 A pod spec without `command` runs the image's entry point (`ImageEntry.entrypoint`)
 with its `args`, or with the image's default arguments (`ImageEntry.default_args`, the
@@ -147,10 +149,11 @@ def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> 
             entrypoint=("tailpilot",),
             default_args=("build", "--help"),
         ),
-        # docker/operator.Dockerfile: ENTRYPOINT ["tailpilot"], CMD ["operator"], and its ENV.
+        # docker/operator.Dockerfile: ENTRYPOINT ["tailpilot"], CMD ["operator"], and its ENV; its
+        # PATH starts with the venv, so `python` is the venv's (the chart's activator Deployment).
         OPERATOR_REPOSITORY: ImageEntry(
             repository=OPERATOR_REPOSITORY,
-            executables={"tailpilot": str(venv_bin / "tailpilot")},
+            executables={"tailpilot": str(venv_bin / "tailpilot"), "python": str(venv_bin / "python")},
             env={**path_env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
             entrypoint=("tailpilot",),
             default_args=("operator",),

@@ -158,6 +158,10 @@ builds, profiles and serves the CPU example to Ready and adds a replica under a 
 replica's capacity. Beyond the defaults it sets `image.repository`, `watchNamespaces`,
 `prometheus.url` and `engineStore.claimName`, and, through `extraEnv`, the operator's bind address
 (the pod IP: pods there share the machine's network) and a shorter control period.
+`tests/real_pods/test_chart_activator.py` installs it with `replicaCount: 0` (no operator pods):
+the two activator pods become Ready as the activator's ServiceAccount (their watches synced through
+the chart's ClusterRole), answer a request for an unknown service 404, and with one deleted the
+other serves on while the Deployment brings a new one back.
 
 ## Engine store
 

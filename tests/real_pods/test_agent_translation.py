@@ -318,6 +318,15 @@ def test_the_default_table_runs_the_operator_image_from_the_projects_console_scr
     assert env["PATH"].startswith("/v/bin:") and env["PYTHONUNBUFFERED"] == "1"
     assert table[OPERATOR_REPOSITORY].mount_namespace
     assert not table[BUILDER_REPOSITORY].mount_namespace and not table[TRITON_REPOSITORY].mount_namespace
+    # The chart's activator Deployment: the image's venv python, with the chart's module and flags.
+    argv, _ = resolve_argv(
+        table,
+        image=image,
+        command=["python", "-P", "-m", "tailpilot.activator"],
+        args=["--http-port=8000"],
+        pod_ip="i",
+    )
+    assert argv == ["/v/bin/python", "-P", "-m", "tailpilot.activator", "--http-port=8000"]
 
 
 def test_containers_find_the_api_server_at_its_own_address() -> None:
