@@ -236,9 +236,11 @@ def test_the_agents_restart_adopts_a_sidecar_and_deletion_stops_it(
     # Adoption must carry what the old agent reported, so the pod is first seen Ready (not merely
     # Running: the status that says Running can precede the one that says Ready).
     uid = eventually(
-        lambda: (p := core.read_namespaced_pod("pair", ns)).status.phase == "Running"
-        and conditions(p).get("Ready") == "True"
-        and p.metadata.uid,
+        lambda: (
+            (p := core.read_namespaced_pod("pair", ns)).status.phase == "Running"
+            and conditions(p).get("Ready") == "True"
+            and p.metadata.uid
+        ),
         timeout=30,
         description="running and Ready",
     )
