@@ -151,27 +151,7 @@ async def start_activator(
         http_socket = _listening_socket(settings.bind_address, settings.http_port)
         await web.SockSite(http_runner, http_socket).start()
 
-        executor = ThreadPoolExecutor(
-            max_workers=settings.grpc_max_concurrent_rpcs, thread_name_prefix="activator-grpc"
-        )
-        closing.callback(executor.shutdown, wait=False, cancel_futures=True)
-        grpc_proxy = GrpcProxy(
-            activation, channels, asyncio.get_running_loop(), forward_timeout_s=settings.forward_timeout_s
-        )
-        grpc_server = grpc.server(
-            executor,
-            handlers=(grpc_proxy.handler(),),
-            maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
-            options=(
-                ("grpc.max_receive_message_length", limits.max_body_bytes),
-                ("grpc.max_send_message_length", -1),
-                # Fail at start when the port is taken, rather than share it with another process.
-                ("grpc.so_reuseport", 0),
-            ),
-        )
-        grpc_port = grpc_server.add_insecure_port(_grpc_address(settings.bind_address, settings.grpc_port))
-        grpc_server.start()
-        closing.callback(grpc_server.stop, None)
+        grpc_server, grpc_port = _start_grpc(settings, activation, channels, closing)
 
         running = RunningActivator(
             activation=activation,
@@ -195,6 +175,35 @@ async def start_activator(
         await closing.aclose()
         raise
     return running
+
+
+def _start_grpc(
+    settings: ActivatorSettings, activation: Activation, channels: ChannelPool, closing: AsyncExitStack
+) -> tuple[grpc.Server, int]:
+    """Start the gRPC proxy on its thread pool (stopped by `closing`); the server and its port."""
+    limits = settings.limits
+    executor = ThreadPoolExecutor(
+        max_workers=settings.grpc_max_concurrent_rpcs, thread_name_prefix="activator-grpc"
+    )
+    closing.callback(executor.shutdown, wait=False, cancel_futures=True)
+    grpc_proxy = GrpcProxy(
+        activation, channels, asyncio.get_running_loop(), forward_timeout_s=settings.forward_timeout_s
+    )
+    grpc_server = grpc.server(
+        executor,
+        handlers=(grpc_proxy.handler(),),
+        maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+        options=(
+            ("grpc.max_receive_message_length", limits.max_body_bytes),
+            ("grpc.max_send_message_length", -1),
+            # Fail at start when the port is taken, rather than share it with another process.
+            ("grpc.so_reuseport", 0),
+        ),
+    )
+    grpc_port = grpc_server.add_insecure_port(_grpc_address(settings.bind_address, settings.grpc_port))
+    grpc_server.start()
+    closing.callback(grpc_server.stop, None)
+    return grpc_server, grpc_port
 
 
 async def _cleanup_once(runner: web.AppRunner) -> None:

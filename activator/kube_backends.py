@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from tailpilot.activator.backends import Endpoint, EndpointTable
 from tailpilot.activator.routing import ServiceKey
 from tailpilot.api.constants import LABEL_ISVC, LABEL_MANAGED_BY, MANAGED_BY, PORT_NAME_GRPC, PORT_NAME_HTTP
+from tailpilot.manifests.activator_routing import ready_addresses
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +102,10 @@ def ready_endpoints(endpoint_slice: Mapping[str, Any]) -> tuple[Endpoint, ...]:
     http_port, grpc_port = ports.get(PORT_NAME_HTTP), ports.get(PORT_NAME_GRPC)
     if http_port is None and grpc_port is None:
         return ()
-    ready = []
-    for endpoint in endpoint_slice.get("endpoints") or []:
-        addresses = endpoint.get("addresses") or []
-        if not addresses or (endpoint.get("conditions") or {}).get("ready") is False:
-            continue
-        # Every address of one endpoint is the same pod; the first is the one to use.
-        ready.append(Endpoint(address=addresses[0], http_port=http_port, grpc_port=grpc_port))
+    ready = [
+        Endpoint(address=address, http_port=http_port, grpc_port=grpc_port)
+        for address in ready_addresses(endpoint_slice)
+    ]
     return tuple(sorted(ready, key=Endpoint.sort_key))
 
 

@@ -431,11 +431,8 @@ class Autoscaler:
                 refused = plan.after_refused_batching(batching)
                 runtime.memory, state = refused, refused.state or state
         if plan.replicas is not None:
-            target = target.model_copy(update={"replicas": plan.replicas})
+            target = self._resized(target, plan, events)
             scale = True
-            if plan.replicas == 0 and plan.zero is not None:
-                target = target.model_copy(update={"scaled_to_zero_at": utc_now(self.clock)})
-                events.append(EventRecord("Normal", c.EVENT_SCALED_TO_ZERO, plan.zero.reason))
         if decision.action not in _QUIET_ACTIONS:
             events.append(_decision_event(decision, replicas=replicas, batching=batching, surge=surge))
         update = _decided_status(
@@ -462,6 +459,16 @@ class Autoscaler:
         if wrote or events:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
+
+    def _resized(
+        self, target: InferenceServiceStatus, plan: PeriodPlan, events: list[EventRecord]
+    ) -> InferenceServiceStatus:
+        """The status at the plan's replicas; going to zero is timed and said (the wake reads the time)."""
+        resized = target.model_copy(update={"replicas": plan.replicas})
+        if plan.replicas == 0 and plan.zero is not None:
+            events.append(EventRecord("Normal", c.EVENT_SCALED_TO_ZERO, plan.zero.reason))
+            return resized.model_copy(update={"scaled_to_zero_at": utc_now(self.clock)})
+        return resized
 
     async def _keep_pods_at(
         self, runtime: ServiceRuntime, inputs: _Inputs, batching: BatchingConfig

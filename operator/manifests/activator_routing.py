@@ -124,21 +124,32 @@ def activator_slice(*, isvc: InferenceService, activator: ActivatorEndpoints) ->
     }
 
 
+def ready_addresses(endpoint_slice: Mapping[str, Any]) -> tuple[str, ...]:
+    """One address per ready endpoint of an EndpointSlice, in its order (the activator reads it too).
+
+    An endpoint whose `ready` condition is unset counts as ready (the API's advice for consumers); a
+    terminating one does not. Every address of one endpoint is the same pod: the first is used.
+    """
+    found = []
+    for endpoint in endpoint_slice.get("endpoints") or []:
+        conditions = endpoint.get("conditions") or {}
+        addresses = endpoint.get("addresses") or []
+        if addresses and conditions.get("ready") is not False and conditions.get("terminating") is not True:
+            found.append(str(addresses[0]))
+    return tuple(found)
+
+
 def ready_endpoints(slices: Sequence[Mapping[str, Any]]) -> ActivatorEndpoints:
-    """The ready addresses and named ports of a Service's EndpointSlices (the activator's)."""
+    """The ready IPv4 addresses and named ports of a Service's EndpointSlices (the activator's)."""
     addresses: set[str] = set()
     ports: dict[str, int] = {}
     for slice_ in slices:
         if slice_.get("addressType", "IPv4") != "IPv4":
-            continue
+            continue  # the routing slice is IPv4
         for port in slice_.get("ports") or []:
             if port.get("name") and port.get("port"):
                 ports[str(port["name"])] = int(port["port"])
-        for endpoint in slice_.get("endpoints") or []:
-            conditions = endpoint.get("conditions") or {}
-            if conditions.get("ready") is False or conditions.get("terminating") is True:
-                continue
-            addresses.update(str(a) for a in endpoint.get("addresses") or [])
+        addresses.update(ready_addresses(slice_))
     return ActivatorEndpoints(addresses=tuple(sorted(addresses)), ports=ports)
 
 

@@ -60,6 +60,29 @@ def is_canary_child(obj: dict[str, Any]) -> bool:
     return name in (configmap_name(owner, canary=True), deployment_name(owner, canary=True))
 
 
+_Optional = list[tuple[dict[str, Any], bool]]
+
+
+def _optional_children(
+    *, isvc: InferenceService, settings: ManifestSettings, capabilities: ClusterCapabilities
+) -> tuple[_Optional, _Optional, _Optional]:
+    """The metrics Service, the NetworkPolicy and the monitoring objects, each with whether it is on."""
+    monitoring = isvc.spec.monitoring
+    policy = settings.network_policy
+    optional_policy = [
+        (triton_network_policy(isvc=isvc, settings=policy or NetworkPolicySettings()), policy is not None)
+    ]
+    optional_services = [(triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)]
+    optional_monitoring: _Optional = []
+    if capabilities.service_monitors:
+        monitor = service_monitor(isvc=isvc, settings=settings)
+        optional_monitoring.append((monitor, monitoring.service_monitor))
+    if capabilities.prometheus_rules:
+        rule = prometheus_rule(isvc=isvc, settings=settings)
+        optional_monitoring.append((rule, monitoring.prometheus_rule))
+    return optional_services, optional_policy, optional_monitoring
+
+
 def plan_children(
     *,
     isvc: InferenceService,
@@ -92,19 +115,9 @@ def plan_children(
     so that the activator is in the Service before a Deployment scaled to zero lets its last pod go
     (`activator_routing`); turned off otherwise. Without one, neither is wanted nor turned off.
     """
-    monitoring = isvc.spec.monitoring
-    policy = settings.network_policy
-    optional_policy = [
-        (triton_network_policy(isvc=isvc, settings=policy or NetworkPolicySettings()), policy is not None)
-    ]
-    optional_services = [(triton_metrics_service(isvc=isvc), isvc.spec.autoscaling.backlog_rotation)]
-    optional_monitoring: list[tuple[dict[str, Any], bool]] = []
-    if capabilities.service_monitors:
-        monitor = service_monitor(isvc=isvc, settings=settings)
-        optional_monitoring.append((monitor, monitoring.service_monitor))
-    if capabilities.prometheus_rules:
-        rule = prometheus_rule(isvc=isvc, settings=settings)
-        optional_monitoring.append((rule, monitoring.prometheus_rule))
+    optional_services, optional_policy, optional_monitoring = _optional_children(
+        isvc=isvc, settings=settings, capabilities=capabilities
+    )
     new = canary.result if canary is not None else result
     canary_children = [
         triton_configmap(isvc=isvc, result=new, batching=batching, canary=True),

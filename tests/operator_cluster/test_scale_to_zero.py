@@ -65,10 +65,63 @@ def activator_slice(k8s: client.ApiClient, namespace: str) -> Any:
     return next((s for s in slices.items if s.metadata.name == f"{NAME}-activator"), None)
 
 
+def goes_to_zero_behind_the_activator(k8s: client.ApiClient, namespace: str) -> None:
+    """No request for the idle window: the autoscaler goes to zero, the activator is routed in."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+
+    def at_zero() -> dict[str, Any] | None:
+        obj = custom_object(k8s, namespace, NAME)
+        status = obj.get("status") or {}
+        return obj if status.get("replicas") == 0 and status.get("scaledToZeroAt") else None
+
+    obj = eventually(at_zero, timeout=120, interval=1, description="scaled to zero")
+    assert obj["status"]["lastDecision"]["reason"] == "ScaledToZero"
+    eventually(
+        lambda: apps.read_namespaced_deployment(NAME, namespace).spec.replicas == 0,
+        timeout=30,
+        description="the Deployment at zero",
+    )
+    routed = eventually(
+        lambda: activator_slice(k8s, namespace), timeout=30, description="the activator's slice"
+    )
+    assert [e.addresses for e in routed.endpoints] == [[ACTIVATOR_IP]]
+    assert routed.metadata.labels["endpointslice.kubernetes.io/managed-by"] == "operator.tailpilot.io"
+    events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME}").items
+    assert any(e.reason == "ScaledToZero" for e in events), [e.reason for e in events]
+
+
+def wakes_and_routes_back_to_the_pods(k8s: client.ApiClient, namespace: str) -> None:
+    """The activator's wake: one replica at once, and once it is ready the pods serve again."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
+        "tailpilot.io",
+        "v1alpha1",
+        namespace,
+        "inferenceservices",
+        NAME,
+        {"metadata": {"annotations": {"tailpilot.io/wake-requested-at": now}}},
+    )
+    eventually(
+        lambda: (apps.read_namespaced_deployment(NAME, namespace).status.ready_replicas or 0) >= 1,
+        timeout=60,
+        description="a replica ready after the wake",
+    )
+    eventually(
+        lambda: activator_slice(k8s, namespace) is None,
+        timeout=30,
+        description="the activator's slice gone once a replica is ready",
+    )
+    woken = custom_object(k8s, namespace, NAME)["status"]
+    assert woken["replicas"] >= 1 and not woken.get("scaledToZeroAt"), woken
+    events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME}").items
+    assert any(e.reason == "Woken" for e in events), [e.reason for e in events]
+
+
 def test_an_idle_service_goes_to_zero_behind_the_activator_and_a_wake_brings_it_back(
     k8s, crds, namespace, engine_store, tmp_path
 ):
-    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    core = client.CoreV1Api(k8s)
     repo = triton_fixtures.write_repository(
         tmp_path / "repo", batching=BatchingConfig(max_batch_size=1), base_ms=BASE_MS
     )
@@ -118,59 +171,7 @@ def test_an_idle_service_goes_to_zero_behind_the_activator_and_a_wake_brings_it_
                 )
                 assert pods.spec.cluster_ip == "None"
 
-                # No request for 30 s: the autoscaler goes to zero, the activator is routed in.
-                def at_zero() -> dict[str, Any] | None:
-                    obj = custom_object(k8s, namespace, NAME)
-                    status = obj.get("status") or {}
-                    return obj if status.get("replicas") == 0 and status.get("scaledToZeroAt") else None
-
-                obj = eventually(at_zero, timeout=120, interval=1, description="scaled to zero")
-                assert obj["status"]["lastDecision"]["reason"] == "ScaledToZero"
-                eventually(
-                    lambda: apps.read_namespaced_deployment(NAME, namespace).spec.replicas == 0,
-                    timeout=30,
-                    description="the Deployment at zero",
-                )
-                routed = eventually(
-                    lambda: activator_slice(k8s, namespace), timeout=30, description="the activator's slice"
-                )
-                assert [e.addresses for e in routed.endpoints] == [[ACTIVATOR_IP]]
-                assert (
-                    routed.metadata.labels["endpointslice.kubernetes.io/managed-by"]
-                    == "operator.tailpilot.io"
-                )
-                events = core.list_namespaced_event(
-                    namespace, field_selector=f"involvedObject.name={NAME}"
-                ).items
-                assert any(e.reason == "ScaledToZero" for e in events), [e.reason for e in events]
-
-                # The activator's wake: one replica at once, and once it is ready the pods serve again.
-                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
-                    "tailpilot.io",
-                    "v1alpha1",
-                    namespace,
-                    "inferenceservices",
-                    NAME,
-                    {"metadata": {"annotations": {"tailpilot.io/wake-requested-at": now}}},
-                )
-                eventually(
-                    lambda: (
-                        (apps.read_namespaced_deployment(NAME, namespace).status.ready_replicas or 0) >= 1
-                    ),
-                    timeout=60,
-                    description="a replica ready after the wake",
-                )
-                eventually(
-                    lambda: activator_slice(k8s, namespace) is None,
-                    timeout=30,
-                    description="the activator's slice gone once a replica is ready",
-                )
-                woken = custom_object(k8s, namespace, NAME)["status"]
-                assert woken["replicas"] >= 1 and not woken.get("scaledToZeroAt"), woken
-                events = core.list_namespaced_event(
-                    namespace, field_selector=f"involvedObject.name={NAME}"
-                ).items
-                assert any(e.reason == "Woken" for e in events), [e.reason for e in events]
+                goes_to_zero_behind_the_activator(k8s, namespace)
+                wakes_and_routes_back_to_the_pods(k8s, namespace)
         finally:
             prometheus.stop()
