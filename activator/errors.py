@@ -25,12 +25,12 @@ class UnknownService(ActivationError):
     @classmethod
     def unparsable(cls, host: str) -> UnknownService:
         """A host that is neither a Service's DNS name nor a known cluster IP."""
-        return cls(f"no TailPilot service for host {host!r}: expected {HOST_FORMS}")
+        return cls(f"no TailPilot service for host {_bounded(host)!r}: expected {HOST_FORMS}")
 
     @classmethod
     def unknown(cls, key: ServiceKey, host: str) -> UnknownService:
         """A host in a valid form naming a service TailPilot does not serve."""
-        return cls(f"no TailPilot InferenceService {key} (host {host!r})")
+        return cls(f"no TailPilot InferenceService {key} (host {_bounded(host)!r})")
 
 
 class BodyTooLarge(ActivationError):
@@ -97,3 +97,11 @@ class BackendUnreachable(Exception):
 
     Raised by a front end's send function, caught by the activation, never shown to a client as is.
     """
+
+
+#: The longest host an error quotes: a DNS name's limit. A client's header is echoed to it, not further.
+MAX_QUOTED_HOST = 253
+
+
+def _bounded(host: str) -> str:
+    return host if len(host) <= MAX_QUOTED_HOST else host[:MAX_QUOTED_HOST] + "..."
