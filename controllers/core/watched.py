@@ -117,6 +117,14 @@ class WatchedObjects:
             # pods that no event has mentioned since the watch started.
             self._pods[key][name] = body
 
+    def may_scale_to_zero(self) -> list[_Key]:
+        """The services whose spec lets them go to zero (`minReplicas: 0`): those the activator serves."""
+        return [
+            key
+            for key, body in self._services.items()
+            if ((body.get("spec") or {}).get("autoscaling") or {}).get("minReplicas") == 0
+        ]
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop a service and its pods (deleted)."""
         key = (namespace, name)

@@ -31,6 +31,7 @@ from tailpilot.controllers.core.kubeapi import ISVC
 from tailpilot.controllers.core.seams import EventsKube
 from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S
 from tailpilot.controllers.core.watched import WatchedObjects
+from tailpilot.controllers.process.activator_watch import ActivatorWatch
 from tailpilot.controllers.process.progress import PassWatch
 from tailpilot.controllers.reconcile.reconciler import ReconcileResult
 from tailpilot.controllers.rollout.canary_analysis import ANALYSIS_PERIOD_S
@@ -465,11 +466,17 @@ class ServiceLoops:
 
 
 def register(
-    registry: kopf.OperatorRegistry, *, loops: ServiceLoops, watched: WatchedObjects | None = None
+    registry: kopf.OperatorRegistry,
+    *,
+    loops: ServiceLoops,
+    watched: WatchedObjects | None = None,
+    activator: ActivatorWatch | None = None,
 ) -> None:
     """Register the handlers on an explicit registry (no module-level global state).
 
     `watched` keeps every InferenceService and Triton pod the watches deliver, for the fast loop.
+    `activator` (with `--activator-service`) watches the activator's ready pods: when they change,
+    the services that may be at zero reconcile, so their Service's copy of them follows.
     """
 
     @kopf.on.login(registry=registry)
@@ -522,9 +529,41 @@ def register(
         handler = on_pod_event if (group, plural) == ("", "pods") else on_child_event
         kopf.on.event(group, "v1", plural, labels=managed, registry=registry)(handler)
 
+    _register_activator_watch(registry, loops=loops, watched=watched, activator=activator)
+
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:
         await loops.stop_all()
+
+
+def _register_activator_watch(
+    registry: kopf.OperatorRegistry,
+    *,
+    loops: ServiceLoops,
+    watched: WatchedObjects | None,
+    activator: ActivatorWatch | None,
+) -> None:
+    """Run the activator's watch with the operator; a change wakes the services that may be at zero."""
+    if activator is None:
+        return
+
+    def wake_zero_services() -> None:
+        keys = watched.may_scale_to_zero() if watched is not None else [r.key for r in loops.runtimes]
+        for namespace, name in keys:
+            loops.wake(namespace, name)
+
+    @kopf.on.startup(registry=registry)
+    async def watch_activator(**_: Any) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_change() -> None:  # in the watch's thread: the wakes run on the event loop
+            loop.call_soon_threadsafe(wake_zero_services)
+
+        activator.start(on_change)
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_activator_watch(**_: Any) -> None:
+        await asyncio.to_thread(activator.stop)
 
 
 #: Children whose changes (a build pod finishing, a replica becoming ready, a hand edit) wake the owner.

@@ -33,6 +33,7 @@ from tailpilot.controllers.core.metrics import OperatorMetrics
 from tailpilot.controllers.core.settings import DEFAULT_CONTROL_PERIOD_S, OperatorSettings, parse_gpu_prices
 from tailpilot.controllers.core.watched import WatchedObjects
 from tailpilot.controllers.gpu.gpu_inventory import GpuInventory
+from tailpilot.controllers.process.activator_watch import ActivatorWatch
 from tailpilot.controllers.process.handlers import ServiceLoops, register
 from tailpilot.controllers.process.leader_election import (
     DEFAULT_LEASE_DURATION_S,
@@ -320,6 +321,18 @@ def _api_client() -> client.ApiClient:
     return api_client(configuration)
 
 
+def _activator_watch(args: argparse.Namespace) -> ActivatorWatch | None:
+    """The watch of the activator's ready pods (`--activator-service`), else None."""
+    if not args.activator_service:
+        return None
+    namespace, name = args.activator_service.split("/")
+    # Its own client: the watch holds a connection open, which must not take one of the passes'.
+    slices = client.DiscoveryV1Api(_api_client())
+    return ActivatorWatch(
+        list_slices=functools.partial(slices.list_namespaced_endpoint_slice, namespace), service_name=name
+    )
+
+
 def build_settings(args: argparse.Namespace) -> OperatorSettings:
     """Operator settings from `parse_args`' result: the environment's manifest settings, flags over them."""
     from_env: ManifestSettings = args.manifests_from_env
@@ -368,7 +381,7 @@ def run(
     # The watches' objects, so neither the fast loop nor a decision asks the API server for them.
     watched = WatchedObjects(kube=kube, clock=clock)
     loops = _service_loops(args, kube=kube, executor=executor, metrics=metrics, watched=watched, clock=clock)
-    register(registry, loops=loops, watched=watched)
+    register(registry, loops=loops, watched=watched, activator=_activator_watch(args))
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
     if args.webhook_port:

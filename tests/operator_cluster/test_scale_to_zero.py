@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.triton, pytest.mark.prometheus, p
 
 ACTIVATOR = "fake-activator"
 ACTIVATOR_IP = "10.244.9.9"
+#: The activator's pod that replaces the first while the service is at zero (a rollout, a drain).
+ACTIVATOR_IP_AFTER = "10.244.9.10"
 
 
 def fake_activator(k8s: client.ApiClient, namespace: str) -> None:
@@ -88,6 +90,25 @@ def goes_to_zero_behind_the_activator(k8s: client.ApiClient, namespace: str) -> 
     assert routed.metadata.labels["endpointslice.kubernetes.io/managed-by"] == "operator.tailpilot.io"
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME}").items
     assert any(e.reason == "ScaledToZero" for e in events), [e.reason for e in events]
+
+
+def follows_the_activators_pods(k8s: client.ApiClient, namespace: str) -> None:
+    """The activator's pod replaced while the service is at zero: the Service's copy follows.
+
+    Nothing of the service changes, so only the operator's watch of the activator's slices makes a
+    pass rewrite the copy (without it, clients would be sent to a pod that is draining).
+    """
+    client.DiscoveryV1Api(k8s).patch_namespaced_endpoint_slice(
+        f"{ACTIVATOR}-1",
+        namespace,
+        {"endpoints": [{"addresses": [ACTIVATOR_IP_AFTER], "conditions": {"ready": True}}]},
+    )
+
+    def follows() -> bool:
+        routed = activator_slice(k8s, namespace)
+        return routed is not None and [e.addresses for e in routed.endpoints] == [[ACTIVATOR_IP_AFTER]]
+
+    eventually(follows, timeout=15, interval=0.5, description="the copy follows the activator's new pod")
 
 
 def wakes_and_routes_back_to_the_pods(k8s: client.ApiClient, namespace: str) -> None:
@@ -172,6 +193,7 @@ def test_an_idle_service_goes_to_zero_behind_the_activator_and_a_wake_brings_it_
                 assert pods.spec.cluster_ip == "None"
 
                 goes_to_zero_behind_the_activator(k8s, namespace)
+                follows_the_activators_pods(k8s, namespace)
                 wakes_and_routes_back_to_the_pods(k8s, namespace)
         finally:
             prometheus.stop()
