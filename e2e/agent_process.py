@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tailpilot_e2e import host_addresses
+
 SHIM = Path(__file__).resolve().parent / "agent_shim.py"
 #: Run first, inside a container's own mount namespace, by images that need one (`agent_mounts`).
 MOUNT_HELPER = Path(__file__).resolve().parent / "agent_mounts.py"
@@ -133,8 +135,18 @@ def running_processes(state_dir: Path, pod_uid: str | None = None) -> dict[str, 
     return out
 
 
+def release_address(pod_dir: Path) -> None:
+    """Take the pod's address (its `ip` file) off this machine."""
+    ip_file = pod_dir / "ip"
+    if ip_file.exists():
+        host_addresses.remove(ip_file.read_text().strip())
+
+
 def kill_all(state_dir: Path, grace_s: float = 5.0) -> int:
-    """Stop every container process recorded under the agent's state dir (after the agent stopped)."""
+    """Stop every container process recorded under the agent's state dir (after the agent stopped).
+
+    The pods' addresses go with them (their records stay: a restarted agent adds them again).
+    """
     runs = [run for pod_dir in state_dir.glob("pods/*") for run in pod_runs(pod_dir)]
     alive = [r for r in runs if r.alive_pid() is not None]
     for r in alive:
@@ -144,4 +156,6 @@ def kill_all(state_dir: Path, grace_s: float = 5.0) -> int:
         time.sleep(0.1)  # bounded wait for processes to exit
     for r in alive:
         r.signal(signal.SIGKILL)
+    for pod_dir in state_dir.glob("pods/*"):
+        release_address(pod_dir)
     return len(alive)

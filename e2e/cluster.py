@@ -37,6 +37,7 @@ from tailpilot_e2e.agent_cgroups import CpuCgroups
 from tailpilot_e2e.agent_node import NODE_NAME
 from tailpilot_e2e.agent_process import kill_all
 from tailpilot_e2e.config import E2E_DIR, Binaries, Ports, read_versions, state_dir
+from tailpilot_e2e.host_addresses import KWOK_POD_NETWORK
 from tailpilot_e2e.procs import ClusterError, Component, log_tail, pid_runs, read_pid, start, stop
 
 #: Start order; stopped in reverse.
@@ -272,8 +273,10 @@ class LocalCluster:
                     "--manage-all-nodes=false",
                     f"--manage-nodes-with-annotation-selector={fleet_mod.KWOK_NODE_ANNOTATION}=fake",
                     "--node-lease-duration-seconds=40",
-                    # Pod and node IPs on loopback: nothing can send traffic to them off this machine.
-                    "--cidr=127.64.0.0/16",
+                    # Pod IPs of a private, unrouted range (Kubernetes refuses loopback endpoints in a
+                    # Service); nothing listens there unless a test puts the address on `lo`
+                    # (`host_addresses`). The node IP is loopback: nothing off this machine reaches it.
+                    f"--cidr={KWOK_POD_NETWORK}",
                     "--node-ip=127.63.0.1",
                     f"--server-address=127.0.0.1:{p.kwok}",
                 ],

@@ -6,8 +6,9 @@
 #   prometheus-alertmanager   real alerting for tests and the demo (starts no daemon); Prometheus
 #                      itself is built from upstream (e2e/build-binaries.sh): Debian's lacks kubernetes_sd
 #   unzip              helm ships inside an npm package's zip
+#   iproute2           `ip`: pods' host-scoped addresses on lo (e2e/host_addresses.py)
 set -euo pipefail
-packages=(openssl libpython3.11 libb64-0d prometheus-alertmanager unzip)
+packages=(openssl libpython3.11 libb64-0d prometheus-alertmanager unzip iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

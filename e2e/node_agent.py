@@ -3,8 +3,9 @@
 It registers one Node (`local-0`, a CPU inference node), keeps its Lease and
 Ready condition fresh, and for every pod bound to it:
 
-- gives the pod its own loopback address (127.65.x.y) as pod IP, so ports never collide
-  (a wildcard 0.0.0.0 in a container's args and env becomes it), and every container
+- gives the pod its own address (10.65.x.y, host-scoped on `lo`: `host_addresses`) as pod IP, so
+  ports never collide and Services list it as an endpoint (a wildcard 0.0.0.0 in a container's args
+  and env becomes it), and every container
   KUBERNETES_SERVICE_HOST/PORT naming the API server's own address (no kube-proxy here);
 - materializes volumes (emptyDir, ConfigMap, Secret, PVCs bound to local/hostPath PVs)
   under the pod's directory and maps each mountPath onto them (see `agent_pod`); images
@@ -67,7 +68,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tailpilot_e2e import agent_images
+from tailpilot_e2e import agent_images, host_addresses
 from tailpilot_e2e.agent_cgroups import CpuCgroups, cfs_quota_us
 from tailpilot_e2e.agent_node import LEASE_DURATION_S, NODE_IP, NODE_NAME, node_manifest, node_status
 from tailpilot_e2e.agent_pod import (
@@ -95,13 +96,22 @@ from tailpilot_e2e.agent_pod import (
     stop_waves,
     will_restart,
 )
-from tailpilot_e2e.agent_process import MOUNT_HELPER, SHIM, Run, container_dir, kill_all, pod_runs, runs_of
+from tailpilot_e2e.agent_process import (
+    MOUNT_HELPER,
+    SHIM,
+    Run,
+    container_dir,
+    kill_all,
+    pod_runs,
+    release_address,
+    runs_of,
+)
 from tailpilot_e2e.agent_volumes import PodVolumes, link_mounts
 from tailpilot_e2e.config import REPO_ROOT
+from tailpilot_e2e.host_addresses import REAL_POD_NETWORK
 
 log = logging.getLogger("node-agent")
 
-POD_IP_PREFIX = "127.65"
 LIST_PERIOD_S = 0.5
 HEARTBEAT_PERIOD_S = 10.0
 MERGE_PATCH = "application/merge-patch+json"
@@ -297,15 +307,19 @@ class NodeAgent:
 
     def _allocate_ip(self, pod_dir: Path) -> str:
         ip_file = pod_dir / "ip"
-        if ip_file.exists():
-            return ip_file.read_text().strip()
+        if ip_file.exists():  # adopted after the agent's restart: its address stays (added again if not)
+            ip = ip_file.read_text().strip()
+            host_addresses.add(ip)
+            return ip
         # Every allocated address is in its pod's `ip` file (written here), the one record of it.
         used = {f.read_text().strip() for f in self.state_dir.glob("pods/*/ip")}
-        for n in range(2, 256 * 254):
-            ip = f"{POD_IP_PREFIX}.{n // 254}.{n % 254 + 1}"
-            if ip not in used:
-                ip_file.write_text(ip)
-                return ip
+        for host in REAL_POD_NETWORK.hosts():
+            ip = str(host)
+            if ip.endswith((".0", ".1", ".255")) or ip in used:
+                continue
+            host_addresses.add(ip)
+            ip_file.write_text(ip)
+            return ip
         raise RuntimeError("no pod IP left")
 
     def _new_runtime(self, pod: dict[str, Any]) -> PodRuntime:
@@ -874,6 +888,7 @@ class NodeAgent:
 
     def _forget(self, runtime: PodRuntime) -> None:
         self.pods.pop(runtime.uid, None)
+        host_addresses.remove(runtime.ip)
         shutil.rmtree(runtime.dir, ignore_errors=True)
         if self.cgroups is not None:
             self.cgroups.remove(runtime.uid)
@@ -998,6 +1013,7 @@ class NodeAgent:
                 for r in alive:
                     r.signal(signal.SIGKILL)
                 log.info("stopped %d process(es) of vanished pod %s", len(alive), pod_dir.name)
+                release_address(pod_dir)
                 shutil.rmtree(pod_dir, ignore_errors=True)
                 if self.cgroups is not None:
                     self.cgroups.remove(pod_dir.name)

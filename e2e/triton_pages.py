@@ -1,8 +1,9 @@
 """Triton's metrics endpoint for KWOK pods: a real HTTP server on each simulated pod's own IP and port.
 
-KWOK gives pods loopback IPs (127.64.0.0/16) and runs nothing in them, so nothing answers on a
-pod's :8002/metrics. For the scale benchmark, one process listens on `<pod IP>:8002` for every pod
-it is told about (loopback only, like every server here) and answers Triton's metrics page
+KWOK gives pods host-scoped IPs (10.64.0.0/16, `host_addresses`) and runs nothing in them, so
+nothing answers on a pod's :8002/metrics. For the scale benchmark, one process listens on
+`<pod IP>:8002` for every pod it is told about (each address put on `lo` with host scope first, so
+only this machine reaches it, like every server here) and answers Triton's metrics page
 (`tailpilot.bench.triton_metrics.metrics_page`): the request counters grow at a steady rate from
 the moment the pod is added, with a latency summary, so the operator's fast loop and a real
 Prometheus read them exactly as they read a Triton pod. It counts the requests it answers by
@@ -12,7 +13,7 @@ HTTP/1.1 with keep-alive is answered by hand on asyncio streams: a thread per co
 (`http.server`) would not hold a thousand pods on two cores.
 
     pages = TritonPages(PageLoad(rate_per_s=20.0)).start()
-    pages.add([PodEndpoint(ip="127.64.0.5", model="svc-000")])
+    pages.add([PodEndpoint(ip="10.64.0.5", model="svc-000")])
     pages.stats()  # {"operator": 120, "prometheus": 8, "other": 0}
     pages.stop()
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import multiprocessing
 import threading
 import time
@@ -31,6 +33,7 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.bench.triton_metrics import metrics_page
 from tailpilot.policy.signals import PodLatency, TritonCounters
+from tailpilot_e2e import host_addresses
 
 #: How an endpoint answers: as a Triton pod does (""), or as a hostile one would
 #: (`tailpilot_e2e.bench_adversarial`): a body far past any reader's bound, one byte a second for
@@ -115,6 +118,9 @@ class _PageServer:
         await self.done.wait()
         for server in self.servers.values():
             server.close()
+        for ip in self.servers:
+            if not ipaddress.ip_address(ip).is_loopback:
+                host_addresses.remove(ip)
         self.conn.send("stopped")
 
     async def on_message(self, message: tuple[Any, ...]) -> None:
@@ -141,6 +147,8 @@ class _PageServer:
                 answer = functools.partial(self.answer_hostile, mode=endpoint.mode)
             else:
                 answer = functools.partial(self.answer, model=endpoint.model, since=since)
+            if not ipaddress.ip_address(endpoint.ip).is_loopback:  # a KWOK pod's: not on `lo` yet
+                await asyncio.to_thread(host_addresses.add, endpoint.ip)
             self.servers[endpoint.ip] = await asyncio.start_server(
                 answer, host=endpoint.ip, port=endpoint.port
             )

@@ -552,6 +552,13 @@ def _register_activator_watch(
         for namespace, name in keys:
             loops.wake(namespace, name)
 
+    # The Services' own slices: a pod listed there (or gone from there) decides the routing.
+    @kopf.on.event(
+        "discovery.k8s.io", "v1", "endpointslices", labels={c.LABEL_ISVC: kopf.PRESENT}, registry=registry
+    )
+    async def on_slice_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        loops.wake(namespace, labels.get(c.LABEL_ISVC))
+
     @kopf.on.startup(registry=registry)
     async def watch_activator(**_: Any) -> None:
         loop = asyncio.get_running_loop()

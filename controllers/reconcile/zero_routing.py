@@ -8,27 +8,31 @@
 - **The routing.** With an activator configured (`--activator-service`), a service with
   `minReplicas: 0` has its `<name>-pods` Service, and while it has no ready replica (or is going to
   zero) the EndpointSlice that routes its Service to the activator's ready pods
-  (`tailpilot.manifests.activator_routing`). The ready replicas are read from the live Deployment,
-  not the last status, so the slice goes as soon as a pod is ready.
+  (`tailpilot.manifests.activator_routing`). A pod counts as ready once the Service's own
+  EndpointSlices (the Kubernetes controller's) list it, so the slice goes as soon as clients have
+  a pod to go to, and never before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
 from tailpilot.controllers.core.events import EventRecord
-from tailpilot.controllers.core.kubeapi import DEPLOYMENTS, ENDPOINT_SLICES
+from tailpilot.controllers.core.kubeapi import ENDPOINT_SLICES
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.manifests.activator_routing import (
     LABEL_SERVICE_NAME,
+    LABEL_SLICE_MANAGED_BY,
     ActivatorRouting,
+    ready_addresses,
     ready_endpoints,
     routes_to_activator,
 )
-from tailpilot.manifests.deployment import deployment_name
 
 
 def wake_requested_at(isvc: InferenceService) -> datetime | None:
@@ -75,12 +79,27 @@ class ZeroRouting:
             return None
         if isvc.spec.autoscaling.min_replicas != 0:
             return ActivatorRouting(scale_to_zero=False)
-        live = self.deps.kube.get(DEPLOYMENTS, isvc.namespace, deployment_name(isvc.name))
-        ready = int(((live or {}).get("status") or {}).get("readyReplicas") or 0)
-        if not routes_to_activator(replicas=replicas, ready_replicas=ready):
+        if not routes_to_activator(replicas=replicas, ready_replicas=self._ready_pod_endpoints(isvc)):
             return ActivatorRouting(scale_to_zero=True)
         namespace, name = activator
         slices = self.deps.kube.list(
             ENDPOINT_SLICES, namespace, label_selector=f"{LABEL_SERVICE_NAME}={name}"
         )
         return ActivatorRouting(scale_to_zero=True, route_to=ready_endpoints(slices))
+
+    def _ready_pod_endpoints(self, isvc: InferenceService) -> int:
+        """The ready pod endpoints of the service's Service: in the Kubernetes controller's slices.
+
+        Not the Deployment's ready replicas: a pod counts there before the EndpointSlice controller
+        has put it in the Service, and routing away from the activator in between would leave
+        clients with no endpoint at all. The slices' changes wake the service (`handlers`).
+        """
+        slices = self.deps.kube.list(
+            ENDPOINT_SLICES, isvc.namespace, label_selector=f"{LABEL_SERVICE_NAME}={isvc.name}"
+        )
+        theirs = [s for s in slices if _labels(s).get(LABEL_SLICE_MANAGED_BY) != c.ENDPOINT_SLICE_MANAGER]
+        return sum(len(ready_addresses(s)) for s in theirs)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}

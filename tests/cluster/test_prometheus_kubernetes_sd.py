@@ -1,6 +1,6 @@
 """A real Prometheus discovers Triton pods through the local API server and loads the operator's rules.
 
-The pods run on KWOK nodes: they get loopback pod IPs (127.64.x.y) and serve
+The pods run on KWOK nodes: they get pod IPs of an unrouted range (10.64.x.y) and serve
 nothing, so their scrapes fail; what is checked is discovery itself, i.e. which
 pods become targets, with which labels and address, as Prometheus' own
 /api/v1/targets reports it. Rules are the operator's generated PrometheusRule,
@@ -127,7 +127,7 @@ def test_pod_discovery_finds_exactly_the_triton_metrics_ports(local_cluster, k8s
             return ips if placed else None
 
         ips = eventually(pods_placed, timeout=60, description="pods Running with IPs, the Job pod Succeeded")
-        assert all(ip.startswith("127.64.") for _, ip in ips.values()), ips
+        assert all(ip.startswith("10.64.") for _, ip in ips.values()), ips
         expected = {(namespace, pod, isvc, "triton", f"{ips[pod][1]}:8002") for pod, isvc in servers.items()}
         eventually(
             lambda: discovered(prometheus) == expected,

@@ -8,7 +8,7 @@ from typing import Any
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
 from tailpilot.controllers.core.admin_key import AdminKey
-from tailpilot.controllers.core.kubeapi import DEPLOYMENTS, ENDPOINT_SLICES, Resource
+from tailpilot.controllers.core.kubeapi import ENDPOINT_SLICES, Resource
 from tailpilot.controllers.core.settings import OperatorSettings
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
@@ -62,19 +62,34 @@ def test_an_older_or_unreadable_annotation_wakes_nothing():
 
 
 class Cluster(UnexpectedKube):
-    """The Deployment's ready replicas and the activator's slices."""
+    """The service Service's slices (the Kubernetes controller's and ours), and the activator's."""
 
-    def __init__(self, ready: int, slices: list[dict[str, Any]]) -> None:
-        self.ready, self.slices, self.selectors = ready, slices, []
-
-    def get(self, resource: Resource, namespace: str, name: str, /) -> dict[str, Any] | None:
-        assert resource is DEPLOYMENTS and name == "zero"
-        return {"status": {"readyReplicas": self.ready}}
+    def __init__(self, service_slices: list[dict[str, Any]], slices: list[dict[str, Any]]) -> None:
+        self.service_slices, self.slices, self.selectors = service_slices, slices, []
 
     def list(self, resource: Resource, namespace: str | None, /, **selectors: str) -> list[dict[str, Any]]:
-        assert resource is ENDPOINT_SLICES and namespace == "tailpilot-system"
+        assert resource is ENDPOINT_SLICES
         self.selectors.append(selectors["label_selector"])
+        if namespace == "ml":
+            assert selectors["label_selector"] == "kubernetes.io/service-name=zero"
+            return self.service_slices
+        assert namespace == "tailpilot-system"
         return self.slices
+
+
+def pod_slice(*, ready: bool) -> dict[str, Any]:
+    """A slice of the service's Service as the EndpointSlice controller writes it: one pod."""
+    return {
+        "metadata": {"labels": {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "endpoints": [{"addresses": ["10.2.0.7"], "conditions": {"ready": ready}}],
+    }
+
+
+#: The operator's own slice of the service's Service, to the activator: never a pod.
+ROUTED_SLICE = {
+    "metadata": {"labels": {"endpointslice.kubernetes.io/managed-by": "operator.tailpilot.io"}},
+    "endpoints": [{"addresses": ["10.1.0.5"], "conditions": {"ready": True}}],
+}
 
 
 ACTIVATOR_SLICE = {
@@ -91,16 +106,20 @@ def routing(kube: Cluster, *, activator: bool = True) -> ZeroRouting:
     return ZeroRouting(PassDeps(kube=kube, settings=settings, clock=FakeClock()))  # type: ignore[arg-type]
 
 
-def test_no_ready_replica_routes_to_the_activators_ready_pods():
-    kube = Cluster(ready=0, slices=[ACTIVATOR_SLICE])
+def test_no_ready_pod_in_the_services_slices_routes_to_the_activators_ready_pods():
+    # A pod not ready yet, and the operator's own slice to the activator: no pod to send clients to.
+    kube = Cluster([pod_slice(ready=False), ROUTED_SLICE], slices=[ACTIVATOR_SLICE])
     routed = routing(kube).routing(service(wake=None), replicas=1)
     assert routed is not None and routed.scale_to_zero and routed.route_to is not None
     assert routed.route_to.addresses == ("10.1.0.5",)
-    assert kube.selectors == ["kubernetes.io/service-name=tailpilot-activator"]
+    assert kube.selectors == [
+        "kubernetes.io/service-name=zero",
+        "kubernetes.io/service-name=tailpilot-activator",
+    ]
 
 
-def test_a_ready_replica_routes_to_the_pods_and_going_to_zero_to_the_activator():
-    kube = Cluster(ready=1, slices=[ACTIVATOR_SLICE])
+def test_a_ready_pod_in_the_services_slices_routes_to_the_pods_and_going_to_zero_to_the_activator():
+    kube = Cluster([pod_slice(ready=True), ROUTED_SLICE], slices=[ACTIVATOR_SLICE])
     serving = routing(kube).routing(service(wake=None), replicas=1)
     assert serving is not None and serving.scale_to_zero and serving.route_to is None
     going = routing(kube).routing(service(wake=None), replicas=0)
