@@ -11,9 +11,10 @@ and the retries behave the same for both protocols, and are tested once.
 A request for a service with a ready replica is forwarded at once. Otherwise it is held
 (`holding.Holds`, within the bounds), the service is woken (`waking.Wakes`, once per cold
 episode), and the request waits on the backends' change signal until a replica is ready or the
-hold timeout passes. A replica that cannot be reached is skipped for the next one ready, at most
-`max_tries` replicas per request: inference requests are stateless (KServe v2), so a request that
-may have reached a replica which then died is sent again.
+hold timeout passes; the cold episode is timed, from the first hold to the first answer, and
+recorded for the operator (`cold_start.ColdStarts`). A replica that cannot be reached is skipped
+for the next one ready, at most `max_tries` replicas per request: inference requests are stateless
+(KServe v2), so a request that may have reached a replica which then died is sent again.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tailpilot.activator.backends import Backends, Endpoint, LeastOutstanding, Transport, serving
+from tailpilot.activator.cold_start import ColdStarts, LoggingColdStartWriter
 from tailpilot.activator.errors import (
     ActivationError,
     BackendsFailed,
@@ -90,6 +92,7 @@ class Activation:
         balancer: LeastOutstanding | None = None,
         max_tries: int = 3,
         clock: Callable[[], float] = time.monotonic,
+        cold_starts: ColdStarts | None = None,
     ) -> None:
         """Serve from `backends` within `holds`' bounds, waking through `wakes`.
 
@@ -101,6 +104,7 @@ class Activation:
             balancer: Which replica a request goes to (a fresh `LeastOutstanding` when None).
             max_tries: Replicas tried at most for one request when they cannot be reached.
             clock: Measures hold durations.
+            cold_starts: Times each cold episode and records it (only logged when None).
         """
         if max_tries < 1:
             raise ValueError("max_tries must be at least 1")
@@ -111,6 +115,9 @@ class Activation:
         self.balancer = balancer if balancer is not None else LeastOutstanding()
         self._max_tries = max_tries
         self._clock = clock
+        self.cold_starts = (
+            cold_starts if cold_starts is not None else ColdStarts(LoggingColdStartWriter(), metrics=metrics)
+        )
 
     @property
     def max_body_bytes(self) -> int:
@@ -163,8 +170,15 @@ class Activation:
             answer = await self._send(key, transport, lambda endpoint: send(endpoint, payload))
             self.count(transport, Outcome.FORWARDED_DIRECT)
             return answer
-        payload = await self._hold(key, transport, body=body, deadline_s=deadline_s)
-        answer = await self._send(key, transport, lambda endpoint: send(endpoint, payload))
+        # Timed from here, as the client's wait is: the hold, the wake, the replica, the answer.
+        ticket = self.cold_starts.held(key)
+        try:
+            payload = await self._hold(key, transport, body=body, deadline_s=deadline_s)
+            answer = await self._send(key, transport, lambda endpoint: send(endpoint, payload))
+        except BaseException:  # a bound, the timeout, failed replicas, the client gone (cancelled)
+            self.cold_starts.gave_up(ticket)
+            raise
+        self.cold_starts.answered(ticket)
         self.count(transport, Outcome.FORWARDED_AFTER_HOLD)
         return answer
 
@@ -212,6 +226,7 @@ class Activation:
                 raise HoldTimedOut.after(key=key, timeout_s=timeout_s) from None
             finally:
                 self.metrics.hold_seconds.labels(protocol=transport.value).observe(self._clock() - started)
+        self.cold_starts.backend_ready(key)
         self.wakes.episode_over(key)
         return payload
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from tailpilot.activator.activation import Activation
 from tailpilot.activator.admin_http import admin_application
 from tailpilot.activator.backends import Backends
+from tailpilot.activator.cold_start import ColdStarts, ColdStartWriter, LoggingColdStartWriter
 from tailpilot.activator.grpc_proxy import ChannelPool, GrpcProxy
 from tailpilot.activator.holding import HoldLimits, Holds
 from tailpilot.activator.http_proxy import HttpProxy, replica_session
@@ -100,34 +101,57 @@ def _listening_socket(address: str, port: int) -> socket.socket:
     return socket.create_server((address, port), family=family, backlog=1024)
 
 
-async def start_activator(
+def _activation(
     settings: ActivatorSettings,
     *,
     backends: Backends,
     waker: Waker,
-    metrics: ActivatorMetrics | None = None,
-) -> RunningActivator:
-    """Start the HTTP proxy, the gRPC proxy and the admin server over `backends`, waking through `waker`."""
-    metrics = metrics if metrics is not None else ActivatorMetrics()
+    metrics: ActivatorMetrics,
+    cold_start_writer: ColdStartWriter | None,
+) -> Activation:
+    """The request path: the holds, the wakes and the cold-start records over `backends`."""
     limits = settings.limits
+    cold_starts = ColdStarts(cold_start_writer or LoggingColdStartWriter(), metrics=metrics)
     wakes = Wakes(
         waker,
         rewake_after_s=limits.hold_timeout_s,
         metrics=metrics,
         retry_first_s=settings.wake_retry_first_s,
         retry_max_s=settings.wake_retry_max_s,
+        on_woken=cold_starts.woke,  # the episode's wokeAt
     )
-    activation = Activation(
+    return Activation(
         backends=backends,
         holds=Holds(limits, on_change=metrics.set_held),
         wakes=wakes,
         metrics=metrics,
         max_tries=settings.max_forward_tries,
+        cold_starts=cold_starts,
+    )
+
+
+async def start_activator(
+    settings: ActivatorSettings,
+    *,
+    backends: Backends,
+    waker: Waker,
+    metrics: ActivatorMetrics | None = None,
+    cold_start_writer: ColdStartWriter | None = None,
+) -> RunningActivator:
+    """Start the HTTP proxy, the gRPC proxy and the admin server over `backends`, waking through `waker`.
+
+    Each cold start is recorded through `cold_start_writer` (only logged when None).
+    """
+    metrics = metrics if metrics is not None else ActivatorMetrics()
+    limits = settings.limits
+    activation = _activation(
+        settings, backends=backends, waker=waker, metrics=metrics, cold_start_writer=cold_start_writer
     )
     closing = AsyncExitStack()
     try:
         # Closed last (the stack unwinds in reverse): the forwards need them until the servers stop.
-        closing.push_async_callback(wakes.close)
+        closing.push_async_callback(activation.wakes.close)
+        closing.push_async_callback(activation.cold_starts.close)
         session = replica_session()
         closing.push_async_callback(session.close)
         channels = ChannelPool(close_grace_s=settings.forward_timeout_s)

@@ -3,11 +3,11 @@ r"""The activator process: flags into settings, the cluster (or static services)
     python -P -m tailpilot.activator --http-port 8000 --grpc-port 8001 --metrics-port 9090 \\
         --max-held-per-service 1000 --max-held-bytes 268435456 --hold-timeout-s 300 --max-body-bytes 67108864
 
-In a cluster it reads the services and their replicas from the API server (`kube_backends`) and
-wakes a service by annotating its InferenceService (`waking.KubeWaker`), with the in-cluster
-ServiceAccount or `--kubeconfig`. With `--static-service` it needs no cluster: the services and
-their replicas are the flag's, and a wake is only logged (local runs and
-`tailpilot.bench.activator_overhead`).
+In a cluster it reads the services and their replicas from the API server (`kube_backends`),
+wakes a service by annotating its InferenceService (`waking.KubeWaker`) and records each cold start
+there too (`cold_start.KubeColdStartWriter`), with the in-cluster ServiceAccount or `--kubeconfig`.
+With `--static-service` it needs no cluster: the services and their replicas are the flag's, and a
+wake and a cold start are only logged (local runs and `tailpilot.bench.activator_overhead`).
 
 SIGTERM (or SIGINT) drains: readiness turns 503, the proxy ports stop accepting, requests in
 flight, held ones included, get up to the hold timeout to finish, and the process exits 0. The
@@ -27,6 +27,7 @@ from kubernetes import client, config
 
 from tailpilot.activator.app import ActivatorSettings, start_activator
 from tailpilot.activator.backends import Endpoint, EndpointTable
+from tailpilot.activator.cold_start import ColdStartWriter, KubeColdStartWriter
 from tailpilot.activator.holding import HoldLimits
 from tailpilot.activator.kube_backends import KubeBackends
 from tailpilot.activator.routing import ServiceKey
@@ -153,6 +154,7 @@ async def run(options: argparse.Namespace) -> int:
     kube: KubeBackends | None = None
     api_client: client.ApiClient | None = None
     waker: Waker
+    cold_start_writer: ColdStartWriter | None = None  # static services: the records are only logged
     if options.static_service:
         table = _static_table(options.static_service)
         waker = LoggingWaker()
@@ -162,8 +164,11 @@ async def run(options: argparse.Namespace) -> int:
         kube.start()
         table = kube.table
         waker = KubeWaker(client.CustomObjectsApi(api_client))
+        cold_start_writer = KubeColdStartWriter(client.CustomObjectsApi(api_client))
     try:
-        running = await start_activator(settings_from(options), backends=table, waker=waker)
+        running = await start_activator(
+            settings_from(options), backends=table, waker=waker, cold_start_writer=cold_start_writer
+        )
         # bench/activator_overhead.py reads the ports from this line.
         log.info(
             "activator listening: http %d, grpc %d, admin %d",

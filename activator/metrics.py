@@ -52,8 +52,15 @@ class WakeResult(enum.StrEnum):
     FAILED = "failed"
 
 
+class RecordResult(enum.StrEnum):
+    """Values of the `result` label of `tailpilot_activator_cold_start_records_total`."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
 class ActivatorMetrics:
-    """Held requests, requests by outcome, hold durations and wakes."""
+    """Held requests, requests by outcome, hold durations, wakes and cold-start records."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """Create the metrics on `registry` (a fresh one when None)."""
@@ -85,6 +92,12 @@ class ActivatorMetrics:
         self.wakes = Counter(
             "tailpilot_activator_wakes",
             "Wake requests sent to the operator (one per cold episode, and its retries), by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.cold_start_records = Counter(
+            "tailpilot_activator_cold_start_records",
+            "Cold starts written onto their InferenceService (tailpilot.io/cold-start), by result.",
             ["result"],
             registry=self.registry,
         )

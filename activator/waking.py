@@ -102,9 +102,14 @@ class Wakes:
         retry_first_s: float = 0.5,
         retry_max_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        on_woken: Callable[[ServiceKey], None] | None = None,
     ) -> None:
-        """Call `waker`; wake a service again once `rewake_after_s` passed without a ready replica."""
+        """Call `waker`; wake a service again once `rewake_after_s` passed without a ready replica.
+
+        `on_woken(key)` is called each time a wake of `key` landed (the cold start's record times it).
+        """
         self._waker = waker
+        self._on_woken = on_woken
         self._rewake_after_s = rewake_after_s
         self._metrics = metrics
         self._retry_first_s = retry_first_s
@@ -157,6 +162,8 @@ class Wakes:
             else:
                 self._metrics.wakes.labels(result=WakeResult.OK).inc()
                 log.info("woke %s", key)
+                if self._on_woken is not None:
+                    self._on_woken(key)
                 return
             if not still_wanted():
                 return

@@ -5,7 +5,8 @@ labels them) and the object itself (the SLO, the decisions it recorded), so the 
 service on any cluster whose Prometheus scrapes its pods, after the fact. Three files:
 
 - `report.md`: the period in figures (time within the SLO, P99 and rate percentiles, replicas,
-  the mean time per request by part and which part dominates) and the decisions within it;
+  the mean time per request by part and which part dominates), the last cold start from zero in
+  its parts (from the object's status), and the decisions within the period;
 - `report.png`: the series over time, the decisions marked (`report_plot`);
 - `report.json`: the series as plotted, for scripts.
 
@@ -39,7 +40,13 @@ from tailpilot.controllers.signals.observe import (
     parse_series,
 )
 from tailpilot.tools.report_data import PARTS, ReportData
-from tailpilot.tools.status_view import budget_words, read_service, read_status
+from tailpilot.tools.status_view import (
+    budget_words,
+    cold_start_parts,
+    cold_start_summary,
+    read_service,
+    read_status,
+)
 
 SUCCESS = "nv_inference_request_success"
 #: Prometheus' own series of its alerts; the operator's burn-rate alerts keep the service's labels.
@@ -222,6 +229,7 @@ def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "repo
         "",
         f"![{data.name}]({png_name})",
         "",
+        *_cold_start_section(data),
         "## Decisions in the period",
         "",
     ]
@@ -241,6 +249,24 @@ def render_markdown(data: ReportData, summary: Summary, *, png_name: str = "repo
                 f"{d.get('observedP99Ms', '-')} / {d.get('predictedP99Ms', '-')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _cold_start_section(data: ReportData) -> list[str]:
+    """The last cold start from zero (whenever it was) and where its time went, as a table."""
+    cold = data.cold_start
+    if cold is None:
+        return []
+    lines = [
+        "## Last cold start",
+        "",
+        f"{cold_start_summary(cold)}. The parts add up to the total; those beside the pod's "
+        "Kubernetes timestamps are exact to about a second.",
+        "",
+        "| part | seconds | share |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {name} | {seconds:.3f} | {share:.1f}% |" for name, seconds, share in cold_start_parts(cold)]
+    return [*lines, f"| total | {cold.total_seconds:.3f} | 100% |", ""]
 
 
 def _unreadable_row(data: ReportData) -> list[str]:
@@ -346,7 +372,8 @@ def build_report(
         series=series,
         decisions=decisions_within(read.status, start_s, end_s),
         budget_now=budget_words(read),
-        unreadable=read.lost("errorBudget", "learned", "decisions"),
+        unreadable=read.lost("errorBudget", "learned", "decisions", "coldStart"),
+        cold_start=read.status.cold_start,
     )
 
 

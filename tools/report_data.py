@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailpilot.api.v1alpha1 import ColdStartStatus
+
 #: Request-time parts Triton exports as cumulative microseconds (the breakdown, in stacking order).
 PARTS: Mapping[str, str] = {
     "queue": "nv_inference_queue_duration_us",
@@ -41,6 +43,8 @@ class ReportData:
     #: What of the status the report reads (its error budget, learned headroom, decisions) could not
     #: be read through the operator's codec (`status_view.StatusRead.unreadable`); empty when all was.
     unreadable: tuple[str, ...] = ()
+    #: The last cold start from zero on the object's status when the report was made (None: none yet).
+    cold_start: ColdStartStatus | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's data as JSON (NaN as null; `unreadable` only when something was)."""
@@ -55,6 +59,9 @@ class ReportData:
             "series": {k: [v if math.isfinite(v) else None for v in vs] for k, vs in self.series.items()},
             "decisions": self.decisions,
             "budgetNow": self.budget_now,
+            "coldStart": (
+                None if self.cold_start is None else self.cold_start.model_dump(by_alias=True, mode="json")
+            ),
         }
         if self.unreadable:
             out["unreadable"] = list(self.unreadable)

@@ -1,9 +1,10 @@
 """`tailpilot status NAME` (and `kubectl tailpilot status NAME`): one service's state, readable in a terminal.
 
 What the operator decided and why, from the object alone (one GET, no Prometheus): the SLO and the P99
-now, where requests' time goes, the engine and its profile against what is observed, the GPU product
-and precision choices, the recent decisions and the conditions. `render` is pure (the object's JSON
-in, text out); `status_main` reads the object through the current kubeconfig.
+now, the last cold start from zero and where its time went, where requests' time goes, the engine
+and its profile against what is observed, the GPU product and precision choices, the recent
+decisions and the conditions. `render` is pure (the object's JSON in, text out); `status_main`
+reads the object through the current kubeconfig.
 
 The status is read as the operator writes it: through its codec (`decode_status`), once
 (`read_status`), then as typed values. What the codec cannot read (a section an older or newer
@@ -20,12 +21,19 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from tailpilot.api import constants as c
-from tailpilot.api.v1alpha1 import BatchSizeStatus, Condition, InferenceServiceStatus, ObservedStatus
+from tailpilot.api.v1alpha1 import (
+    BatchSizeStatus,
+    ColdStartStatus,
+    Condition,
+    InferenceServiceStatus,
+    ObservedStatus,
+)
 from tailpilot.controllers.core import status as codec
 
 # ---- reading the status --------------------------------------------------------------------------
@@ -169,6 +177,34 @@ def _serving(read: StatusRead) -> list[str]:
             "the activator, which holds requests and wakes it",
         ]
     return [line]
+
+
+def cold_start_parts(cold: ColdStartStatus) -> list[tuple[str, float, float]]:
+    """Each part of a cold start: its name, seconds and share of the total (%), in order.
+
+    `tailpilot status` and `tailpilot report` both show them so.
+    """
+    total = cold.total_seconds
+    return [(p.name, p.seconds, 100 * p.seconds / total if total > 0 else 0.0) for p in cold.parts]
+
+
+def cold_start_summary(cold: ColdStartStatus) -> str:
+    """The last cold start in one line: when its first request was held, the total, the pod read."""
+    held = cold.held_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    pod = f"pod {cold.pod}" if cold.pod else "no serving pod found"
+    return f"{cold.total_seconds:.3f} s from the first request held ({held} UTC) to its answer; {pod}"
+
+
+def _cold_start(read: StatusRead) -> list[str]:
+    """The last cold start from zero and its parts, one per line (nothing before the first)."""
+    cold = read.status.cold_start
+    if cold is None:
+        lost = read.lost("coldStart")
+        return [f"Cold start  unknown: {lost[0]} could not be read"] if lost else []
+    lines = [f"Cold start  {cold_start_summary(cold)}"]
+    for name, seconds, share in cold_start_parts(cold):
+        lines.append(f"  {name:<26} {seconds:9.3f} s {share:5.1f}%")
+    return lines
 
 
 def _observed(spec: Mapping[str, Any], read: StatusRead) -> list[str]:
@@ -359,6 +395,7 @@ def render(obj: Mapping[str, Any]) -> str:
         f" ({ready.reason if ready else '-'}){': ' + ready.message if ready and ready.message else ''}",
         *_unreadable(read),
         *_serving(read),
+        *_cold_start(read),
         *_observed(spec, read),
         *_profile(read),
         *_choices(status),

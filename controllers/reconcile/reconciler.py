@@ -23,7 +23,7 @@ and none at all while a Secret of its name belongs to someone else (`ChildNameTa
 The pass is a sequence of stages over one pass context (`reconcile.pass_context.ReconcilePass`),
 each a module of `tailpilot.controllers.reconcile` with one job: admission, the candidate engines,
 the engine (build, profile, regression gate, then the rollout strategy), the rollout of the
-children, the closing conditions, the status write and the Events.
+children, the last cold start's breakdown, the closing conditions, the status write and the Events.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from tailpilot.controllers.reconcile.admission import Admission
 from tailpilot.controllers.reconcile.build import EngineBuild
 from tailpilot.controllers.reconcile.candidates import Candidates
 from tailpilot.controllers.reconcile.children import Children
+from tailpilot.controllers.reconcile.cold_start import ColdStartReport
 from tailpilot.controllers.reconcile.conclusion import conclude, result_of
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.engine_jobs import EngineJobs
@@ -87,6 +88,7 @@ class Reconciler:
         self.candidates = Candidates(deps, jobs, self.profiling, self.inventory, self.writer)
         self.engine = EngineBuild(deps, jobs, self.profiling, self.strategies)
         self.rollout = Rollout(deps, self.children, self.strategies)
+        self.cold_start = ColdStartReport(deps)
 
     def monitoring_crds(self) -> bool:
         """Whether the prometheus-operator CRDs are installed (checked once, then cached)."""
@@ -106,6 +108,7 @@ class Reconciler:
             return waiting
         self.run_engine(p)
         self.rollout.run(p)
+        self.cold_start.run(p)
         conclude(p)
         written = self.writer.write(p.body, p.status, p.updates(), p.generation)
         self.writer.post(p.body, p.events)

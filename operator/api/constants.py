@@ -177,12 +177,17 @@ REASON_ENGINE_STORE_FULL: Final = "EngineStoreFull"
 ANNOTATION_ACCEPT_ENGINE: Final = f"{GROUP}/accept-engine"
 #: Annotation the activator sets (RFC 3339 UTC) when a request arrives for a service at zero replicas.
 ANNOTATION_WAKE_REQUESTED: Final = f"{GROUP}/wake-requested-at"
+#: Annotation the activator sets once a cold start ended: when its first request was held, the wake
+#: landed, a ready replica was seen and the first answer came back (JSON, `tailpilot.api.cold_start`).
+ANNOTATION_COLD_START: Final = f"{GROUP}/cold-start"
 #: The EndpointSlice field manager value of the slices the operator writes (the EndpointSlice
 #: controller leaves slices with another `endpointslice.kubernetes.io/managed-by` alone).
 ENDPOINT_SLICE_MANAGER: Final = f"operator.{GROUP}"
 #: Events: a service went to zero replicas; a request at zero woke it.
 EVENT_SCALED_TO_ZERO: Final = "ScaledToZero"
 EVENT_WOKEN: Final = "Woken"
+#: Normal Event: a cold start's time broken down into its parts (status.coldStart).
+EVENT_COLD_START: Final = "ColdStart"
 #: Warning Event: a CPU engine's profile was measured under another CPU limit than its pods'.
 EVENT_PROFILE_CPU_LIMIT_MISMATCH: Final = "ProfileCPULimitMismatch"
 EVENT_REPLICAS_HELD_OUT: Final = "ReplicasHeldOut"

@@ -1738,6 +1738,51 @@ class GpuChoiceStatus(_Model):
     )
 
 
+#: status.coldStart.parts: the nine parts of `tailpilot.policy.cold_start.PARTS` (fewer when merged).
+MAX_COLD_START_PARTS = 9
+
+
+class ColdStartPartStatus(_Model):
+    """One part of a cold start and how long it took."""
+
+    name: str = Field(
+        max_length=256,
+        description=(
+            "wakeRequest, podCreation, scheduling, podStartAndImagePull, engineFetch, containerStart, "
+            "serverStartAndModelLoad, endpointPropagation or firstInference; parts joined with '+' when "
+            "the time between them was not known (e.g. wakeRequest+podCreation)."
+        ),
+    )
+    seconds: float = Field(ge=0, description="How long it took, s (to the millisecond).")
+
+
+class ColdStartStatus(_Model):
+    """The last cold start from zero replicas: what the first client waited, and where that time went."""
+
+    held_at: datetime = Field(description="When the activator held the cold start's first request.")
+    answered_at: datetime = Field(
+        description="When that request's answer, forwarded to the replica that came up, was complete."
+    )
+    total_seconds: float = Field(
+        ge=0, description="answeredAt - heldAt, s: what the first client waited (the parts add up to it)."
+    )
+    parts: list[ColdStartPartStatus] = Field(
+        default_factory=list,
+        max_length=MAX_COLD_START_PARTS,
+        description=(
+            "The total in consecutive parts, in order. Boundaries at the pod's Kubernetes timestamps "
+            "(created, PodScheduled, the engine fetch's and Triton's container starts, Initialized, "
+            "Ready) are to the second, so the parts beside them are exact to about a second; the "
+            "activator's (held, woken, a ready replica seen, answered) are to the millisecond."
+        ),
+    )
+    pod: str = Field(
+        default="",
+        max_length=253,
+        description="The serving pod that turned Ready first after heldAt, whose timestamps the parts read.",
+    )
+
+
 class InferenceServiceStatus(_Model):
     """Observed state of an InferenceService, written only by the operator."""
 
@@ -1786,6 +1831,13 @@ class InferenceServiceStatus(_Model):
             "When the autoscaler took the service to zero replicas (minReplicas 0); cleared when a "
             "request at zero wakes it (the activator's tailpilot.io/wake-requested-at annotation, "
             "newer than this). Its Service routes to the activator meanwhile."
+        ),
+    )
+    cold_start: ColdStartStatus | None = Field(
+        default=None,
+        description=(
+            "The last cold start from zero replicas, broken down (from the activator's "
+            "tailpilot.io/cold-start annotation and the first serving pod's timestamps)."
         ),
     )
     selector: str | None = Field(

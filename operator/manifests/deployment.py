@@ -43,6 +43,8 @@ from tailpilot.manifests.triton_access import (
 from tailpilot.manifests.triton_configmap import CONFIG_KEY, configmap_name
 
 CONTAINER_NAME = "triton"
+#: The init container that fetches the engine from the store into the model repository.
+MODEL_REPOSITORY_CONTAINER = "model-repository"
 MODEL_REPOSITORY = "/models"
 _LIVENESS_PROBE_PERIOD_S = 10
 #: The startup probe's period: a replica is Ready at most this long after Triton is up, so every
@@ -99,7 +101,7 @@ def model_repository_init(
     if config_file.startswith("/config/"):
         mounts.insert(1, {"name": "model-config", "mountPath": "/config", "readOnly": True})
     return {
-        "name": "model-repository",
+        "name": MODEL_REPOSITORY_CONTAINER,
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["sh", "-c", MODEL_REPOSITORY_SCRIPT],

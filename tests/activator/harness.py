@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from tailpilot.activator.app import ActivatorSettings, RunningActivator, start_activator
 from tailpilot.activator.backends import EndpointTable
+from tailpilot.activator.cold_start import ColdStartWriter
 from tailpilot.activator.holding import HoldLimits
 from tailpilot.activator.routing import ServiceKey
 
@@ -129,11 +130,17 @@ async def started(
     table: EndpointTable | None = None,
     waker: RecordingWaker | None = None,
     settings: ActivatorSettings | None = None,
+    cold_start_writer: ColdStartWriter | None = None,
 ) -> AsyncIterator[Harness]:
-    """An activator on 127.0.0.1 over `table` (default: `SERVICE` known, cold); drained on exit."""
+    """An activator on 127.0.0.1 over `table` (default: `SERVICE` known, cold); drained on exit.
+
+    Cold starts are recorded through `cold_start_writer` (default: only logged).
+    """
     table = table if table is not None else known_table()
     waker = waker if waker is not None else RecordingWaker()
-    running = await start_activator(settings or fast_settings(), backends=table, waker=waker)
+    running = await start_activator(
+        settings or fast_settings(), backends=table, waker=waker, cold_start_writer=cold_start_writer
+    )
     harness = Harness(running=running, table=table, waker=waker, session=aiohttp.ClientSession())
     try:
         yield harness

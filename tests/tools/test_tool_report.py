@@ -255,3 +255,40 @@ def test_a_decision_is_read_typed_and_held_as_the_api_server_returns_it() -> Non
         {**DECISION, "predictedP99Ms": 30.1, "gpuProduct": "NVIDIA-L4"}
     )
     assert set(decision_json(full)) == {f.alias for f in DecisionRecordStatus.model_fields.values()}
+
+
+def test_the_report_shows_the_last_cold_start_in_its_parts() -> None:
+    from unittest import mock
+
+    from tailpilot.tools import report as module
+    from tests.tools.test_tool_status_view import COLD_START
+
+    obj = {"metadata": {"name": "resnet", "namespace": "shop"}, "spec": {"slo": {"p99LatencyMs": 50}}}
+    with mock.patch.object(module, "fetch_series", return_value=([1000.0], {})):
+        woken = module.build_report(
+            {**obj, "status": {"coldStart": COLD_START}}, "http://p", start_s=1000, end_s=1010, step_s=10
+        )
+        broken = module.build_report(
+            {**obj, "status": {"coldStart": {"heldAt": "soon"}}},
+            "http://p",
+            start_s=1000,
+            end_s=1010,
+            step_s=10,
+        )
+    text = render_markdown(woken, summarize(data()))
+    assert (
+        "## Last cold start\n\n44.620 s from the first request held (2026-12-06 05:31:30.123 UTC) to its "
+        "answer; pod resnet-7d9-abc."
+    ) in text
+    assert "| engineFetch | 8.000 | 17.9% |" in text
+    assert "| serverStartAndModelLoad | 22.000 | 49.3% |" in text
+    assert "| total | 44.620 | 100% |" in text
+    assert text.index("## Last cold start") < text.index("## Decisions in the period")
+    assert woken.to_json()["coldStart"] == {
+        **COLD_START,
+        "heldAt": "2026-12-06T05:31:30.123000Z",
+        "answeredAt": "2026-12-06T05:32:14.743000Z",
+    }
+    assert "## Last cold start" not in render_markdown(data(), summarize(data()))
+    assert data().to_json()["coldStart"] is None
+    assert broken.unreadable == ("status.coldStart",)

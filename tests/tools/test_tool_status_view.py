@@ -294,3 +294,49 @@ def test_a_service_at_zero_says_so_and_where_its_requests_go():
         "Zero        scaled to zero at 2026-12-06T05:00:00+00:00: its Service routes to the activator" in text
     )
     assert "Zero " not in render(OBJ)
+
+
+COLD_START = {
+    "heldAt": "2026-12-06T05:31:30.123000Z",
+    "answeredAt": "2026-12-06T05:32:14.743000Z",
+    "totalSeconds": 44.62,
+    "parts": [
+        {"name": "wakeRequest", "seconds": 0.038},
+        {"name": "podCreation", "seconds": 0.839},
+        {"name": "scheduling", "seconds": 1.0},
+        {"name": "podStartAndImagePull", "seconds": 10.0},
+        {"name": "engineFetch", "seconds": 8.0},
+        {"name": "containerStart", "seconds": 1.0},
+        {"name": "serverStartAndModelLoad", "seconds": 22.0},
+        {"name": "endpointPropagation", "seconds": 1.623},
+        {"name": "firstInference", "seconds": 0.12},
+    ],
+    "pod": "resnet-7d9-abc",
+}
+
+
+def test_the_last_cold_start_is_shown_in_its_parts_after_the_serving_line():
+    woken = copy.deepcopy(OBJ)
+    woken["status"]["coldStart"] = COLD_START
+    lines = render(woken).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Cold start"))
+    assert lines[at - 1].startswith("Serving ")
+    assert lines[at] == (
+        "Cold start  44.620 s from the first request held (2026-12-06 05:31:30.123 UTC) to its answer; "
+        "pod resnet-7d9-abc"
+    )
+    assert lines[at + 1 : at + 10] == [
+        "  wakeRequest                    0.038 s   0.1%",
+        "  podCreation                    0.839 s   1.9%",
+        "  scheduling                     1.000 s   2.2%",
+        "  podStartAndImagePull          10.000 s  22.4%",
+        "  engineFetch                    8.000 s  17.9%",
+        "  containerStart                 1.000 s   2.2%",
+        "  serverStartAndModelLoad       22.000 s  49.3%",
+        "  endpointPropagation            1.623 s   3.6%",
+        "  firstInference                 0.120 s   0.3%",
+    ]
+    assert "Cold start" not in render(OBJ)
+    unreadable = copy.deepcopy(OBJ)
+    unreadable["status"]["coldStart"] = {**COLD_START, "heldAt": "soon"}
+    assert "Cold start  unknown: status.coldStart could not be read" in render(unreadable)
