@@ -13,7 +13,8 @@ Facts about that binary this module works around (found on Debian 12 with Python
 - The stub finds numpy/onnxruntime through the interpreter on PATH, so the
   running venv's `bin` goes first on PATH.
 - When the stub fails to load, the server can stay un-ready forever, so start
-  always waits for `/v2/health/ready` with a timeout and raises with the log tail.
+  always waits for `/v2/health/ready` (and the metrics page, which opens after it) with a
+  timeout and raises with the log tail.
 
 Only 127.0.0.1 is bound. Ports are free ones picked by the OS unless given. That is also why its
 admin APIs (model load/unload) are left open, unlike a serving pod's
@@ -290,7 +291,12 @@ class TritonServer:
                 if code is not None:
                     raise TritonStartError(f"tritonserver exited with code {code}:\n{self.log_tail()}")
                 try:
-                    if client.get(f"{self.http_url}/v2/health/ready").status_code == 200:
+                    # Triton opens its metrics port after its HTTP port: a caller that reads the
+                    # page at once (the pod-signals reader) would otherwise find it closed.
+                    if (
+                        client.get(f"{self.http_url}/v2/health/ready").status_code == 200
+                        and client.get(self.metrics_url).status_code == 200
+                    ):
                         return
                 except httpx.TransportError:
                     pass  # not listening yet
