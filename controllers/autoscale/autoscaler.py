@@ -268,7 +268,9 @@ def _decided_status(
     update: dict[str, Any] = {
         "observed": seen,
         "last_decision": decision_status(decision, at=at),
-        "learned": learned_status(state.learned, plan.fit, headroom=plan.headroom, rises=plan.memory.rises),
+        "learned": learned_status(
+            state.learned, plan.fit, headroom=plan.headroom, rises=plan.memory.rises, idle=plan.memory.idle
+        ),
         "error_budget": budget_status(plan.budget, plan.memory.ledger),
     }
     if decision.action not in _QUIET_ACTIONS and not decision.dry_run:

@@ -53,10 +53,12 @@ from tailpilot.api.v1alpha1 import (
     TensorOverride,
 )
 from tailpilot.api.validation import check_batching
+from tailpilot.controllers.core.idle_status import idle_status, restored_idle
 from tailpilot.policy import Learned, PolicyState
 from tailpilot.policy.batch_sizes import bounded
 from tailpilot.policy.error_budget import Budget, BudgetLedger
 from tailpilot.policy.headroom import RiseHistory
+from tailpilot.policy.idle import IdleHistory
 from tailpilot.policy.period import PeriodMemory, ServedEngine
 from tailpilot.policy.regression import EngineComparison
 from tailpilot.policy.service_fit import FitQuality, ServiceFit
@@ -518,15 +520,18 @@ def learned_status(
     *,
     headroom: float | None = None,
     rises: RiseHistory | None = None,
+    idle: IdleHistory | None = None,
 ) -> LearnedStatus:
     """status.learned: corrections, hardware speed, start-up time once timed, the online service time.
 
-    With the period's headroom and the rises behind it (the heaviest `MAX_RISE_BINS` bins).
+    With the period's headroom and the rises behind it (the heaviest `MAX_RISE_BINS` bins), and the
+    traffic's idle stretches.
     """
     startup = learned.replica_startup_s
     return LearnedStatus(
         headroom=None if headroom is None else round(headroom, 3),
         rises=(_rise_bins(rises) or None) if rises is not None else None,
+        idle=None if idle is None or idle == IdleHistory() else idle_status(idle),
         model_correction_light_load=round(learned.correction_light, 3),
         model_correction_heavy_load=round(learned.correction_heavy, 3),
         service_time_scale=round(learned.service_scale, 3),
@@ -593,12 +598,13 @@ def restored_ledger(budget: ErrorBudgetStatus | None) -> BudgetLedger:
 def restored_memory(status: InferenceServiceStatus) -> PeriodMemory:
     """What a restarted operator's first control period starts from: what the status kept.
 
-    The fit, the rises behind the headroom and the error budget's ledger (the learned factors are
-    the policy state's, `restore_learned`).
+    The fit, the rises behind the headroom, the idle stretches and the error budget's ledger (the
+    learned factors are the policy state's, `restore_learned`).
     """
     return PeriodMemory(
         fitted=restored_fit(status.learned),
         rises=restored_rises(status.learned),
+        idle=restored_idle(status.learned),
         ledger=restored_ledger(status.error_budget),
     )
 

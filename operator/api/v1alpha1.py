@@ -1609,6 +1609,40 @@ class LearnedStatus(_Model):
             "'r|p:band:bin:weight' per bin of rises (r) and of the rates they reached (p)."
         ),
     )
+    idle: IdleHistoryStatus | None = Field(
+        default=None,
+        description=(
+            "The traffic's idle stretches, kept so that a restarted operator does not forget them: with "
+            "minReplicas 0, how often the service is woken sets how long it stays idle before zero."
+        ),
+    )
+
+
+#: status.learned.idle.stretches: the idle history's length (`tailpilot.policy.idle.MAX_STRETCHES`).
+MAX_IDLE_STRETCHES = 64
+
+
+class IdleStretchStatus(_Model):
+    """One finished idle stretch: when it began and how long no request came."""
+
+    start: datetime = Field(description="When the stretch began (to the second).")
+    seconds: float = Field(ge=0, description="How long it lasted, s.")
+
+
+class IdleHistoryStatus(_Model):
+    """The traffic's idle stretches the scale-to-zero choice prices its cold starts from."""
+
+    idle_since: datetime | None = Field(
+        default=None, description="When the idle stretch in progress began; absent while requests come."
+    )
+    observed_since: datetime | None = Field(
+        default=None, description="Since when the history covers the traffic (its oldest stretch at most)."
+    )
+    stretches: list[IdleStretchStatus] = Field(
+        default_factory=list,
+        max_length=MAX_IDLE_STRETCHES,
+        description="Finished idle stretches, oldest first (the last 64).",
+    )
 
 
 class BudgetBucketStatus(_Model):

@@ -25,15 +25,17 @@ from tailpilot.controllers.core.status import (
     replicas_in_force,
     restore_learned,
     restored_ledger,
+    restored_memory,
     restored_rises,
     served_result,
     service_without_status,
     status_patch,
 )
-from tailpilot.policy import Learned, PolicyState, error_budget, headroom
+from tailpilot.policy import Learned, PolicyState, error_budget, headroom, idle
 from tailpilot.policy.error_budget import BudgetLedger
 from tailpilot.policy.from_spec import policy_config
 from tailpilot.policy.headroom import RiseHistory
+from tailpilot.policy.idle import IdleHistory
 from tests.controllers.specs import service
 
 
@@ -416,3 +418,41 @@ def test_a_restarted_operator_keeps_the_rises_behind_the_headroom_and_the_error_
     assert shown["errorBudget"]["remainingPercent"] == round(100 * left.remaining, 2)
     again = restored_ledger(decode_status(shown).error_budget)
     assert (again.met_s, again.missed_s) == (pytest.approx(ledger.met_s), pytest.approx(ledger.missed_s))
+
+
+def test_a_restarted_operator_keeps_the_idle_stretches_that_price_the_zero_choice():
+    history, now = IdleHistory(), 1.7e9
+    # Woken every few minutes: idle for 100-200 s between bursts of traffic, then idle again now.
+    for length in (100, 150, 200, 120, 180):
+        history = idle.record(history, now_s=now, idle=True, quiet_s=15)
+        now += length
+        history = idle.record(history, now_s=now, idle=False)
+        now += 60
+    history = idle.record(history, now_s=now, idle=True, quiet_s=15)
+    now += 90
+    learned = learned_status(Learned(), idle=history)
+    kept = encode_status(InferenceServiceStatus(learned=learned))
+    assert len(kept["learned"]["idle"]["stretches"]) == 5 and kept["learned"]["idle"]["idleSince"]
+    restored = restored_memory(decode_status(kept)).idle
+    assert [(s.start_s, s.length_s) for s in restored.stretches] == [
+        (round(s.start_s), pytest.approx(s.length_s, abs=0.05)) for s in history.stretches
+    ]
+    assert restored.idle_for_s(now) == pytest.approx(history.idle_for_s(now), abs=1)
+
+    def choice(h: IdleHistory) -> idle.ZeroChoice:
+        return idle.zero_choice(
+            h,
+            now_s=now,
+            idle_window_s=60,
+            miss_per_wake_s=40,
+            startup_s=30,
+            objective=0.99,
+            budget_remaining=1,
+        )
+
+    # The restarted operator prices zero as the one before it did: not the bare idle window.
+    assert choice(restored).threshold_s == choice(history).threshold_s != 60
+    assert choice(restored).to_zero == choice(history).to_zero
+    # Nothing learned yet: no idle entry at all; an old status without one restores an empty history.
+    assert "idle" not in encode_status(InferenceServiceStatus(learned=learned_status(Learned())))["learned"]
+    assert restored_memory(InferenceServiceStatus()).idle == IdleHistory()
