@@ -11,7 +11,7 @@ bound to hostPath PersistentVolumes in a work directory.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,8 +235,12 @@ def start_monitored_operator(
     work_dir: Path,
     control_period_s: float = 4,
     scrape_interval_s: float = SLO_LOOP_SCRAPE_S,
+    operator_args: Sequence[str] = (),
 ) -> MonitoredOperator:
-    """Start Alertmanager, Prometheus and the operator for `namespace`; `stack` stops them (LIFO)."""
+    """Start Alertmanager, Prometheus and the operator for `namespace`; `stack` stops them (LIFO).
+
+    `operator_args`: more of the operator's flags (`--activator-service`).
+    """
     install_crds(cluster)
     install_crds(cluster, crd_files())  # ServiceMonitor/PrometheusRule: the operator generates both
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -269,6 +273,7 @@ def start_monitored_operator(
             "--webhook-token-file", str(token_file),
             "--metrics-port", str(metrics_port),
             "--bind-address", "127.0.0.1",
+            *operator_args,
         ],
     )  # fmt: skip
     stack.callback(operator.stop)
