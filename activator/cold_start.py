@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from tailpilot.activator.kube_patch import merge_patch_service
 from tailpilot.activator.metrics import ActivatorMetrics, RecordResult
 from tailpilot.activator.routing import ServiceKey
 from tailpilot.api.cold_start import ColdStartEpisode
-from tailpilot.api.constants import ANNOTATION_COLD_START, GROUP, PLURAL, VERSION
+from tailpilot.api.constants import ANNOTATION_COLD_START
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +58,7 @@ class KubeColdStartWriter:
 
     async def write(self, key: ServiceKey, episode: ColdStartEpisode) -> None:
         """Set the cold-start annotation on `key`'s InferenceService (in a thread: the client blocks)."""
-        await asyncio.to_thread(
-            self._api.patch_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            key.namespace,
-            PLURAL,
-            key.name,
-            cold_start_patch(episode),
-            _content_type="application/merge-patch+json",
-        )
+        await merge_patch_service(self._api, key, cold_start_patch(episode))
 
 
 class LoggingColdStartWriter:

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from tailpilot.activator.kube_patch import merge_patch_service
 from tailpilot.activator.metrics import ActivatorMetrics, WakeResult
 from tailpilot.activator.routing import ServiceKey
-from tailpilot.api.constants import GROUP, PLURAL, VERSION
+from tailpilot.api.constants import GROUP
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +61,7 @@ class KubeWaker:
 
     async def wake(self, key: ServiceKey) -> None:
         """Set the wake annotation on `key`'s InferenceService (in a thread: the client blocks)."""
-        await asyncio.to_thread(
-            self._api.patch_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            key.namespace,
-            PLURAL,
-            key.name,
-            wake_patch(self._now()),
-            _content_type="application/merge-patch+json",
-        )
+        await merge_patch_service(self._api, key, wake_patch(self._now()))
 
 
 class LoggingWaker:
