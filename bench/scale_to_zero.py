@@ -4,7 +4,9 @@
 docs/benchmarks/scale-to-zero.md. Every policy runs on the same simulated fleet
 (`tailpilot.bench.simulator`) behind the same activator (`ActivatorModel`, the activator's defaults:
 1000 held requests, 300 s hold timeout, a wake 1 s after the first held request asks for one
-replica), on two traces of sparse traffic:
+replica; each policy then reads the count held as its operator-side reads it: TailPilot's period
+sizes the wake from it while no replica is ready, KPA counts it as concurrency), on two traces of
+sparse traffic:
 
 - `Z1-idle-heavy`: silences of 5 to 30 minutes between bursts of 1 to 4 minutes: a model used a few
   times an hour, the fleet's common case;
@@ -159,21 +161,25 @@ def make_controller(setup: ZeroSetup, policy: str) -> Controller:
     return TailPilot(profile=profile, spec=spec, initial=Target(1, batching))
 
 
-def run_one(task: tuple[ZeroSetup, str, float, str]) -> ZeroRow:
-    """One run (a pool task)."""
-    setup, trace, ts, policy = task
-    arrivals, scored_from = setup.arrivals(trace)
-    profile = load_profile(setup.profile_path)
-    config = SimConfig(
-        service=profile.service_time,
-        duration_s=scored_from + setup.duration_s,
+def zero_config(setup: ZeroSetup, *, ts: float, policy: str, scored_from_s: float) -> SimConfig:
+    """The simulated fleet of one run: behind the activator, at zero replicas allowed but for min1."""
+    return SimConfig(
+        service=load_profile(setup.profile_path).service_time,
+        duration_s=scored_from_s + setup.duration_s,
         startup_s=ts,
         seed=setup.seed,
         min_replicas=0 if policy != "tailpilot-min1" else 1,
         max_replicas=MAX_REPLICAS,
-        score_from_s=scored_from,
+        score_from_s=scored_from_s,
         activator=ActivatorModel(),
     )
+
+
+def run_one(task: tuple[ZeroSetup, str, float, str]) -> ZeroRow:
+    """One run (a pool task)."""
+    setup, trace, ts, policy = task
+    arrivals, scored_from = setup.arrivals(trace)
+    config = zero_config(setup, ts=ts, policy=policy, scored_from_s=scored_from)
     result = simulate(arrivals_s=arrivals, config=config, controller=make_controller(setup, policy))
     return row_of(result, trace=trace, ts=ts, policy=policy, slo_ms=setup.slo_ms)
 

@@ -106,7 +106,8 @@ class ActivatorModel:
     once) and fails if no replica serves within `hold_timeout_s`. The first held request wakes the
     service: `wake_delay_s` later (the annotation's patch and the operator's handler) one replica is
     asked for, whatever the controller's next period says; held requests go to the first replica
-    ready.
+    ready. Controllers see the count held (`FleetView.held_requests`, `held_since_s`), as the
+    operator reads it from the activator's metrics.
     """
 
     hold_limit: int = 1000
@@ -807,6 +808,15 @@ class FleetView:
         if activator is None:
             return 0
         return sum(1 for r in sim._held if sim._arr[r] + activator.hold_timeout_s >= self.now_s)
+
+    @property
+    def held_since_s(self) -> float | None:
+        """Arrival of the oldest request still held at the activator (None when none is)."""
+        sim, activator = self._sim, self._sim._cfg.activator
+        if activator is None:
+            return None
+        held = [sim._arr[r] for r in sim._held if sim._arr[r] + activator.hold_timeout_s >= self.now_s]
+        return float(min(held)) if held else None
 
     def mean_inflight(self, window_s: float) -> float:
         """Mean total requests queued or executing across the fleet (sampled gauge)."""

@@ -56,6 +56,7 @@ from tailpilot.policy.signals import (
     observation_from_reads,
 )
 from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step
+from tailpilot.policy.wake import HeldRequests
 
 #: The operator's control period when nobody sets --control-period-seconds.
 CONTROL_PERIOD_S = DEFAULT_CONTROL_PERIOD_S
@@ -210,6 +211,7 @@ class TailPilot:
             replicas=view.target_replicas,
             batching=view.batching,
             now_s=view.now_s,
+            held=held_requests(view),
         )
 
     def execute(self, view: FleetView, plan: PeriodPlan) -> Target:
@@ -225,6 +227,14 @@ class TailPilot:
             plan.batching if plan.batching is not None else view.batching,
         )
         return self._last
+
+
+def held_requests(view: FleetView) -> HeldRequests | None:
+    """The activator's held requests, as the operator reads them while no replica is ready."""
+    since = view.held_since_s
+    if since is None or view.held_requests == 0 or view.ready_replicas > 0:
+        return None
+    return HeldRequests(count=view.held_requests, since_s=since)
 
 
 class RotatingTailPilot(TailPilot):

@@ -36,6 +36,7 @@ from tailpilot.api.v1alpha1 import (
     InferenceServiceStatus,
     ObservedStatus,
 )
+from tailpilot.api.wake import wake_requested_at
 from tailpilot.controllers.autoscale.breakdown import breakdown_condition
 from tailpilot.controllers.autoscale.pod_batching import PodBatching
 from tailpilot.controllers.core.clock import SYSTEM_CLOCK, Clock, utc_now
@@ -70,6 +71,7 @@ from tailpilot.controllers.gpu.gpu_products import (
     options_of,
     serving_spec,
 )
+from tailpilot.controllers.signals.activator_held import ActivatorHeld
 from tailpilot.controllers.signals.observe import (
     LatencyBoard,
     ObservationError,
@@ -93,6 +95,7 @@ from tailpilot.policy.service_fit import FitQuality, ServiceFit, disagreement
 from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
 from tailpilot.policy.speed import learned_line
 from tailpilot.policy.surge import SurgeReading
+from tailpilot.policy.wake import HeldRequests
 
 log = logging.getLogger("tailpilot.autoscaler")
 
@@ -365,6 +368,9 @@ class Autoscaler:
     #: An activator is configured (`--activator-service`): a service with minReplicas 0 may go to
     #: zero. Without one, such a service keeps one replica (a request at zero would find no endpoint).
     scale_to_zero: bool = False
+    #: The requests the activator's pods hold (with an activator): a woken service's wake is sized
+    #: from them while it has no ready replica. None: the wake is one replica, then the traffic's.
+    activator_held: ActivatorHeld | None = None
     #: The services' runtimes when no pods' reader is given (whose runtimes are used otherwise).
     _own_runtimes: ServiceRuntimes = field(default_factory=ServiceRuntimes)
 
@@ -401,8 +407,11 @@ class Autoscaler:
         pod_events = await self._keep_pods_at(runtime, inputs, batching)
         observed, client_error = await self._observed(inputs, now)
         products = await self._products(inputs, observed, now)
+        held = await self._held(inputs, observed)
         plan = run_period(
-            self._period_input(inputs, observed, products, surge=surge, alert_active=alert_active, now=now)
+            self._period_input(
+                inputs, observed, products, surge=surge, alert_active=alert_active, now=now, held=held
+            )
         )
         runtime.memory = plan.memory
         observation, fit, profile, decision = plan.observation, plan.fit, plan.profile, plan.decision
@@ -489,6 +498,7 @@ class Autoscaler:
         surge: SurgeReading | None,
         alert_active: bool,
         now: float,
+        held: HeldRequests | None = None,
     ) -> PeriodInput:
         """What `run_period` reads for this service: its spec, signals and the memory kept for it.
 
@@ -513,7 +523,22 @@ class Autoscaler:
             batching=batching,
             now_s=now,
             alert_active=alert_active,
+            held=held,
         )
+
+    async def _held(self, inputs: _Inputs, observed: Observation) -> HeldRequests | None:
+        """The requests the activator holds for a woken service with no ready replica (else None).
+
+        Dated from the wake annotation: they arrived since the activator asked for a replica.
+        """
+        isvc = inputs.isvc
+        if self.activator_held is None or not self.scale_to_zero or observed.ready_replicas > 0:
+            return None
+        since = wake_requested_at(isvc.metadata.get("annotations"))
+        if isvc.spec.autoscaling.min_replicas != 0 or since is None:
+            return None
+        count = await self.activator_held.held(isvc.namespace, isvc.name)
+        return None if count is None else HeldRequests(count=count, since_s=since.timestamp())
 
     async def _observed(self, inputs: _Inputs, now: float) -> tuple[Observation, str | None]:
         """The period's observation (its time on the metrics), with the clients' latency where measured."""

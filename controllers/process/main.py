@@ -45,6 +45,7 @@ from tailpilot.controllers.process.leader_election import (
 )
 from tailpilot.controllers.reconcile.reconciler import Reconciler
 from tailpilot.controllers.rollout.canary_analysis import CanaryAnalyst
+from tailpilot.controllers.signals.activator_held import ActivatorHeld
 from tailpilot.controllers.signals.pod_signals import PodSignals
 from tailpilot.controllers.signals.prometheus_access import PrometheusAccess, invalid_urls, parse_allowed_urls
 from tailpilot.controllers.signals.prometheus_client import PrometheusClient
@@ -380,8 +381,11 @@ def run(
     metrics = OperatorMetrics()
     # The watches' objects, so neither the fast loop nor a decision asks the API server for them.
     watched = WatchedObjects(kube=kube, clock=clock)
-    loops = _service_loops(args, kube=kube, executor=executor, metrics=metrics, watched=watched, clock=clock)
-    register(registry, loops=loops, watched=watched, activator=_activator_watch(args))
+    activator = _activator_watch(args)
+    loops = _service_loops(
+        args, kube=kube, executor=executor, metrics=metrics, watched=watched, clock=clock, activator=activator
+    )
+    register(registry, loops=loops, watched=watched, activator=activator)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address, registry=metrics.registry)
     if args.webhook_port:
@@ -409,6 +413,7 @@ def _service_loops(
     metrics: OperatorMetrics,
     watched: WatchedObjects,
     clock: Clock,
+    activator: ActivatorWatch | None = None,
 ) -> ServiceLoops:
     """The per-service loops and the jobs they run, sharing one clock, one pods' reader, one registry."""
     # GPU nodes and the pods on them, listed at most every 30 s, for services listing several products.
@@ -432,6 +437,8 @@ def _service_loops(
         objects=watched,
         inventory=inventory,
         scale_to_zero=args.activator_service is not None,
+        # A woken service's wake is sized from the requests held at the activator's pods.
+        activator_held=ActivatorHeld(lambda: activator.endpoints) if activator is not None else None,
     )
     fast_checker = FastChecker(
         kube=kube,

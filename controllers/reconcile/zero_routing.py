@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.api.wake import wake_requested_at as parse_wake
 from tailpilot.controllers.core.events import EventRecord
 from tailpilot.controllers.core.kubeapi import ENDPOINT_SLICES
 from tailpilot.controllers.reconcile.deps import PassDeps
@@ -37,15 +38,7 @@ from tailpilot.manifests.activator_routing import (
 
 def wake_requested_at(isvc: InferenceService) -> datetime | None:
     """The activator's wake annotation as a time (None: absent or not RFC 3339)."""
-    annotations = isvc.metadata.get("annotations") or {}
-    raw = annotations.get(c.ANNOTATION_WAKE_REQUESTED)
-    if not isinstance(raw, str):
-        return None
-    try:
-        at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return parse_wake(isvc.metadata.get("annotations"))
 
 
 def take_wake(p: ReconcilePass) -> None:

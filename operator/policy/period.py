@@ -17,7 +17,9 @@ of the steps lives here alone:
 5. otherwise the plan: the batching first (a live reload), then the replicas;
 6. with `min_replicas` 0, whether the last replica goes (`tailpilot.policy.idle`): `decide` sizes a
    service with traffic (at least one replica); the idle history and the error budget say when an
-   idle one goes to zero, and a service at zero stays there until traffic wakes it.
+   idle one goes to zero, and a service at zero stays there until traffic wakes it; while a woken
+   service has no ready replica, the requests the activator holds for it size the wake
+   (`tailpilot.policy.wake`): the decision is raised to the replicas that drain them.
 
 What is carried to the next period is `PeriodMemory`: the policy's state, the fit's windows, the
 product choice's memory. The caller keeps it per service and passes it back, as it did the state.
@@ -29,9 +31,9 @@ from dataclasses import dataclass, field, replace
 
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile
-from tailpilot.policy import error_budget, headroom, idle
+from tailpilot.policy import error_budget, headroom, idle, wake
 from tailpilot.policy.config import PolicyConfig, PolicyState
-from tailpilot.policy.core import decide
+from tailpilot.policy.core import decide, replica_capacity_per_s
 from tailpilot.policy.error_budget import Budget, BudgetLedger
 from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption, choose_product
 from tailpilot.policy.headroom import RiseHistory
@@ -45,6 +47,7 @@ from tailpilot.policy.service_fit import (
     sample_of,
 )
 from tailpilot.policy.surge import SurgeReading, with_surge
+from tailpilot.policy.wake import HeldRequests
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ class PeriodInput:
         batching: Batching in force.
         now_s: The caller's clock.
         alert_active: An SLO alert fires.
+        held: Requests the activator holds for the service (read only while a woken service has
+            no ready replica; None otherwise): the wake is sized from them (`tailpilot.policy.wake`).
     """
 
     config: PolicyConfig
@@ -139,6 +144,7 @@ class PeriodInput:
     surge: SurgeReading | None = None
     products: ProductContext | None = None
     alert_active: bool = False
+    held: HeldRequests | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +278,8 @@ def run_period(period: PeriodInput) -> PeriodPlan:
                 headroom=factor,
             )
     moves = choice.memory if choice is not None else period.memory.moves
+    if period.held is not None and period.held.count > 0 and observation.ready_replicas == 0:
+        decision, state = _wake_sized(period, period.held, decision, state, profile)
     zero = _zero(period, learned.idle, left) if period.config.min_replicas == 0 else None
     if zero is not None and zero.to_zero and _idle(period, observation):
         decision, state = _to_zero(decision, state, zero, now_replicas=period.replicas)
@@ -311,8 +319,7 @@ def _idle(period: PeriodInput, observation: Observation) -> bool:
 
 def _zero(period: PeriodInput, history: IdleHistory, left: Budget) -> ZeroChoice:
     """Whether the last replica goes: the idle history priced by the error budget left."""
-    config, learned = period.config, period.state.learned
-    startup = learned.replica_startup_s if learned.replica_startup_s is not None else config.replica_startup_s
+    config, startup = period.config, _startup_s(period)
     return idle.zero_choice(
         history,
         now_s=period.now_s,
@@ -323,6 +330,40 @@ def _zero(period: PeriodInput, history: IdleHistory, left: Budget) -> ZeroChoice
         objective=config.objective,
         budget_remaining=left.remaining,
     )
+
+
+def _startup_s(period: PeriodInput) -> float:
+    """The replicas' start-up: learned from the service's own scale-ups, else the configured one."""
+    learned = period.state.learned.replica_startup_s
+    return learned if learned is not None else period.config.replica_startup_s
+
+
+def _wake_sized(
+    period: PeriodInput, held: HeldRequests, decision: Decision, state: PolicyState, profile: EngineProfile
+) -> tuple[Decision, PolicyState]:
+    """The decision raised to the replicas the held requests need (`tailpilot.policy.wake`), if more."""
+    config = period.config
+    size = wake.wake_size(
+        held,
+        now_s=period.now_s,
+        startup_s=_startup_s(period),
+        control_period_s=config.control_period_s,
+        capacity_per_s=replica_capacity_per_s(profile, state),
+        replicas_now=period.replicas,
+        max_replicas=config.max_replicas,
+        max_step=config.max_scale_up_step,
+    )
+    if decision.dry_run or size.replicas <= decision.replicas:
+        return decision, state
+    sized = decision.model_copy(
+        update={
+            "replicas": size.replicas,
+            "action": ScalingAction.SCALE_UP,
+            "reason": "WakeSized",
+            "message": size.message,
+        }
+    )
+    return sized, state.with_actual(replicas=size.replicas, batching=state.batching)
 
 
 def _to_zero(

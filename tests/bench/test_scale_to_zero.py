@@ -66,6 +66,47 @@ def test_without_an_activator_requests_at_zero_fail_as_before():
     assert result.wakes_s == [] and result.held.size == 0 and not np.isfinite(result.done_s).any()
 
 
+class RecordHeld(FollowTheFleet):
+    """Follows the fleet, recording what the activator holds at each tick and the ready replicas."""
+
+    def __init__(self, replicas: int) -> None:
+        super().__init__(replicas)
+        self.seen: list[tuple[float, int, float | None, int]] = []
+
+    def decide(self, view: FleetView) -> Target:
+        self.seen.append((view.now_s, view.held_requests, view.held_since_s, view.ready_replicas))
+        return super().decide(view)
+
+
+def test_the_controller_sees_the_requests_held_and_since_when_until_a_replica_serves():
+    config = SimConfig(
+        service=SERVICE, duration_s=120.0, startup_s=30.0, min_replicas=0, activator=ActivatorModel()
+    )
+    controller = RecordHeld(0)
+    simulate(arrivals_s=np.asarray([50.0 + 0.5 * i for i in range(20)]), config=config, controller=controller)
+    holding = [(n, since) for t, n, since, ready in controller.seen if 55.0 <= t < 80.0]
+    # Every request of the burst is held from 50 s (the oldest's arrival) until the replica serves.
+    assert holding and all(since == 50.0 for _, since in holding)
+    assert max(n for n, _ in holding) == 20
+    after = [(n, since) for t, n, since, ready in controller.seen if t > 85.0 and ready > 0]
+    assert after and all(n == 0 and since is None for n, since in after)
+
+
+def test_tailpilot_sizes_a_woken_fleet_from_the_requests_held_before_its_replica_serves():
+    setup, policy = scale_to_zero.ZeroSetup(), "tailpilot-zero-objective-90"
+    controller = scale_to_zero.make_controller(setup, policy)
+    arrivals, scored_from = setup.arrivals("Z1-idle-heavy")
+    config = scale_to_zero.zero_config(setup, ts=90.0, policy=policy, scored_from_s=scored_from)
+    run = simulate(arrivals_s=arrivals, config=config, controller=controller)
+    # After each wake (0 -> 1), more replicas are asked for within the 90 s start-up: before the
+    # first replica serves, from the requests held.
+    assert len(run.wakes_s) >= 2
+    for wake in run.wakes_s:
+        raised = [(t, new) for t, old, new in run.actions if wake < t < wake + 90.0 and new > old]
+        assert raised, (wake, run.actions)
+    assert "WakeSized" in controller.reasons
+
+
 @pytest.mark.slow
 def test_a_service_woken_every_few_minutes_stays_up_while_kpa_cycles_through_cold_starts():
     setup = scale_to_zero.ZeroSetup()

@@ -986,13 +986,19 @@ def test_the_activators_network_policy(helm: str) -> None:
     spec = policy["spec"]
     assert spec["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    clients, metrics = spec["ingress"]
+    clients, metrics, operator = spec["ingress"]
     # The models' clients, from anywhere: no `from`.
     assert clients == {"ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]}
     # Metrics from where the operator's metrics are allowed.
     (operator_policy,) = _operators(docs, "NetworkPolicy")
     assert metrics["from"] == operator_policy["spec"]["ingress"][-1]["from"]
     assert metrics["ports"] == [{"protocol": "TCP", "port": 9090}]
+    # And from the operator's own pods (it reads the requests held there to size a wake), only those.
+    (operator_dep,) = _operators(docs, "Deployment")
+    (from_operator,) = operator["from"]
+    assert set(from_operator) == {"podSelector"}  # the release's namespace, where the operator runs
+    assert from_operator["podSelector"]["matchLabels"] == operator_dep["spec"]["selector"]["matchLabels"]
+    assert operator["ports"] == [{"protocol": "TCP", "port": 9090}]
     models, dns, api_server = spec["egress"]
     (peer,) = models["to"]
     assert peer["namespaceSelector"] == {}  # serving pods in every namespace

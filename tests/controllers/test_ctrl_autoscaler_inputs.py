@@ -153,3 +153,54 @@ def test_pods_ready_but_absent_from_prometheus_are_counted_as_unobserved():
     assert with_unobserved(seen, 2).pods_unobserved == 0
     assert with_unobserved(seen, 1).pods_unobserved == 0  # a pod more than the status knew: not missing
     assert with_unobserved(seen, None).pods_unobserved == 0
+
+
+def test_the_held_requests_are_read_only_for_a_woken_service_at_min_zero_with_no_ready_replica():
+    import asyncio
+
+    from tailpilot.api.v1alpha1 import InferenceService
+    from tailpilot.controllers.autoscale.autoscaler import Autoscaler, _Inputs
+    from tailpilot.controllers.core.metrics import OperatorMetrics
+    from tailpilot.policy.wake import HeldRequests
+
+    asked: list[tuple[str, str]] = []
+
+    class Held:
+        async def held(self, namespace: str, name: str) -> int | None:
+            asked.append((namespace, name))
+            return 12
+
+    def inputs(min_replicas: int = 0, wake: str | None = "2026-12-06T10:00:05Z") -> _Inputs:
+        isvc = service(autoscaling={"minReplicas": min_replicas})
+        if wake is not None:
+            body = isvc.model_dump(by_alias=True, exclude_none=True)
+            body["metadata"]["annotations"] = {"tailpilot.io/wake-requested-at": wake}
+            isvc = InferenceService.model_validate(body)
+        return _Inputs(body={}, isvc=isvc, status=InferenceServiceStatus(), prometheus_url="", profile=None)
+
+    waking = Observation(at_s=0.0, request_rate=None, p99_ms=None, ready_replicas=0)
+    serving = waking.model_copy(update={"ready_replicas": 1})
+
+    def autoscaler(*, scale_to_zero: bool = True, held: object | None = None) -> Autoscaler:
+        return Autoscaler(
+            kube=UnexpectedKube(),
+            http=None,  # type: ignore[arg-type]  # nothing asks Prometheus here
+            metrics=OperatorMetrics(),
+            default_prometheus_url=None,
+            scale_to_zero=scale_to_zero,
+            activator_held=held if held is not None else Held(),  # type: ignore[arg-type]
+        )
+
+    async def run() -> list[HeldRequests | None]:
+        return [
+            await autoscaler()._held(inputs(), waking),
+            await autoscaler()._held(inputs(), serving),  # a replica is ready: the pods' traffic
+            await autoscaler()._held(inputs(min_replicas=1), waking),  # never at zero
+            await autoscaler()._held(inputs(wake=None), waking),  # no wake to date them from
+            await autoscaler(scale_to_zero=False)._held(inputs(), waking),  # no activator configured
+        ]
+
+    got = asyncio.run(run())
+    since = datetime(2026, 12, 6, 10, 0, 5, tzinfo=UTC).timestamp()
+    assert got == [HeldRequests(count=12, since_s=since), None, None, None, None]
+    assert asked == [("shop", "resnet")]

@@ -14,11 +14,13 @@ from tailpilot.policy.period import (
     FitMemory,
     PeriodInput,
     PeriodMemory,
+    PeriodPlan,
     ProductContext,
     ServedEngine,
     run_period,
 )
 from tailpilot.policy.service_fit import FitQuality, ServiceFit
+from tailpilot.policy.wake import HeldRequests
 
 BATCHING = BatchingConfig(max_batch_size=8)
 ENGINE = ServedEngine(key="0123456789abcdef", backend="onnxruntime", max_batch_size=8)
@@ -169,3 +171,30 @@ def test_a_wake_ends_the_idle_stretch_even_before_its_traffic_is_seen():
     plan = run_period(period(quiet(415.0), config=ZERO, state=state, memory=memory, replicas=1, now_s=415.0))
     assert plan.replicas is None and plan.zero is not None and not plan.zero.to_zero
     assert plan.memory.idle.idle_since_s is None and len(plan.memory.idle.stretches) == 1
+
+
+def test_a_woken_service_with_no_ready_replica_is_sized_from_the_requests_held_for_it():
+    plans = run_quiet(ZERO, until_s=400.0)
+    memory = plans[-1].memory
+    state = memory.state.with_actual(replicas=1, batching=BATCHING)
+    waking = quiet(430.0).model_copy(update={"ready_replicas": 0})
+
+    def woken(held: HeldRequests | None, **changes: object) -> PeriodPlan:
+        base = period(waking, config=ZERO, state=state, memory=memory, replicas=1, now_s=430.0, held=held)
+        return run_period(replace(base, **changes))  # type: ignore[arg-type]
+
+    # 1000/s over the 30 s since the wake (one replica's capacity): 30 s of it queued when they serve.
+    plan = woken(HeldRequests(count=30000, since_s=400.0))
+    assert plan.decision is not None and plan.decision.reason == "WakeSized"
+    assert plan.replicas == 3  # (30000 / 15 + 1000) / 1000 per replica
+    assert plan.memory.state is not None and plan.memory.state.replicas == plan.replicas
+    assert "30000 requests held" in plan.decision.message
+    # Nothing held, or a replica already ready: decide's plan, unchanged.
+    assert woken(None).replicas is None and woken(HeldRequests(0, 400.0)).replicas is None
+    ready = woken(
+        HeldRequests(count=30000, since_s=400.0), observation=waking.model_copy(update={"ready_replicas": 1})
+    )
+    assert ready.decision is not None and ready.decision.reason != "WakeSized"
+    # The bounds hold.
+    capped = woken(HeldRequests(count=30000, since_s=400.0), config=replace(ZERO, max_replicas=2))
+    assert capped.replicas == 2
