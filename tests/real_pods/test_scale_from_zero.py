@@ -244,4 +244,9 @@ def test_requests_at_zero_are_held_woken_and_answered_with_an_activator_pod_lost
             f"status.coldStart: {cold['totalSeconds']} s for request #{client_of_episode.index}, "
             f"which waited {client_of_episode.latency_s:.3f} s; pod {cold.get('pod')}: "
             + ", ".join(f"{name} {seconds} s" for name, seconds in parts.items())
+            + "\ndecisions: "
+            + "; ".join(
+                f"{d['reason']} {d['replicasBefore']}->{d['replicasAfter']}"
+                for d in (custom_object(real_api, ns, NAME).get("status") or {}).get("decisions", [])
+            )
         )
