@@ -230,10 +230,10 @@ class TailPilot:
 
 
 def held_requests(view: FleetView) -> HeldRequests | None:
-    """The activator's held requests, as the operator reads them while no replica is ready."""
+    """The activator's held requests, as the operator reads them: woken, and no replica ready yet."""
     since = view.held_since_s
-    if since is None or view.held_requests == 0 or view.ready_replicas > 0:
-        return None
+    if since is None or view.held_requests == 0 or view.ready_replicas > 0 or view.target_replicas == 0:
+        return None  # none held, a replica serving, or not woken yet
     return HeldRequests(count=view.held_requests, since_s=since)
 
 

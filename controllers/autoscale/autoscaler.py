@@ -529,11 +529,14 @@ class Autoscaler:
     async def _held(self, inputs: _Inputs, observed: Observation) -> HeldRequests | None:
         """The requests the activator holds for a woken service with no ready replica (else None).
 
-        Dated from the wake annotation: they arrived since the activator asked for a replica.
+        Dated from the wake annotation: they arrived since the activator asked for a replica. A
+        service at zero is not read (the wake comes first), so idle services cost the activator nothing.
         """
         isvc = inputs.isvc
         if self.activator_held is None or not self.scale_to_zero or observed.ready_replicas > 0:
             return None
+        if replicas_now(inputs.status) == 0:
+            return None  # at zero and not woken: nothing asked of the activator's pods
         since = wake_requested_at(isvc.metadata.get("annotations"))
         if isvc.spec.autoscaling.min_replicas != 0 or since is None:
             return None

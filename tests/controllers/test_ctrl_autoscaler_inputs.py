@@ -170,13 +170,16 @@ def test_the_held_requests_are_read_only_for_a_woken_service_at_min_zero_with_no
             asked.append((namespace, name))
             return 12
 
-    def inputs(min_replicas: int = 0, wake: str | None = "2026-12-06T10:00:05Z") -> _Inputs:
+    def inputs(
+        min_replicas: int = 0, wake: str | None = "2026-12-06T10:00:05Z", replicas: int = 1
+    ) -> _Inputs:
         isvc = service(autoscaling={"minReplicas": min_replicas})
         if wake is not None:
             body = isvc.model_dump(by_alias=True, exclude_none=True)
             body["metadata"]["annotations"] = {"tailpilot.io/wake-requested-at": wake}
             isvc = InferenceService.model_validate(body)
-        return _Inputs(body={}, isvc=isvc, status=InferenceServiceStatus(), prometheus_url="", profile=None)
+        status = InferenceServiceStatus(replicas=replicas)
+        return _Inputs(body={}, isvc=isvc, status=status, prometheus_url="", profile=None)
 
     waking = Observation(at_s=0.0, request_rate=None, p99_ms=None, ready_replicas=0)
     serving = waking.model_copy(update={"ready_replicas": 1})
@@ -198,9 +201,10 @@ def test_the_held_requests_are_read_only_for_a_woken_service_at_min_zero_with_no
             await autoscaler()._held(inputs(min_replicas=1), waking),  # never at zero
             await autoscaler()._held(inputs(wake=None), waking),  # no wake to date them from
             await autoscaler(scale_to_zero=False)._held(inputs(), waking),  # no activator configured
+            await autoscaler()._held(inputs(replicas=0), waking),  # at zero, not woken yet
         ]
 
     got = asyncio.run(run())
     since = datetime(2026, 12, 6, 10, 0, 5, tzinfo=UTC).timestamp()
-    assert got == [HeldRequests(count=12, since_s=since), None, None, None, None]
+    assert got == [HeldRequests(count=12, since_s=since), None, None, None, None, None]
     assert asked == [("shop", "resnet")]
