@@ -19,6 +19,8 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +98,30 @@ class CpuCgroups:
             return None
         fields = dict(line.split() for line in stat.splitlines() if line.strip())
         return int(fields.get("throttled_time", 0)) / 1e9
+
+    def kill_remaining(self, pod_uid: str | None = None) -> int:
+        """SIGKILL every process left in one pod's container cgroups (or all); how many were.
+
+        A container runtime stops a container's whole cgroup, not only its main process: a child
+        that outlived it (a Triton backend stub whose server was killed, in its own session where
+        the process-group signal does not reach) goes with the pod here too, as on a real node.
+        """
+        base = self._dir("cpu", pod_uid) if pod_uid else self._dir("cpu")
+        if not base.is_dir():
+            return 0
+        killed = 0
+        for procs in base.rglob("cgroup.procs"):
+            try:
+                pids = [int(pid) for pid in procs.read_text().split()]
+            except (OSError, ValueError):
+                continue
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+        return killed
 
     def remove(self, pod_uid: str | None = None) -> int:
         """Remove the empty cgroups of one pod (or all); those still holding processes stay."""

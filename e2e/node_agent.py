@@ -891,6 +891,7 @@ class NodeAgent:
         host_addresses.remove(runtime.ip)
         shutil.rmtree(runtime.dir, ignore_errors=True)
         if self.cgroups is not None:
+            self.cgroups.kill_remaining(runtime.uid)
             self.cgroups.remove(runtime.uid)
 
     def _stop_vanished(self, runtime: PodRuntime) -> None:
@@ -1016,6 +1017,7 @@ class NodeAgent:
                 release_address(pod_dir)
                 shutil.rmtree(pod_dir, ignore_errors=True)
                 if self.cgroups is not None:
+                    self.cgroups.kill_remaining(pod_dir.name)
                     self.cgroups.remove(pod_dir.name)
 
     def run_forever(self) -> None:
@@ -1061,7 +1063,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.kill_all:
         print(f"stopped {kill_all(args.state_dir)} container process(es)")
-        CpuCgroups.of(args.state_dir).remove()
+        cgroups = CpuCgroups.of(args.state_dir)
+        cgroups.kill_remaining()
+        cgroups.remove()
         return 0
     agent = NodeAgent(
         api_client(args.kubeconfig),

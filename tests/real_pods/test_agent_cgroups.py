@@ -90,3 +90,26 @@ def test_a_build_in_a_limited_container_reads_its_limit(tmp_path: Path) -> None:
         Run(run_dir, shim).signal(signal.SIGKILL)
     assert "limit 600" in (tmp_path / "log").read_text()
     cgroups.remove()
+
+
+def gone(pid: int) -> bool:
+    """The process ended (reaped, or a zombie its new parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_process_left_in_a_containers_cgroup_is_killed_with_the_pod(tmp_path: Path) -> None:
+    """A child in its own session outlives the container's main process; the pod's end kills it."""
+    cgroups = writable_cgroups(tmp_path)
+    procs = cgroups.create("pod-uid", "main", None)
+    pid_file = tmp_path / "orphan.pid"
+    run_dir, shim = start_in(tmp_path, procs, "sh", "-c", f"setsid sleep 300 & echo $! > {pid_file}; exit 0")
+    shim.wait(timeout=30)
+    orphan = int(eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=10))
+    assert Path(f"/proc/{orphan}").exists()  # the main process is gone, its child is not
+    assert cgroups.remove("pod-uid") == 0  # a cgroup holding a process stays
+    assert cgroups.kill_remaining("pod-uid") == 1
+    eventually(lambda: gone(orphan), timeout=10, description="the orphan killed")
+    eventually(lambda: cgroups.remove("pod-uid") > 0, timeout=10, description="the pod's cgroups removed")
