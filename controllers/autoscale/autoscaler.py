@@ -406,8 +406,7 @@ class Autoscaler:
         replicas, batching = replicas_now(status), batching_in_force(isvc, status)
         pod_events = await self._keep_pods_at(runtime, inputs, batching)
         observed, client_error = await self._observed(inputs, now)
-        products = await self._products(inputs, observed, now)
-        held = await self._held(inputs, observed)
+        products, held = await self._products(inputs, observed, now), await self._held(inputs, observed)
         plan = run_period(
             self._period_input(
                 inputs, observed, products, surge=surge, alert_active=alert_active, now=now, held=held
@@ -424,8 +423,7 @@ class Autoscaler:
         seen = observed_status(observation)
         self._record_metrics(namespace, name, plan, profile=profile, state=state, seen=seen)
         events: list[EventRecord] = [*pod_events, *profile_events]
-        scale = False
-        target = status
+        scale, target = False, status
         if plan.choice is not None and products is not None:
             target = self._record_choice(inputs, plan.choice, products, replicas, events)
             if plan.move is not None:
