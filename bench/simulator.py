@@ -801,22 +801,22 @@ class FleetView:
         k = max(1, round(window_s / self._sim._cfg.scrape_s))
         return slice(max(0, len(s.t) - k), len(s.t))
 
+    def _held_arrivals(self) -> list[float]:
+        """Arrival times of the requests waiting at the activator, not yet timed out (none without one)."""
+        sim, activator = self._sim, self._sim._cfg.activator
+        if activator is None:
+            return []
+        return [float(sim._arr[r]) for r in sim._held if sim._arr[r] + activator.hold_timeout_s >= self.now_s]
+
     @property
     def held_requests(self) -> int:
         """Requests waiting at the activator for a replica, not yet timed out (0 without one)."""
-        sim, activator = self._sim, self._sim._cfg.activator
-        if activator is None:
-            return 0
-        return sum(1 for r in sim._held if sim._arr[r] + activator.hold_timeout_s >= self.now_s)
+        return len(self._held_arrivals())
 
     @property
     def held_since_s(self) -> float | None:
         """Arrival of the oldest request still held at the activator (None when none is)."""
-        sim, activator = self._sim, self._sim._cfg.activator
-        if activator is None:
-            return None
-        held = [sim._arr[r] for r in sim._held if sim._arr[r] + activator.hold_timeout_s >= self.now_s]
-        return float(min(held)) if held else None
+        return min(self._held_arrivals(), default=None)
 
     def mean_inflight(self, window_s: float) -> float:
         """Mean total requests queued or executing across the fleet (sampled gauge)."""

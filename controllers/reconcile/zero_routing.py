@@ -16,12 +16,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService
-from tailpilot.api.wake import wake_requested_at as parse_wake
+from tailpilot.api.wake import wake_requested_at
 from tailpilot.controllers.core.events import EventRecord
 from tailpilot.controllers.core.kubeapi import ENDPOINT_SLICES
 from tailpilot.controllers.reconcile.deps import PassDeps
@@ -36,15 +35,10 @@ from tailpilot.manifests.activator_routing import (
 )
 
 
-def wake_requested_at(isvc: InferenceService) -> datetime | None:
-    """The activator's wake annotation as a time (None: absent or not RFC 3339)."""
-    return parse_wake(isvc.metadata.get("annotations"))
-
-
 def take_wake(p: ReconcilePass) -> None:
     """A wake newer than the last scale to zero: one replica asked for now, and an Event."""
     isvc, status = p.isvc, p.status
-    zero_at, asked = status.scaled_to_zero_at, wake_requested_at(isvc)
+    zero_at, asked = status.scaled_to_zero_at, wake_requested_at(isvc.metadata.get("annotations"))
     if zero_at is None or asked is None or asked < zero_at.replace(microsecond=0):
         return
     replicas = max(1, isvc.spec.autoscaling.min_replicas)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tailpilot.controllers.signals.pod_signals import AnswerTooLarge, bounded_body
+from tailpilot.controllers.signals.pod_signals import AnswerTooLarge, read_page
 from tailpilot.manifests.activator_routing import ActivatorEndpoints
 
 log = logging.getLogger("tailpilot.signals")
@@ -78,9 +78,7 @@ class ActivatorHeld:
 
 async def _page(session: aiohttp.ClientSession, url: str) -> str | None:
     try:
-        async with session.get(url) as response:
-            response.raise_for_status()
-            return (await bounded_body(response, MAX_PAGE_BYTES)).decode("utf-8", errors="replace")
+        return await read_page(session, url, limit=MAX_PAGE_BYTES)
     except (TimeoutError, aiohttp.ClientError, AnswerTooLarge, ValueError) as error:
         log.warning("cannot read the requests held at the activator (%s): %s", url, error)
         return None

@@ -85,6 +85,13 @@ async def bounded_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(body)
 
 
+async def read_page(session: aiohttp.ClientSession, url: str, *, limit: int) -> str:
+    """A metrics page's text: a 2xx answer of at most `limit` bytes (else an error is raised)."""
+    async with session.get(url) as response:
+        response.raise_for_status()
+        return (await bounded_body(response, limit)).decode("utf-8", errors="replace")
+
+
 def parse_triton_counters(text: str, *, model: str) -> TritonCounters | None:
     """Sum `model`'s counters (every version) and its pending gauge in Triton's metrics page.
 
@@ -339,9 +346,7 @@ class PodSignals:
 
     @staticmethod
     async def _page(session: aiohttp.ClientSession, url: str) -> str:
-        async with session.get(url) as response:
-            response.raise_for_status()
-            return (await bounded_body(response, MAX_PAGE_BYTES)).decode("utf-8", errors="replace")
+        return await read_page(session, url, limit=MAX_PAGE_BYTES)
 
     def _note_unreadable(self, runtime: ServiceRuntime, pods: frozenset[str]) -> None:
         """Warn when pods become unreadable: their arrivals are estimated from the pods that answer."""

@@ -7,12 +7,13 @@ from typing import Any
 
 from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import InferenceService, InferenceServiceStatus
+from tailpilot.api.wake import wake_requested_at
 from tailpilot.controllers.core.admin_key import AdminKey
 from tailpilot.controllers.core.kubeapi import ENDPOINT_SLICES, Resource
 from tailpilot.controllers.core.settings import OperatorSettings
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
-from tailpilot.controllers.reconcile.zero_routing import ZeroRouting, take_wake, wake_requested_at
+from tailpilot.controllers.reconcile.zero_routing import ZeroRouting, take_wake
 from tests.fakes import FakeClock, UnexpectedKube
 from tests.manifests.fixtures import SETTINGS, admin_key, make_isvc
 
@@ -58,7 +59,7 @@ def test_an_older_or_unreadable_annotation_wakes_nothing():
         p = a_pass(service(wake=wake), InferenceServiceStatus(replicas=0, scaled_to_zero_at=ZERO_AT))
         take_wake(p)
         assert p.status.replicas == 0 and p.events == []
-    assert wake_requested_at(service(wake="yesterday")) is None
+    assert wake_requested_at(service(wake="yesterday").metadata.get("annotations")) is None
 
 
 class Cluster(UnexpectedKube):

@@ -152,29 +152,24 @@ def test_requests_at_zero_are_held_woken_and_answered_with_an_activator_pod_lost
         )
 
         # The load, through the Service's endpoints; the first request is held and wakes the service.
-        load = ServiceLoad(
-            real_api,
-            namespace=ns,
-            service=NAME,
-            model=MODEL_NAME,
-            count=REQUESTS,
-            interval_s=INTERVAL_S,
-            timeout_s=REQUEST_TIMEOUT_S,
-        ).start()
-        stack.callback(load.stop)
+        def started_load(count: int, interval_s: float, seed: int) -> ServiceLoad:
+            load = ServiceLoad(
+                real_api,
+                namespace=ns,
+                service=NAME,
+                model=MODEL_NAME,
+                count=count,
+                interval_s=interval_s,
+                timeout_s=REQUEST_TIMEOUT_S,
+                seed=seed,
+            ).start()
+            stack.callback(load.stop)
+            return load
+
+        load = started_load(REQUESTS, INTERVAL_S, seed=7)
         eventually(lambda: wake_requested(real_api, ns), timeout=30, description="the activator's wake")
         # During the wake, a burst over the bound: both activator pods hold what they may, one refuses.
-        burst = ServiceLoad(
-            real_api,
-            namespace=ns,
-            service=NAME,
-            model=MODEL_NAME,
-            count=BURST,
-            interval_s=0,
-            timeout_s=REQUEST_TIMEOUT_S,
-            seed=11,
-        ).start()
-        stack.callback(burst.stop)
+        burst = started_load(BURST, 0, seed=11)
         eventually(lambda: len(burst.targets) == BURST, timeout=30, description="the burst sent")
         # Then the activator pod that took the first request is deleted: it drains what it holds.
         first_ip = load.targets[0].split(":")[0]
