@@ -79,6 +79,7 @@ OBJECTIVE_POLICIES = {
     "tailpilot-objective-97": 97.0,
     "tailpilot-objective-99.5": 99.5,
     "tailpilot-objective-99.9": 99.9,
+    "tailpilot-objective-99.99": 99.99,
 }
 #: The objective `tailpilot` runs at: the API's default of spec.slo.objectivePercent.
 DEFAULT_OBJECTIVE_PERCENT = float(SloSpec.model_fields["objective_percent"].default)

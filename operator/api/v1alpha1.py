@@ -681,10 +681,12 @@ class SloSpec(_Model):
         description=(
             "Attainment objective: the share of time (evaluation windows) whose P99 must meet "
             "p99LatencyMs over the compliance period; 100 minus it is the error budget. The "
-            "autoscaler holds the headroom over the observed load that this objective and the budget "
-            "left call for (lean while the budget is healthy, more while it burns), and the "
-            "generated burn-rate alerts use this budget. Higher costs more replicas; under 99 the "
-            "headroom starts as lean as at 99, and the larger budget lets more misses pass before it grows."
+            "autoscaler keeps a share of p99LatencyMs free that grows with the objective (15% at 99, "
+            "25% at 99.9, 8% at 95) and holds the headroom over the observed load that this "
+            "objective and the budget left call for (lean while the budget is healthy, more while it "
+            "burns); the generated burn-rate alerts use this budget. Higher costs more replicas; under "
+            "99 the headroom starts as lean as at 99, and the larger budget lets more misses pass "
+            "before it grows."
         ),
     )
     compliance_period_hours: int = Field(

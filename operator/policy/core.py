@@ -53,7 +53,6 @@ from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, Sca
 from tailpilot.api.engine import EngineProfile, ServiceTimeModel
 from tailpilot.policy.bursts import NO_BURSTS, ArrivalCurve, Bursts, burst_rate_per_s
 from tailpilot.policy.config import (
-    ALERT_SLO_MARGIN,
     ALLOW_PREFERRED_BATCH_SIZES,
     BATCHING_COOLDOWN_S,
     BURST_FALSE_ALARM,
@@ -69,7 +68,6 @@ from tailpilot.policy.config import (
     SERVICE_SCALE_ALPHA,
     SERVICE_SCALE_MAX,
     SERVICE_SCALE_MIN,
-    SLO_MARGIN,
     STABILIZATION_OUTLIERS,
     STALE_AFTER_S,
     Learned,
@@ -78,6 +76,7 @@ from tailpilot.policy.config import (
     Reason,
     Timers,
     WindowMemory,
+    slo_margin,
 )
 from tailpilot.policy.model import (
     BatchShape,
@@ -122,8 +121,8 @@ class _Call:
 
     @property
     def margin(self) -> float:
-        """The fraction of the SLO kept free: larger while an alert fires."""
-        return ALERT_SLO_MARGIN if self.alert_active else SLO_MARGIN
+        """The fraction of the SLO kept free at the objective: larger while an alert fires."""
+        return slo_margin(self.config.objective, alert=self.alert_active)
 
     @property
     def up_target_ms(self) -> float:
@@ -136,7 +135,7 @@ class _Call:
 
         Even under an alert: a reload stalls requests for seconds.
         """
-        return self.config.p99_target_ms * (1 - SLO_MARGIN)
+        return self.config.p99_target_ms * (1 - self.config.margin)
 
 
 @dataclass(frozen=True)
@@ -1388,7 +1387,7 @@ def _reload_held_ms(call: _Call, *, rate: float, bursts: Bursts) -> float:
         rate_per_s=rate, replicas=_ready_replicas(call.obs, state), shape=in_force, service=call.service
     )
     delay = reload_delay_ms(profile.reload, busy)
-    if delay <= config.p99_target_ms * SLO_MARGIN:
+    if delay <= config.p99_target_ms * config.margin:
         return 0.0
     feasible = _fewest(
         rate=rate, target_ms=call.up_target_ms, cands=((state.batching, in_force),), config=config,
@@ -1418,7 +1417,7 @@ def fewest_replicas_at(
     cands = _allowed(bounded, profile, PolicyState.initial(replicas=1, batching=batching))
     return _fewest(
         rate=rate_per_s,
-        target_ms=config.p99_target_ms * (1 - SLO_MARGIN),
+        target_ms=config.p99_target_ms * (1 - config.margin),
         cands=cands,
         config=bounded,
         service=profile.service_time,

@@ -12,7 +12,18 @@ from policy_fakes import FakeClock, Plant, make_profile, replica_series, reversa
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import ReloadCost
 from tailpilot.policy import Learned, PolicyConfig, PolicyState, Reason, decide
-from tailpilot.policy.config import BATCHING_COOLDOWN_S, CORRECTION_MAX, SERVICE_SCALE_MAX, STALE_AFTER_S
+from tailpilot.policy.config import (
+    ALERT_EXTRA_MARGIN,
+    BATCHING_COOLDOWN_S,
+    CORRECTION_MAX,
+    MARGIN_PER_DECADE,
+    MAX_SLO_MARGIN,
+    MIN_SLO_MARGIN,
+    SERVICE_SCALE_MAX,
+    SLO_MARGIN,
+    STALE_AFTER_S,
+    slo_margin,
+)
 from tailpilot.policy.core import replica_capacity_per_s
 from tailpilot.policy.model import BatchShape, utilization
 
@@ -386,6 +397,34 @@ def test_alert_uses_a_larger_margin_and_blocks_scale_down():
     idle = make_plant(replicas=10, scale_down_stabilization_s=0.0, cooldown_s=0.0)
     d = idle.run(0.0, 5, alert=True)[1]  # the first call starts the stabilization window
     assert (d.action, d.reason) == (ScalingAction.SCALE_DOWN, Reason.OVER_PROVISIONED)
+
+
+def test_the_objective_sets_the_margin_a_stricter_one_pays_for_more_replicas():
+    """The same steady load: 99.9% keeps more of the SLO free (more replicas), 95% less, 99% as before."""
+
+    def settled(objective: float) -> Decision:
+        return make_plant(replicas=3, objective=objective).run(4000.0, 12)[-1]
+
+    loose, default, strict = settled(0.95), settled(0.99), settled(0.999)
+    assert loose.replicas <= default.replicas < strict.replicas
+    for decision, objective in ((loose, 0.95), (default, 0.99), (strict, 0.999)):
+        assert decision.predicted_p99_ms is not None
+        assert decision.predicted_p99_ms <= TARGET * (1 - slo_margin(objective))
+
+
+def test_the_margin_grows_by_a_step_for_each_tenfold_smaller_budget_within_its_bounds():
+    assert slo_margin(0.99) == pytest.approx(SLO_MARGIN)
+    assert slo_margin(0.999) == pytest.approx(SLO_MARGIN + MARGIN_PER_DECADE)
+    assert slo_margin(0.9999) == pytest.approx(SLO_MARGIN + 2 * MARGIN_PER_DECADE)
+    objectives = (0.5, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999, 0.9999)
+    margins = [slo_margin(x) for x in objectives]
+    assert margins == sorted(margins) and margins[0] < margins[-1]
+    assert all(MIN_SLO_MARGIN <= m <= MAX_SLO_MARGIN for m in margins)
+    assert slo_margin(0.5) == MIN_SLO_MARGIN
+    # An alert keeps more free, never past the bound.
+    assert slo_margin(0.99, alert=True) == pytest.approx(SLO_MARGIN + ALERT_EXTRA_MARGIN)
+    assert slo_margin(0.9999, alert=True) == MAX_SLO_MARGIN
+    assert PolicyConfig(p99_target_ms=50.0, objective=0.999).margin == slo_margin(0.999)
 
 
 def test_dry_run_records_without_acting():
