@@ -71,7 +71,7 @@ MAX_RISE_BINS = 128
 MAX_BUDGET_BUCKETS = 25
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 #: Schemes the builder's fetcher supports (tailpilot.builders.fetch); others are rejected at apply time.
-MODEL_URI_PATTERN = r"^(https://|s3://|pvc://)\S+$"
+MODEL_URI_PATTERN = r"^(https?://|s3://|pvc://)\S+$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
@@ -168,9 +168,10 @@ def _pvc_uri_ok(uri: str) -> bool:
 RULE_MODEL_PVC_URI = _pvc_rule("spec.model")
 RULE_CALIBRATION_PVC_URI = _pvc_rule("spec.engine.calibration")
 
+#: A URL's bytes are only trusted by their checksum: over http:// nothing else vouches for them.
 RULE_HTTPS_SHA256 = Rule(
-    cel="!self.uri.startsWith('https://') || has(self.sha256)",
-    message="spec.model.sha256 is required when spec.model.uri is an https:// URL",
+    cel="!(self.uri.startsWith('https://') || self.uri.startsWith('http://')) || has(self.sha256)",
+    message="spec.model.sha256 is required when spec.model.uri is an http:// or https:// URL",
     field_path=".sha256",
 )
 
@@ -184,7 +185,8 @@ class ModelSpec(_Model):
         max_length=MAX_URI_LENGTH,
         pattern=MODEL_URI_PATTERN,
         description=(
-            "Location of the model: https://host/path (requires sha256), s3://bucket/key, or "
+            "Location of the model: https://host/path or http://host/path (both require sha256: "
+            "the build refuses bytes that differ), s3://bucket/key, or "
             "pvc://claim/path (a PersistentVolumeClaim in this namespace, mounted read-only in the build)."
         ),
     )
@@ -215,7 +217,7 @@ class ModelSpec(_Model):
 
     @model_validator(mode="after")
     def _https_needs_sha256(self) -> Self:
-        if self.uri.startswith("https://") and self.sha256 is None:
+        if self.uri.startswith(("https://", "http://")) and self.sha256 is None:
             raise _fail(RULE_HTTPS_SHA256)
         if not _pvc_uri_ok(self.uri):
             raise _fail(RULE_MODEL_PVC_URI)
