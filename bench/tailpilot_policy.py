@@ -56,7 +56,7 @@ from tailpilot.policy.signals import (
     observation_from_reads,
 )
 from tailpilot.policy.surge import SurgeConfig, SurgeReading, surge_step
-from tailpilot.policy.wake import HeldRequests
+from tailpilot.policy.wake import HeldRequests, reads_held
 
 #: The operator's control period when nobody sets --control-period-seconds.
 CONTROL_PERIOD_S = DEFAULT_CONTROL_PERIOD_S
@@ -232,8 +232,10 @@ class TailPilot:
 def held_requests(view: FleetView) -> HeldRequests | None:
     """The activator's held requests, as the operator reads them: woken, and no replica ready yet."""
     since = view.held_since_s
-    if since is None or view.held_requests == 0 or view.ready_replicas > 0 or view.target_replicas == 0:
-        return None  # none held, a replica serving, or not woken yet
+    if since is None or view.held_requests == 0:
+        return None  # not woken, or nothing held
+    if not reads_held(woken=True, ready_replicas=view.ready_replicas, replicas=view.target_replicas):
+        return None
     return HeldRequests(count=view.held_requests, since_s=since)
 
 

@@ -95,7 +95,7 @@ from tailpilot.policy.service_fit import FitQuality, ServiceFit, disagreement
 from tailpilot.policy.signals import READ_PERIOD_S, observation_from_reads
 from tailpilot.policy.speed import learned_line
 from tailpilot.policy.surge import SurgeReading
-from tailpilot.policy.wake import HeldRequests
+from tailpilot.policy.wake import HeldRequests, reads_held
 
 log = logging.getLogger("tailpilot.autoscaler")
 
@@ -337,6 +337,18 @@ class _Products:
     candidates: list[GpuCandidateStatus]
 
 
+@dataclass(frozen=True)
+class _Gathered:
+    """What a period gathered before deciding."""
+
+    period: PeriodInput
+    products: _Products | None
+    #: Pods reloaded to the batching in force on the way.
+    pod_events: list[EventRecord]
+    #: Why the clients' latency could not be read (None: read, or not asked for).
+    client_error: str | None
+
+
 def with_unobserved(observation: Observation, status_ready: int | None) -> Observation:
     """Prometheus' observation, with the pods Ready by the last reconcile it has no current sample of.
 
@@ -404,14 +416,8 @@ class Autoscaler:
         isvc, status = inputs.isvc, inputs.status
         now, runtime = self.clock.time(), self.runtimes.get(namespace, name)
         replicas, batching = replicas_now(status), batching_in_force(isvc, status)
-        pod_events = await self._keep_pods_at(runtime, inputs, batching)
-        observed, client_error = await self._observed(inputs, now)
-        products, held = await self._products(inputs, observed, now), await self._held(inputs, observed)
-        plan = run_period(
-            self._period_input(
-                inputs, observed, products, surge=surge, alert_active=alert_active, now=now, held=held
-            )
-        )
+        gathered = await self._gather(inputs, runtime, surge=surge, alert_active=alert_active, now=now)
+        plan, products = run_period(gathered.period), gathered.products
         runtime.memory = plan.memory
         observation, fit, profile, decision = plan.observation, plan.fit, plan.profile, plan.decision
         profile_condition, profile_events = profile_accuracy(inputs.profile, fit, status=status)
@@ -422,7 +428,7 @@ class Autoscaler:
         state = plan.decided
         seen = observed_status(observation)
         self._record_metrics(namespace, name, plan, profile=profile, state=state, seen=seen)
-        events: list[EventRecord] = [*pod_events, *profile_events]
+        events: list[EventRecord] = [*gathered.pod_events, *profile_events]
         scale, target = False, status
         if plan.choice is not None and products is not None:
             target = self._record_choice(inputs, plan.choice, products, replicas, events)
@@ -456,7 +462,9 @@ class Autoscaler:
         updates = [
             profile_condition,
             slo_condition(observation, target_ms=isvc.spec.slo.p99_latency_ms),
-            breakdown_condition(seen, previous_reason=_breakdown_reason(status), client_error=client_error),
+            breakdown_condition(
+                seen, previous_reason=_breakdown_reason(status), client_error=gathered.client_error
+            ),
             _scaling_active(decision),
         ]
         wrote = await self._write(
@@ -468,6 +476,26 @@ class Autoscaler:
         if wrote or events:
             await asyncio.to_thread(post_events, self.kube, inputs.body, events, now=utc_now(self.clock))
         return self.control_period_s, scale
+
+    async def _gather(
+        self,
+        inputs: _Inputs,
+        runtime: ServiceRuntime,
+        *,
+        surge: SurgeReading | None,
+        alert_active: bool,
+        now: float,
+    ) -> _Gathered:
+        """The period's inputs: pods kept at the batching in force, observation, products, held requests."""
+        batching = batching_in_force(inputs.isvc, inputs.status)
+        pod_events = await self._keep_pods_at(runtime, inputs, batching)
+        observed, client_error = await self._observed(inputs, now)
+        products = await self._products(inputs, observed, now)
+        held = await self._held(inputs, observed)
+        period = self._period_input(
+            inputs, observed, products, surge=surge, alert_active=alert_active, now=now, held=held
+        )
+        return _Gathered(period=period, products=products, pod_events=pod_events, client_error=client_error)
 
     def _resized(
         self, target: InferenceServiceStatus, plan: PeriodPlan, events: list[EventRecord]
@@ -531,12 +559,13 @@ class Autoscaler:
         service at zero is not read (the wake comes first), so idle services cost the activator nothing.
         """
         isvc = inputs.isvc
-        if self.activator_held is None or not self.scale_to_zero or observed.ready_replicas > 0:
-            return None
-        if replicas_now(inputs.status) == 0:
-            return None  # at zero and not woken: nothing asked of the activator's pods
         since = wake_requested_at(isvc.metadata.get("annotations"))
-        if isvc.spec.autoscaling.min_replicas != 0 or since is None:
+        if self.activator_held is None or not self.scale_to_zero or since is None:
+            return None
+        woken = isvc.spec.autoscaling.min_replicas == 0  # the annotation counts where zero is allowed
+        if not reads_held(
+            woken=woken, ready_replicas=observed.ready_replicas, replicas=replicas_now(inputs.status)
+        ):
             return None
         count = await self.activator_held.held(isvc.namespace, isvc.name)
         return None if count is None else HeldRequests(count=count, since_s=since.timestamp())

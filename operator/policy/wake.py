@@ -33,6 +33,15 @@ class HeldRequests:
     since_s: float
 
 
+def reads_held(*, woken: bool, ready_replicas: int, replicas: int) -> bool:
+    """Whether a period sizes from the activator's held requests: woken, and no replica ready yet.
+
+    A service at zero that has not been woken is not read (the wake comes first), so idle services
+    cost the activator's pods nothing; once a replica is ready, the traffic's own signals size the fleet.
+    """
+    return woken and ready_replicas == 0 and replicas > 0
+
+
 @dataclass(frozen=True, slots=True)
 class WakeSize:
     """The replicas a wake asks for, and the figures behind them."""
