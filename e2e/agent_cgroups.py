@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,8 @@ CFS_PERIOD_US = 100_000
 #: The kernel's (and the kubelet's) smallest quota.
 MIN_QUOTA_US = 1_000
 CGROUP_V1 = Path("/sys/fs/cgroup")
+#: How long `release` waits for killed processes to leave their cgroups before removing them.
+RELEASE_WAIT_S = 2.0
 
 
 def cfs_quota_us(limit: str | int | float | None, period_us: int = CFS_PERIOD_US) -> int | None:
@@ -122,6 +125,30 @@ class CpuCgroups:
                 except ProcessLookupError:
                     pass
         return killed
+
+    def release(self, pod_uid: str | None = None, *, wait_s: float = RELEASE_WAIT_S) -> int:
+        """Kill what is left in one pod's cgroups (or all), then remove them; how many were killed.
+
+        A killed process leaves its cgroup when the kernel has torn it down, a moment after the
+        signal; removing at once would find the cgroup busy and leave an empty directory behind.
+        So the removal waits (bounded) until no process is left.
+        """
+        killed = self.kill_remaining(pod_uid)
+        deadline = time.monotonic() + wait_s
+        while killed and self._has_processes(pod_uid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.remove(pod_uid)
+        return killed
+
+    def _has_processes(self, pod_uid: str | None) -> bool:
+        base = self._dir("cpu", pod_uid) if pod_uid else self._dir("cpu")
+        for procs in base.rglob("cgroup.procs") if base.is_dir() else ():
+            try:
+                if procs.read_text().strip():
+                    return True
+            except OSError:
+                continue
+        return False
 
     def remove(self, pod_uid: str | None = None) -> int:
         """Remove the empty cgroups of one pod (or all); those still holding processes stay."""

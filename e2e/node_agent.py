@@ -891,8 +891,7 @@ class NodeAgent:
         host_addresses.remove(runtime.ip)
         shutil.rmtree(runtime.dir, ignore_errors=True)
         if self.cgroups is not None:
-            self.cgroups.kill_remaining(runtime.uid)
-            self.cgroups.remove(runtime.uid)
+            self.cgroups.release(runtime.uid)
 
     def _stop_vanished(self, runtime: PodRuntime) -> None:
         """The pod is gone from the API (force-deleted, or deleted while the agent was down)."""
@@ -1017,8 +1016,7 @@ class NodeAgent:
                 release_address(pod_dir)
                 shutil.rmtree(pod_dir, ignore_errors=True)
                 if self.cgroups is not None:
-                    self.cgroups.kill_remaining(pod_dir.name)
-                    self.cgroups.remove(pod_dir.name)
+                    self.cgroups.release(pod_dir.name)
 
     def run_forever(self) -> None:
         """Sync every LIST_PERIOD_S until SIGTERM/SIGINT; container processes keep running after it."""
@@ -1064,8 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill_all:
         print(f"stopped {kill_all(args.state_dir)} container process(es)")
         cgroups = CpuCgroups.of(args.state_dir)
-        cgroups.kill_remaining()
-        cgroups.remove()
+        cgroups.release()
         return 0
     agent = NodeAgent(
         api_client(args.kubeconfig),
