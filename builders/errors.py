@@ -4,6 +4,14 @@ from __future__ import annotations
 
 #: The model could not be downloaded or read (network error, HTTP error, missing file).
 MODEL_UNREACHABLE = "ModelUnreachable"
+#: The source refused the build's credentials (HTTP 401/403; S3 AccessDenied, InvalidAccessKeyId,
+#: SignatureDoesNotMatch): the Secret's keys are wrong, or they may not read this object.
+MODEL_ACCESS_DENIED = "ModelAccessDenied"
+#: The source answered, but holds no such object (HTTP 404; S3 NoSuchKey, NoSuchBucket).
+MODEL_NOT_FOUND = "ModelNotFound"
+#: The request names a credentials Secret, but its keys are not mounted (no such Secret, or it
+#: lacks the keys the source needs).
+MODEL_CREDENTIALS_MISSING = "ModelCredentialsMissing"
 #: The downloaded bytes do not hash to the requested sha256.
 MODEL_CHECKSUM_MISMATCH = "ModelChecksumMismatch"
 #: An https model URI without the mandatory sha256.

@@ -218,6 +218,27 @@ class AccuracyReport(_Frozen):
         return out
 
 
+#: Where the build Job mounts the Secret `spec.model.credentialsSecretRef` names (read-only, optional:
+#: a missing Secret leaves the directory empty and the build says so). Its keys are files there.
+MODEL_CREDENTIALS_MOUNT = "/var/run/secrets/tailpilot/model-credentials"
+
+
+class S3Access(_Frozen):
+    """How the build reaches an s3:// model: the endpoint of any S3-compatible store, its region.
+
+    Credentials are not here (this document is on the Job's command line): they are the keys
+    `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`) of the Secret the
+    request names, else the pod's own identity (web identity token, instance metadata).
+    """
+
+    #: `https://host[:port]` or `http://host[:port]`; None: AWS S3 (`s3.<region>.amazonaws.com`).
+    endpoint: str | None = None
+    region: str | None = None
+    #: "path": `endpoint/bucket/key` (most stores other than AWS); "virtual": `bucket.endpoint/key`;
+    #: "auto": virtual for AWS endpoints, path for any other.
+    addressing_style: Literal["auto", "path", "virtual"] = Field(default="auto", alias="addressingStyle")
+
+
 class BuildRequest(_Frozen):
     """Everything the build Job needs, passed as one JSON document (`tailpilot build --request ...`).
 
@@ -252,11 +273,16 @@ class BuildRequest(_Frozen):
     #: The accuracy guard: the engine is refused when its outputs stray further from the FP32
     #: reference's; None judges nothing (the measurement is still reported). Not in the engine key.
     accuracy_tolerance: AccuracyTolerance | None = Field(default=None, alias="accuracyTolerance")
+    #: The s3:// model's (and calibration's) store; None: AWS S3 with the SDK's defaults.
+    s3: S3Access | None = None
+    #: The Secret holding the source's credentials, mounted at `MODEL_CREDENTIALS_MOUNT`; None: the
+    #: pod's own identity. Named here so that naming another Secret makes a new build.
+    credentials_secret: str | None = Field(default=None, alias="credentialsSecret")
 
     def request_key(self) -> str:
         """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
         document = self.model_dump(mode="json", exclude={"store"})
-        for optional in ("cpu_limit_millis", "accuracy_tolerance"):
+        for optional in ("cpu_limit_millis", "accuracy_tolerance", "s3", "credentials_secret"):
             if document[optional] is None:
                 # Requests without it keep the keys they had before the field existed: an
                 # upgraded operator finds their build Jobs and engines instead of building again.

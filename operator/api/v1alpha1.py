@@ -176,18 +176,79 @@ RULE_HTTPS_SHA256 = Rule(
 )
 
 
+#: A Secret's name: a DNS subdomain, as Kubernetes names Secrets.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+#: An S3 endpoint: scheme and host[:port], no path, query or credentials in it.
+S3_ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$"
+
+
+class S3Source(_Model):
+    """Where an s3:// model's object store is: any S3-compatible endpoint, its region, its addressing."""
+
+    endpoint: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=S3_ENDPOINT_PATTERN,
+        description=(
+            "The store's endpoint, https://host[:port] (or http:// inside a trusted network), e.g. "
+            "https://minio.storage.svc:9000. Unset: AWS S3 in the region."
+        ),
+    )
+    region: str | None = Field(
+        default=None,
+        max_length=32,
+        pattern=r"^[a-z0-9][a-z0-9-]*$",
+        description="The bucket's region (AWS: e.g. eu-west-1). Unset: the endpoint's default (us-east-1).",
+    )
+    addressing_style: Literal["auto", "path", "virtual"] = Field(
+        default="auto",
+        description=(
+            "path: endpoint/bucket/key (most S3-compatible stores); virtual: bucket.endpoint/key; "
+            "auto: virtual for AWS endpoints, path for any other."
+        ),
+    )
+
+
+class SecretReference(_Model):
+    """A Secret in the service's namespace."""
+
+    name: str = Field(max_length=253, pattern=SECRET_NAME_PATTERN, description="The Secret's name.")
+
+
+RULE_S3_OPTIONS_NEED_S3_URI = Rule(
+    cel="!has(self.s3) || self.uri.startsWith('s3://')",
+    message="spec.model.s3 applies to s3:// models only: spec.model.uri must start with s3://",
+    field_path=".s3",
+)
+
+
 class ModelSpec(_Model):
     """Where the ONNX model comes from."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(RULE_HTTPS_SHA256, RULE_MODEL_PVC_URI))
+    model_config = ConfigDict(
+        json_schema_extra=_validations(RULE_HTTPS_SHA256, RULE_MODEL_PVC_URI, RULE_S3_OPTIONS_NEED_S3_URI)
+    )
 
     uri: str = Field(
         max_length=MAX_URI_LENGTH,
         pattern=MODEL_URI_PATTERN,
         description=(
             "Location of the model: https://host/path or http://host/path (both require sha256: "
-            "the build refuses bytes that differ), s3://bucket/key, or "
+            "the build refuses bytes that differ), s3://bucket/key (any S3-compatible store: see s3), or "
             "pvc://claim/path (a PersistentVolumeClaim in this namespace, mounted read-only in the build)."
+        ),
+    )
+    s3: S3Source | None = Field(
+        default=None,
+        description="The object store of an s3:// model (and of s3:// calibration data). Unset: AWS S3.",
+    )
+    credentials_secret_ref: SecretReference | None = Field(
+        default=None,
+        description=(
+            "A Secret in this namespace with the source's credentials; only the build Job reads it "
+            "(mounted read-only), never the operator, and no status shows it. For s3: the keys "
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optionally AWS_SESSION_TOKEN. Unset: the "
+            "build pod's own identity (web identity token, instance metadata)."
         ),
     )
     sha256: str | None = Field(
@@ -221,6 +282,8 @@ class ModelSpec(_Model):
             raise _fail(RULE_HTTPS_SHA256)
         if not _pvc_uri_ok(self.uri):
             raise _fail(RULE_MODEL_PVC_URI)
+        if self.s3 is not None and not self.uri.startswith("s3://"):
+            raise _fail(RULE_S3_OPTIONS_NEED_S3_URI)
         return self
 
 

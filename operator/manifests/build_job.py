@@ -26,9 +26,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tailpilot.api import constants as c
-from tailpilot.api.engine import AccuracyTolerance, BuildRequest, ShapeProfile
+from tailpilot.api.engine import (
+    MODEL_CREDENTIALS_MOUNT,
+    AccuracyTolerance,
+    BuildRequest,
+    S3Access,
+    ShapeProfile,
+)
 from tailpilot.api.quantity import milli_cpu
-from tailpilot.api.v1alpha1 import InferenceService
+from tailpilot.api.v1alpha1 import InferenceService, S3Source
 from tailpilot.manifests import placement
 from tailpilot.manifests.meta import object_meta
 from tailpilot.manifests.security import container_security_context, pod_security_context
@@ -81,11 +87,21 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         serving_variant=spec.runtime.serving_variant.value,
         cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
+        s3=_s3_access(spec.model.s3),
+        credentials_secret=spec.model.credentials_secret_ref.name
+        if spec.model.credentials_secret_ref
+        else None,
         accuracy_tolerance=AccuracyTolerance(
             max_relative_error=spec.engine.accuracy_tolerance.max_relative_error,
             min_top1_agreement=spec.engine.accuracy_tolerance.min_top1_agreement,
         ),
     )
+
+
+def _s3_access(source: S3Source | None) -> S3Access | None:
+    if source is None:
+        return None
+    return S3Access(endpoint=source.endpoint, region=source.region, addressing_style=source.addressing_style)
 
 
 def serving_cpu_limit_millis(isvc: InferenceService) -> int | None:
@@ -125,6 +141,16 @@ def _volumes(
             {"name": f"source-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
         mounts.append({"name": f"source-{i}", "mountPath": f"{c.PVC_SOURCE_ROOT}/{claim}", "readOnly": True})
+    if request.credentials_secret:
+        # Optional: a missing Secret leaves the directory empty, and the build names the failure
+        # (ModelCredentialsMissing) instead of a pod stuck creating its container.
+        volumes.append(
+            {
+                "name": "model-credentials",
+                "secret": {"secretName": request.credentials_secret, "optional": True, "defaultMode": 0o440},
+            }
+        )
+        mounts.append({"name": "model-credentials", "mountPath": MODEL_CREDENTIALS_MOUNT, "readOnly": True})
     if request.target != "cpu":
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
@@ -201,6 +227,7 @@ def build_job(
             "--pvc-root",
             c.PVC_SOURCE_ROOT,
             *_gc_args(settings, engines_in_use),
+            *(["--credentials-dir", MODEL_CREDENTIALS_MOUNT] if request.credentials_secret else []),
         ],
         # The root filesystem is read-only: caches under $HOME go to the /tmp emptyDir.
         "env": [{"name": "HOME", "value": "/tmp"}],

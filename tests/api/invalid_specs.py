@@ -79,6 +79,24 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
         "gpu-tensorrt-int8",
         merge(GPU_BASE, {"engine": {"precision": "int8", "calibration": {"uri": "s3://b/c.npz"}}}),
     ),
+    # Any S3-compatible store, with its credentials in a Secret the build Job alone mounts.
+    (
+        "s3-compatible-store-with-credentials",
+        merge(
+            CPU_BASE,
+            {
+                "model": {
+                    "uri": "s3://models/resnet50.onnx",
+                    "s3": {"endpoint": "https://minio.storage.svc:9000", "region": "eu-west-1"},
+                    "credentialsSecretRef": {"name": "model-store"},
+                }
+            },
+        ),
+    ),
+    (
+        "s3-path-style-without-secret",
+        merge(CPU_BASE, {"model": {"uri": "s3://models/m.onnx", "s3": {"addressingStyle": "path"}}}),
+    ),
     ("cpu-int8-no-calibration", merge(CPU_BASE, {"engine": {"precision": "int8"}})),
     (
         "cpu-fixed-batching",
@@ -229,6 +247,31 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.model.uri",
     ),
     ("malformed-sha256", merge(CPU_BASE, {"model": {"sha256": "ABC123"}}), "spec.model.sha256"),
+    (
+        "s3-options-on-a-pvc-model",
+        merge(CPU_BASE, {"model": {"s3": {"endpoint": "https://minio.storage.svc:9000"}}}),
+        "spec.model.s3 applies to s3:// models only: spec.model.uri must start with s3://",
+    ),
+    (
+        "s3-endpoint-without-scheme",
+        merge(CPU_BASE, {"model": {"uri": "s3://models/m.onnx", "s3": {"endpoint": "minio.storage:9000"}}}),
+        "spec.model.s3.endpoint",
+    ),
+    (
+        "s3-endpoint-with-a-path",
+        merge(CPU_BASE, {"model": {"uri": "s3://b/m.onnx", "s3": {"endpoint": "https://s3.example.com/b"}}}),
+        "spec.model.s3.endpoint",
+    ),
+    (
+        "s3-unknown-addressing-style",
+        merge(CPU_BASE, {"model": {"uri": "s3://b/m.onnx", "s3": {"addressingStyle": "dns"}}}),
+        "spec.model.s3.addressingStyle",
+    ),
+    (
+        "credentials-secret-name-invalid",
+        merge(CPU_BASE, {"model": {"credentialsSecretRef": {"name": "Model_Store"}}}),
+        "spec.model.credentialsSecretRef.name",
+    ),
     ("max-batch-zero", merge(CPU_BASE, {"batching": {"maxBatchSize": 0}}), "spec.batching.maxBatchSize"),
     (
         "negative-queue-delay",

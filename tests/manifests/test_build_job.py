@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 
 from tailpilot.api import constants as c
-from tailpilot.api.engine import BuildRequest
+from tailpilot.api.engine import MODEL_CREDENTIALS_MOUNT, BuildRequest
 from tailpilot.manifests.build_job import BUILD_CPU_REQUEST, build_job, build_job_name, make_build_request
 
 from .fixtures import H100, SETTINGS, assert_mounts_resolve, assert_restricted, make_isvc
@@ -140,3 +140,48 @@ def test_the_build_is_told_the_engines_in_use_and_the_stores_retention() -> None
         job["metadata"]["name"]
         == build_job(isvc=isvc, request=make_build_request(isvc=isvc), settings=SETTINGS)["metadata"]["name"]
     )
+
+
+def test_an_s3_model_carries_its_store_and_mounts_its_credentials_secret_read_only() -> None:
+    store = {"endpoint": "https://minio.storage.svc:9000", "region": "eu-west-1", "addressingStyle": "path"}
+    isvc = (
+        make_isvc("a").model(uri="s3://models/m.onnx", s3=store, credentialsSecretRef={"name": "keys"}).obj()
+    )
+    request = make_build_request(isvc=isvc)
+    assert request.s3 is not None and request.credentials_secret == "keys"
+    assert (request.s3.endpoint, request.s3.region, request.s3.addressing_style) == (
+        "https://minio.storage.svc:9000",
+        "eu-west-1",
+        "path",
+    )
+    pod = build_job(isvc=isvc, request=request, settings=SETTINGS)["spec"]["template"]["spec"]
+    (secret,) = [v["secret"] for v in pod["volumes"] if "secret" in v]
+    # Optional: a missing Secret is the build's named failure, not a pod stuck creating its container.
+    assert secret == {"secretName": "keys", "optional": True, "defaultMode": 0o440}
+    ctr = pod["containers"][0]
+    (mount,) = [m for m in ctr["volumeMounts"] if m["mountPath"] == MODEL_CREDENTIALS_MOUNT]
+    assert mount["readOnly"] is True
+    assert ctr["args"][ctr["args"].index("--credentials-dir") + 1] == MODEL_CREDENTIALS_MOUNT
+    # Nothing of the Secret's is in the request or the environment: the Job names it, the kubelet mounts it.
+    assert "env" not in ctr or all("valueFrom" not in e for e in ctr["env"])
+    assert_mounts_resolve(pod)
+    assert_restricted(pod)
+
+
+def test_naming_another_secret_makes_a_new_build_and_a_source_without_one_mounts_none() -> None:
+    def request(**model: object) -> BuildRequest:
+        return make_build_request(isvc=make_isvc("a").model(uri="s3://models/m.onnx", **model).obj())
+
+    plain = request()
+    assert request(credentialsSecretRef={"name": "one"}).request_key() != plain.request_key()
+    assert (
+        request(credentialsSecretRef={"name": "one"}).request_key()
+        != request(credentialsSecretRef={"name": "two"}).request_key()
+    )
+    assert request(s3={"endpoint": "http://store:9000"}).request_key() != plain.request_key()
+    pod = build_job(
+        isvc=make_isvc("a").model(uri="s3://models/m.onnx").obj(), request=plain, settings=SETTINGS
+    )
+    spec = pod["spec"]["template"]["spec"]
+    assert not [v for v in spec["volumes"] if "secret" in v]
+    assert "--credentials-dir" not in spec["containers"][0]["args"]
