@@ -71,7 +71,7 @@ MAX_RISE_BINS = 128
 MAX_BUDGET_BUCKETS = 25
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 #: Schemes the builder's fetcher supports (tailpilot.builders.fetch); others are rejected at apply time.
-MODEL_URI_PATTERN = r"^(https?://|s3://|pvc://)\S+$"
+MODEL_URI_PATTERN = r"^(https?://|s3://|pvc://|oci://)\S+$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
@@ -168,6 +168,32 @@ def _pvc_uri_ok(uri: str) -> bool:
 RULE_MODEL_PVC_URI = _pvc_rule("spec.model")
 RULE_CALIBRATION_PVC_URI = _pvc_rule("spec.engine.calibration")
 
+#: An oci:// URI: a registry host[:port], a repository (the distribution spec's path components),
+#: an optional tag, and the manifest's digest, which pins the artifact (a tag can be moved).
+OCI_URI_SHAPE = (
+    r"^oci://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[a-z0-9]+([._/-][a-z0-9]+)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?@sha256:[a-f0-9]{64}$"
+)
+
+
+def _oci_rule(field: str) -> Rule:
+    return Rule(
+        cel=f"!self.uri.startsWith('oci://') || self.uri.matches('{OCI_URI_SHAPE}')",
+        message=(
+            f"{field}.uri oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST must name the artifact's manifest "
+            "digest (a tag can be moved), e.g. oci://ghcr.io/acme/models/resnet@sha256:<64 hex digits>"
+        ),
+        field_path=".uri",
+    )
+
+
+def _oci_uri_ok(uri: str) -> bool:
+    return not uri.startswith("oci://") or re.match(OCI_URI_SHAPE, uri) is not None
+
+
+RULE_MODEL_OCI_URI = _oci_rule("spec.model")
+RULE_CALIBRATION_OCI_URI = _oci_rule("spec.engine.calibration")
+
 #: A URL's bytes are only trusted by their checksum: over http:// nothing else vouches for them.
 RULE_HTTPS_SHA256 = Rule(
     cel="!(self.uri.startsWith('https://') || self.uri.startsWith('http://')) || has(self.sha256)",
@@ -226,7 +252,9 @@ class ModelSpec(_Model):
     """Where the ONNX model comes from."""
 
     model_config = ConfigDict(
-        json_schema_extra=_validations(RULE_HTTPS_SHA256, RULE_MODEL_PVC_URI, RULE_S3_OPTIONS_NEED_S3_URI)
+        json_schema_extra=_validations(
+            RULE_HTTPS_SHA256, RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_S3_OPTIONS_NEED_S3_URI
+        )
     )
 
     uri: str = Field(
@@ -234,7 +262,9 @@ class ModelSpec(_Model):
         pattern=MODEL_URI_PATTERN,
         description=(
             "Location of the model: https://host/path or http://host/path (both require sha256: "
-            "the build refuses bytes that differ), s3://bucket/key (any S3-compatible store: see s3), or "
+            "the build refuses bytes that differ), s3://bucket/key (any S3-compatible store: see s3), "
+            "oci://registry/repository[:tag]@sha256:digest (an OCI artifact, e.g. pushed with oras, or a "
+            "modelcar image with the model under /models; the digest pins it), or "
             "pvc://claim/path (a PersistentVolumeClaim in this namespace, mounted read-only in the build)."
         ),
     )
@@ -247,8 +277,9 @@ class ModelSpec(_Model):
         description=(
             "A Secret in this namespace with the source's credentials; only the build Job reads it "
             "(mounted read-only), never the operator, and no status shows it. For s3: the keys "
-            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optionally AWS_SESSION_TOKEN. Unset: the "
-            "build pod's own identity (web identity token, instance metadata)."
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optionally AWS_SESSION_TOKEN (unset: the "
+            "build pod's own identity, web identity token or instance metadata). For oci: a registry "
+            "Secret (type kubernetes.io/dockerconfigjson, key .dockerconfigjson; unset: anonymous)."
         ),
     )
     sha256: str | None = Field(
@@ -282,6 +313,8 @@ class ModelSpec(_Model):
             raise _fail(RULE_HTTPS_SHA256)
         if not _pvc_uri_ok(self.uri):
             raise _fail(RULE_MODEL_PVC_URI)
+        if not _oci_uri_ok(self.uri):
+            raise _fail(RULE_MODEL_OCI_URI)
         if self.s3 is not None and not self.uri.startswith("s3://"):
             raise _fail(RULE_S3_OPTIONS_NEED_S3_URI)
         return self
@@ -304,7 +337,9 @@ class Precision(StrEnum):
 class CalibrationSpec(_Model):
     """INT8 calibration data: a .npz of representative inputs keyed by input name."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(RULE_CALIBRATION_PVC_URI))
+    model_config = ConfigDict(
+        json_schema_extra=_validations(RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI)
+    )
 
     uri: str = Field(
         max_length=MAX_URI_LENGTH,
@@ -319,6 +354,8 @@ class CalibrationSpec(_Model):
     def _pvc_inside_its_claim(self) -> Self:
         if not _pvc_uri_ok(self.uri):
             raise _fail(RULE_CALIBRATION_PVC_URI)
+        if not _oci_uri_ok(self.uri):
+            raise _fail(RULE_CALIBRATION_OCI_URI)
         return self
 
 
@@ -2057,6 +2094,8 @@ ALL_RULES: tuple[Rule, ...] = (
     RULE_NAME,
     RULE_NAME_SUFFIX,
     RULE_HTTPS_SHA256,
+    RULE_MODEL_OCI_URI,
+    RULE_S3_OPTIONS_NEED_S3_URI,
     RULE_SHAPE_LENGTHS,
     RULE_SHAPE_ORDER,
     RULE_INT8_CALIBRATION,

@@ -93,6 +93,23 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
             },
         ),
     ),
+    # OCI artifacts pinned by their manifest digest; a tag may stand beside it, a registry port too.
+    (
+        "oci-artifact-by-digest",
+        merge(CPU_BASE, {"model": {"uri": f"oci://ghcr.io/acme/models/resnet@sha256:{'a' * 64}"}}),
+    ),
+    (
+        "oci-tag-and-digest-on-a-registry-port",
+        merge(
+            CPU_BASE,
+            {
+                "model": {
+                    "uri": f"oci://registry.local:5000/team/resnet_50:v1.2@sha256:{'b' * 64}",
+                    "credentialsSecretRef": {"name": "registry-pull"},
+                }
+            },
+        ),
+    ),
     (
         "s3-path-style-without-secret",
         merge(CPU_BASE, {"model": {"uri": "s3://models/m.onnx", "s3": {"addressingStyle": "path"}}}),
@@ -247,6 +264,21 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.model.uri",
     ),
     ("malformed-sha256", merge(CPU_BASE, {"model": {"sha256": "ABC123"}}), "spec.model.sha256"),
+    (
+        "oci-tag-without-digest",
+        merge(CPU_BASE, {"model": {"uri": "oci://ghcr.io/acme/models/resnet:v1"}}),
+        "must name the artifact's manifest digest (a tag can be moved)",
+    ),
+    (
+        "oci-short-digest",
+        merge(CPU_BASE, {"model": {"uri": "oci://ghcr.io/acme/resnet@sha256:abc123"}}),
+        "must name the artifact's manifest digest (a tag can be moved)",
+    ),
+    (
+        "oci-upper-case-repository",
+        merge(CPU_BASE, {"model": {"uri": f"oci://ghcr.io/Acme/resnet@sha256:{'c' * 64}"}}),
+        "spec.model.uri oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST",
+    ),
     (
         "s3-options-on-a-pvc-model",
         merge(CPU_BASE, {"model": {"s3": {"endpoint": "https://minio.storage.svc:9000"}}}),
