@@ -221,6 +221,8 @@ class AccuracyReport(_Frozen):
 #: Where the build Job mounts the Secret `spec.model.credentialsSecretRef` names (read-only, optional:
 #: a missing Secret leaves the directory empty and the build says so). Its keys are files there.
 MODEL_CREDENTIALS_MOUNT = "/var/run/secrets/tailpilot/model-credentials"
+#: Where the build Job mounts the ConfigMap `spec.model.caBundleConfigMapRef` names (optional too).
+MODEL_CA_MOUNT = "/var/run/tailpilot/model-ca"
 
 
 class S3Access(_Frozen):
@@ -237,6 +239,13 @@ class S3Access(_Frozen):
     #: "path": `endpoint/bucket/key` (most stores other than AWS); "virtual": `bucket.endpoint/key`;
     #: "auto": virtual for AWS endpoints, path for any other.
     addressing_style: Literal["auto", "path", "virtual"] = Field(default="auto", alias="addressingStyle")
+
+
+class ConfigMapKey(_Frozen):
+    """One key of a ConfigMap in the service's namespace."""
+
+    name: str
+    key: str
 
 
 class BuildRequest(_Frozen):
@@ -278,11 +287,13 @@ class BuildRequest(_Frozen):
     #: The Secret holding the source's credentials, mounted at `MODEL_CREDENTIALS_MOUNT`; None: the
     #: pod's own identity. Named here so that naming another Secret makes a new build.
     credentials_secret: str | None = Field(default=None, alias="credentialsSecret")
+    #: The ConfigMap and key of a private CA bundle the fetch trusts, mounted at `MODEL_CA_MOUNT`.
+    ca_bundle: ConfigMapKey | None = Field(default=None, alias="caBundle")
 
     def request_key(self) -> str:
         """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
         document = self.model_dump(mode="json", exclude={"store"})
-        for optional in ("cpu_limit_millis", "accuracy_tolerance", "s3", "credentials_secret"):
+        for optional in ("cpu_limit_millis", "accuracy_tolerance", "s3", "credentials_secret", "ca_bundle"):
             if document[optional] is None:
                 # Requests without it keep the keys they had before the field existed: an
                 # upgraded operator finds their build Jobs and engines instead of building again.

@@ -241,6 +241,18 @@ class SecretReference(_Model):
     name: str = Field(max_length=253, pattern=SECRET_NAME_PATTERN, description="The Secret's name.")
 
 
+class ConfigMapKeyReference(_Model):
+    """One key of a ConfigMap in the service's namespace."""
+
+    name: str = Field(max_length=253, pattern=SECRET_NAME_PATTERN, description="The ConfigMap's name.")
+    key: str = Field(
+        default="ca.crt",
+        max_length=253,
+        pattern=r"^[-._A-Za-z0-9]+$",
+        description="The key holding the PEM bundle.",
+    )
+
+
 RULE_S3_OPTIONS_NEED_S3_URI = Rule(
     cel="!has(self.s3) || self.uri.startsWith('s3://')",
     message="spec.model.s3 applies to s3:// models only: spec.model.uri must start with s3://",
@@ -271,6 +283,14 @@ class ModelSpec(_Model):
     s3: S3Source | None = Field(
         default=None,
         description="The object store of an s3:// model (and of s3:// calibration data). Unset: AWS S3.",
+    )
+    ca_bundle_config_map_ref: ConfigMapKeyReference | None = Field(
+        default=None,
+        description=(
+            "A ConfigMap in this namespace whose key (default ca.crt) holds the PEM certificates of a "
+            "private CA the build trusts for this source (https URLs, an https S3 endpoint, an OCI "
+            "registry), e.g. the bundle trust-manager distributes. Unset: the image's public CAs only."
+        ),
     )
     credentials_secret_ref: SecretReference | None = Field(
         default=None,

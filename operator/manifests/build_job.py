@@ -27,9 +27,11 @@ from urllib.parse import urlparse
 
 from tailpilot.api import constants as c
 from tailpilot.api.engine import (
+    MODEL_CA_MOUNT,
     MODEL_CREDENTIALS_MOUNT,
     AccuracyTolerance,
     BuildRequest,
+    ConfigMapKey,
     S3Access,
     ShapeProfile,
 )
@@ -88,6 +90,9 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
         s3=_s3_access(spec.model.s3),
+        ca_bundle=ConfigMapKey(name=ca.name, key=ca.key)
+        if (ca := spec.model.ca_bundle_config_map_ref)
+        else None,
         credentials_secret=spec.model.credentials_secret_ref.name
         if spec.model.credentials_secret_ref
         else None,
@@ -151,6 +156,9 @@ def _volumes(
             }
         )
         mounts.append({"name": "model-credentials", "mountPath": MODEL_CREDENTIALS_MOUNT, "readOnly": True})
+    if request.ca_bundle:
+        volumes.append({"name": "model-ca", "configMap": {"name": request.ca_bundle.name, "optional": True}})
+        mounts.append({"name": "model-ca", "mountPath": MODEL_CA_MOUNT, "readOnly": True})
     if request.target != "cpu":
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
@@ -228,6 +236,7 @@ def build_job(
             c.PVC_SOURCE_ROOT,
             *_gc_args(settings, engines_in_use),
             *(["--credentials-dir", MODEL_CREDENTIALS_MOUNT] if request.credentials_secret else []),
+            *(["--ca-bundle", f"{MODEL_CA_MOUNT}/{request.ca_bundle.key}"] if request.ca_bundle else []),
         ],
         # The root filesystem is read-only: caches under $HOME go to the /tmp emptyDir.
         "env": [{"name": "HOME", "value": "/tmp"}],

@@ -111,6 +111,19 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
         ),
     ),
     (
+        "https-model-with-a-private-ca",
+        merge(
+            CPU_BASE,
+            {
+                "model": {
+                    "uri": "https://models.corp.internal/m.onnx",
+                    "sha256": "2" * 64,
+                    "caBundleConfigMapRef": {"name": "corp-ca"},
+                }
+            },
+        ),
+    ),
+    (
         "s3-path-style-without-secret",
         merge(CPU_BASE, {"model": {"uri": "s3://models/m.onnx", "s3": {"addressingStyle": "path"}}}),
     ),
@@ -298,6 +311,11 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "s3-unknown-addressing-style",
         merge(CPU_BASE, {"model": {"uri": "s3://b/m.onnx", "s3": {"addressingStyle": "dns"}}}),
         "spec.model.s3.addressingStyle",
+    ),
+    (
+        "ca-bundle-key-with-a-slash",
+        merge(CPU_BASE, {"model": {"caBundleConfigMapRef": {"name": "corp-ca", "key": "../ca.crt"}}}),
+        "spec.model.caBundleConfigMapRef.key",
     ),
     (
         "credentials-secret-name-invalid",

@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 
 from tailpilot.api import constants as c
-from tailpilot.api.engine import MODEL_CREDENTIALS_MOUNT, BuildRequest
+from tailpilot.api.engine import MODEL_CA_MOUNT, MODEL_CREDENTIALS_MOUNT, BuildRequest, ConfigMapKey
 from tailpilot.manifests.build_job import BUILD_CPU_REQUEST, build_job, build_job_name, make_build_request
 
 from .fixtures import H100, SETTINGS, assert_mounts_resolve, assert_restricted, make_isvc
@@ -185,3 +185,27 @@ def test_naming_another_secret_makes_a_new_build_and_a_source_without_one_mounts
     spec = pod["spec"]["template"]["spec"]
     assert not [v for v in spec["volumes"] if "secret" in v]
     assert "--credentials-dir" not in spec["containers"][0]["args"]
+
+
+def test_a_private_ca_config_map_is_mounted_optional_and_named_to_the_build() -> None:
+    ca = {"name": "corp-ca", "key": "bundle.pem"}
+    isvc = (
+        make_isvc("a").model(uri="https://models.corp/m.onnx", sha256="1" * 64, caBundleConfigMapRef=ca).obj()
+    )
+    request = make_build_request(isvc=isvc)
+    assert request.ca_bundle is not None and (request.ca_bundle.name, request.ca_bundle.key) == (
+        "corp-ca",
+        "bundle.pem",
+    )
+    pod = build_job(isvc=isvc, request=request, settings=SETTINGS)["spec"]["template"]["spec"]
+    (config_map,) = [v["configMap"] for v in pod["volumes"] if "configMap" in v]
+    assert config_map == {"name": "corp-ca", "optional": True}
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--ca-bundle") + 1] == f"{MODEL_CA_MOUNT}/bundle.pem"
+    assert_mounts_resolve(pod)
+    # The key defaults to ca.crt; another ConfigMap is another request, hence another build.
+    default = make_isvc("a").model(
+        uri="https://m/m.onnx", sha256="1" * 64, caBundleConfigMapRef={"name": "x"}
+    )
+    assert make_build_request(isvc=default.obj()).ca_bundle == ConfigMapKey(name="x", key="ca.crt")
+    assert make_build_request(isvc=default.obj()).request_key() != request.request_key()
