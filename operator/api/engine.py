@@ -287,13 +287,22 @@ class BuildRequest(_Frozen):
     #: The Secret holding the source's credentials, mounted at `MODEL_CREDENTIALS_MOUNT`; None: the
     #: pod's own identity. Named here so that naming another Secret makes a new build.
     credentials_secret: str | None = Field(default=None, alias="credentialsSecret")
+    #: The Hub of an hf:// model (`https://host[:port]`); None: https://huggingface.co.
+    hf_endpoint: str | None = Field(default=None, alias="hfEndpoint")
     #: The ConfigMap and key of a private CA bundle the fetch trusts, mounted at `MODEL_CA_MOUNT`.
     ca_bundle: ConfigMapKey | None = Field(default=None, alias="caBundle")
 
     def request_key(self) -> str:
         """Stable hash of the request (not of the model bytes); 20 hex chars, DNS-label safe."""
         document = self.model_dump(mode="json", exclude={"store"})
-        for optional in ("cpu_limit_millis", "accuracy_tolerance", "s3", "credentials_secret", "ca_bundle"):
+        for optional in (
+            "cpu_limit_millis",
+            "accuracy_tolerance",
+            "s3",
+            "credentials_secret",
+            "ca_bundle",
+            "hf_endpoint",
+        ):
             if document[optional] is None:
                 # Requests without it keep the keys they had before the field existed: an
                 # upgraded operator finds their build Jobs and engines instead of building again.

@@ -71,7 +71,7 @@ MAX_RISE_BINS = 128
 MAX_BUDGET_BUCKETS = 25
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 #: Schemes the builder's fetcher supports (tailpilot.builders.fetch); others are rejected at apply time.
-MODEL_URI_PATTERN = r"^(https?://|s3://|pvc://|oci://)\S+$"
+MODEL_URI_PATTERN = r"^(https?://|s3://|pvc://|oci://|hf://)\S+$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
@@ -191,7 +191,38 @@ def _oci_uri_ok(uri: str) -> bool:
     return not uri.startswith("oci://") or re.match(OCI_URI_SHAPE, uri) is not None
 
 
+#: An hf:// URI: a Hub repository ORG/REPO, an optional revision (a branch, tag or commit; no '/'),
+#: then a file's path in the repository, without '..' segments or percent-escapes.
+HF_URI_SHAPE = (
+    r"^hf://[A-Za-z0-9][-A-Za-z0-9_.]{0,95}/[A-Za-z0-9][-A-Za-z0-9_.]{0,95}"
+    r"(@[A-Za-z0-9][-A-Za-z0-9_.]{0,127})?/[^%@]+$"
+)
+HF_URI_PARENT = r"/[.][.](/|$)"
+
+
+def _hf_rule(field: str) -> Rule:
+    return Rule(
+        cel=(
+            f"!self.uri.startsWith('hf://') || "
+            f"(self.uri.matches('{HF_URI_SHAPE}') && !self.uri.matches('{HF_URI_PARENT}'))"
+        ),
+        message=(
+            f"{field}.uri hf://ORG/REPO[@REVISION]/PATH names a file of a Hugging Face repository: "
+            "REVISION a branch, tag or commit without '/', PATH without '..' segments or percent-escapes"
+        ),
+        field_path=".uri",
+    )
+
+
+def _hf_uri_ok(uri: str) -> bool:
+    return not uri.startswith("hf://") or (
+        re.match(HF_URI_SHAPE, uri) is not None and re.search(HF_URI_PARENT, uri) is None
+    )
+
+
 RULE_MODEL_OCI_URI = _oci_rule("spec.model")
+RULE_MODEL_HF_URI = _hf_rule("spec.model")
+RULE_CALIBRATION_HF_URI = _hf_rule("spec.engine.calibration")
 RULE_CALIBRATION_OCI_URI = _oci_rule("spec.engine.calibration")
 
 #: A URL's bytes are only trusted by their checksum: over http:// nothing else vouches for them.
@@ -253,6 +284,23 @@ class ConfigMapKeyReference(_Model):
     )
 
 
+class HuggingFaceSource(_Model):
+    """Which Hugging Face Hub serves an hf:// model: huggingface.co, or a self-hosted Hub or mirror."""
+
+    endpoint: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=S3_ENDPOINT_PATTERN,
+        description="The Hub's endpoint, https://host[:port]. Unset: https://huggingface.co.",
+    )
+
+
+RULE_HF_OPTIONS_NEED_HF_URI = Rule(
+    cel="!has(self.hf) || self.uri.startsWith('hf://')",
+    message="spec.model.hf applies to hf:// models only: spec.model.uri must start with hf://",
+    field_path=".hf",
+)
+
 RULE_S3_OPTIONS_NEED_S3_URI = Rule(
     cel="!has(self.s3) || self.uri.startsWith('s3://')",
     message="spec.model.s3 applies to s3:// models only: spec.model.uri must start with s3://",
@@ -265,7 +313,12 @@ class ModelSpec(_Model):
 
     model_config = ConfigDict(
         json_schema_extra=_validations(
-            RULE_HTTPS_SHA256, RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_S3_OPTIONS_NEED_S3_URI
+            RULE_HTTPS_SHA256,
+            RULE_MODEL_PVC_URI,
+            RULE_MODEL_OCI_URI,
+            RULE_MODEL_HF_URI,
+            RULE_S3_OPTIONS_NEED_S3_URI,
+            RULE_HF_OPTIONS_NEED_HF_URI,
         )
     )
 
@@ -276,13 +329,17 @@ class ModelSpec(_Model):
             "Location of the model: https://host/path or http://host/path (both require sha256: "
             "the build refuses bytes that differ), s3://bucket/key (any S3-compatible store: see s3), "
             "oci://registry/repository[:tag]@sha256:digest (an OCI artifact, e.g. pushed with oras, or a "
-            "modelcar image with the model under /models; the digest pins it), or "
+            "modelcar image with the model under /models; the digest pins it), "
+            "hf://org/repo[@revision]/path (a file of a Hugging Face repository; see hf), or "
             "pvc://claim/path (a PersistentVolumeClaim in this namespace, mounted read-only in the build)."
         ),
     )
     s3: S3Source | None = Field(
         default=None,
         description="The object store of an s3:// model (and of s3:// calibration data). Unset: AWS S3.",
+    )
+    hf: HuggingFaceSource | None = Field(
+        default=None, description="The Hub of an hf:// model (and of hf:// calibration data)."
     )
     ca_bundle_config_map_ref: ConfigMapKeyReference | None = Field(
         default=None,
@@ -299,7 +356,8 @@ class ModelSpec(_Model):
             "(mounted read-only), never the operator, and no status shows it. For s3: the keys "
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optionally AWS_SESSION_TOKEN (unset: the "
             "build pod's own identity, web identity token or instance metadata). For oci: a registry "
-            "Secret (type kubernetes.io/dockerconfigjson, key .dockerconfigjson; unset: anonymous)."
+            "Secret (type kubernetes.io/dockerconfigjson, key .dockerconfigjson; unset: anonymous). "
+            "For hf: the key HF_TOKEN (unset: public repositories only)."
         ),
     )
     sha256: str | None = Field(
@@ -335,8 +393,12 @@ class ModelSpec(_Model):
             raise _fail(RULE_MODEL_PVC_URI)
         if not _oci_uri_ok(self.uri):
             raise _fail(RULE_MODEL_OCI_URI)
+        if not _hf_uri_ok(self.uri):
+            raise _fail(RULE_MODEL_HF_URI)
         if self.s3 is not None and not self.uri.startswith("s3://"):
             raise _fail(RULE_S3_OPTIONS_NEED_S3_URI)
+        if self.hf is not None and not self.uri.startswith("hf://"):
+            raise _fail(RULE_HF_OPTIONS_NEED_HF_URI)
         return self
 
 
@@ -358,7 +420,9 @@ class CalibrationSpec(_Model):
     """INT8 calibration data: a .npz of representative inputs keyed by input name."""
 
     model_config = ConfigDict(
-        json_schema_extra=_validations(RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI)
+        json_schema_extra=_validations(
+            RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI, RULE_CALIBRATION_HF_URI
+        )
     )
 
     uri: str = Field(
@@ -371,11 +435,13 @@ class CalibrationSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _pvc_inside_its_claim(self) -> Self:
+    def _uri_shapes(self) -> Self:
         if not _pvc_uri_ok(self.uri):
             raise _fail(RULE_CALIBRATION_PVC_URI)
         if not _oci_uri_ok(self.uri):
             raise _fail(RULE_CALIBRATION_OCI_URI)
+        if not _hf_uri_ok(self.uri):
+            raise _fail(RULE_CALIBRATION_HF_URI)
         return self
 
 
@@ -2115,7 +2181,9 @@ ALL_RULES: tuple[Rule, ...] = (
     RULE_NAME_SUFFIX,
     RULE_HTTPS_SHA256,
     RULE_MODEL_OCI_URI,
+    RULE_MODEL_HF_URI,
     RULE_S3_OPTIONS_NEED_S3_URI,
+    RULE_HF_OPTIONS_NEED_HF_URI,
     RULE_SHAPE_LENGTHS,
     RULE_SHAPE_ORDER,
     RULE_INT8_CALIBRATION,

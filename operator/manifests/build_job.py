@@ -90,6 +90,7 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         cpu_limit_millis=None if serving.gpu_product else serving_cpu_limit_millis(isvc),
         store=store,
         s3=_s3_access(spec.model.s3),
+        hf_endpoint=spec.model.hf.endpoint if spec.model.hf else None,
         ca_bundle=ConfigMapKey(name=ca.name, key=ca.key)
         if (ca := spec.model.ca_bundle_config_map_ref)
         else None,

@@ -123,6 +123,21 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
             },
         ),
     ),
+    # A file of a Hugging Face repository, at a branch, a tag or a commit, from the Hub or a self-hosted one.
+    ("hf-file-on-main", merge(CPU_BASE, {"model": {"uri": "hf://acme/resnet-50/onnx/model.onnx"}})),
+    (
+        "hf-pinned-commit-on-a-private-hub",
+        merge(
+            CPU_BASE,
+            {
+                "model": {
+                    "uri": f"hf://acme/resnet_50.v2@{'d' * 40}/model.onnx",
+                    "hf": {"endpoint": "https://hub.corp.internal"},
+                    "credentialsSecretRef": {"name": "hf-token"},
+                }
+            },
+        ),
+    ),
     (
         "s3-path-style-without-secret",
         merge(CPU_BASE, {"model": {"uri": "s3://models/m.onnx", "s3": {"addressingStyle": "path"}}}),
@@ -291,6 +306,21 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "oci-upper-case-repository",
         merge(CPU_BASE, {"model": {"uri": f"oci://ghcr.io/Acme/resnet@sha256:{'c' * 64}"}}),
         "spec.model.uri oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST",
+    ),
+    (
+        "hf-without-a-file",
+        merge(CPU_BASE, {"model": {"uri": "hf://acme/resnet-50"}}),
+        "hf://ORG/REPO[@REVISION]/PATH names a file of a Hugging Face repository",
+    ),
+    (
+        "hf-parent-segment",
+        merge(CPU_BASE, {"model": {"uri": "hf://acme/resnet-50/../other/model.onnx"}}),
+        "hf://ORG/REPO[@REVISION]/PATH names a file of a Hugging Face repository",
+    ),
+    (
+        "hf-options-on-an-s3-model",
+        merge(CPU_BASE, {"model": {"uri": "s3://b/m.onnx", "hf": {"endpoint": "https://hub.corp"}}}),
+        "spec.model.hf applies to hf:// models only: spec.model.uri must start with hf://",
     ),
     (
         "s3-options-on-a-pvc-model",
