@@ -24,14 +24,14 @@ system-deps: ## apt packages (openssl, prometheus, alertmanager, libpython3.11, 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PIP) install -q --upgrade pip >/dev/null
-	$(PIP) install -q -c requirements.lock -e '.[triton,dev]'
+	$(PIP) install -q -c requirements.lock -e '.[triton,dev,sources]'
 	@touch $(STAMP)
 
 .PHONY: venv
 venv: $(STAMP) ## the project's Python environment in .venv/
 
 .PHONY: binaries
-binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok, prometheus from upstream Go modules
+binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok, prometheus, versitygw from upstream Go modules
 	@bash e2e/build-binaries.sh
 	@$(PY) -P -m tailpilot_e2e.tools link-binaries $(VENV)/bin
 
@@ -39,8 +39,12 @@ binaries: venv ## build (once, cached) etcd, kube-*, kubectl, kwok, prometheus f
 helm: ## install helm (pinned, cached) into .venv/bin
 	@ln -sf "$$(bash e2e/install-helm.sh)" $(VENV)/bin/helm
 
+.PHONY: hf-hub
+hf-hub: ## install olah (a self-hosted Hugging Face Hub, pinned, cached) for the hf:// source's tests
+	@bash e2e/install-olah.sh >/dev/null
+
 .PHONY: tools
-tools: system-deps venv binaries helm
+tools: system-deps venv binaries helm hf-hub
 
 .PHONY: cluster-up
 cluster-up: tools ## start the local cluster (idempotent); kubeconfig in .cluster/kubeconfig

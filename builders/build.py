@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -42,7 +42,7 @@ from tailpilot.builders.backends import registry
 from tailpilot.builders.backends.base import EngineBackend, EngineJob
 from tailpilot.builders.engine_key import EngineKeyInputs, engine_key, index_is_trusted, index_key
 from tailpilot.builders.errors import ACCURACY_OUT_OF_TOLERANCE, ENGINE_STORE_FULL, BuildError
-from tailpilot.builders.fetch import fetch
+from tailpilot.builders.fetch import Fetched, fetch
 
 # Re-exported: the CLI, the benchmarks and the tests configure a build from here.
 from tailpilot.builders.settings import BuildSettings as BuildSettings
@@ -156,7 +156,7 @@ def _build_engine(
         cached = store.lookup_index(idx)
         if cached and _intact(store, cached, progress):
             progress(f"engine {cached} found in the store by request; nothing to build")
-            return _finish_cached(store, cached, request)
+            return _finish_cached(store, cached, request, model=None)
     with store.staging() as staging:
         work, engine_dir = staging / "work", staging / "engine"
         work.mkdir()
@@ -173,7 +173,7 @@ def _build_engine(
         if store.lookup(key) and _intact(store, key, progress):
             progress(f"engine {key} already in the store; nothing to build")
             store.record_index(idx, key)
-            return _finish_cached(store, key, request)
+            return _finish_cached(store, key, request, model=job.model)
         progress(f"building engine {key}: {request.backend} {request.precision} for {request.target}")
         built = _build_into(
             job,
@@ -198,6 +198,8 @@ def _build_engine(
         outputs=built.outputs,
         cache_hit=False,
         accuracy=built.accuracy,
+        model_sha256=job.model.sha256,
+        model_revision=job.model.revision or "",
     )
 
 
@@ -215,22 +217,32 @@ def _fetch_and_verify(
     # so that a repeated request answers in well under a second.
     from tailpilot.builders.model_info import check_request_shapes, load_and_verify
 
+    # The request's source: its s3 store and credentials Secret (the directory the Secret's keys are
+    # mounted at is the environment's); calibration data comes from the same source.
+    options = replace(
+        settings.fetch,
+        s3=request.s3,
+        hf_endpoint=request.hf_endpoint,
+        credentials_secret=request.credentials_secret,
+    )
     progress(f"fetching model {request.model_uri}")
     model = fetch(
         request.model_uri,
         work / "source.onnx",
         expected_sha256=request.model_sha256,
-        options=settings.fetch,
+        options=options,
     )
-    progress(f"model: {model.size} bytes, sha256 {model.sha256}")
+    at = f" at {model.revision}" if model.revision else ""
+    progress(f"model: {model.size} bytes, sha256 {model.sha256}{at}")
     calibration = None
     if request.calibration_uri:
         calibration = fetch(
             request.calibration_uri,
             work / "calibration.bin",
             expected_sha256=request.calibration_sha256,
-            options=settings.fetch,
+            options=options,
             what="calibration data",
+            suffixes=(".npz",),
         )
     info = load_and_verify(model.path, label=request.model_uri)
     progress(f"model verified: inputs {_describe(info.inputs)}, outputs {_describe(info.outputs)}")
@@ -330,7 +342,10 @@ def _intact(store: EngineStore, key: str, progress: Progress) -> bool:
     return False
 
 
-def _finish_cached(store: EngineStore, key: str, request: BuildRequest) -> BuildResult:
+def _finish_cached(
+    store: EngineStore, key: str, request: BuildRequest, *, model: Fetched | None
+) -> BuildResult:
+    """The stored engine's result; `model`: the bytes fetched for it (None: found by the request alone)."""
     # A hit is a use: the engine is about to serve a service whose status does not name it yet.
     store.touch(key)
     engine_dir = store.engine_dir(key)
@@ -345,6 +360,9 @@ def _finish_cached(store: EngineStore, key: str, request: BuildRequest) -> Build
         outputs=manifest.outputs,
         cache_hit=True,
         accuracy=manifest.accuracy,
+        # The manifest's model hash: the same bytes, whichever source they came from this time.
+        model_sha256=manifest.model_sha256,
+        model_revision=(model.revision or "") if model is not None else "",
     )
 
 

@@ -86,6 +86,12 @@ def build_main(argv: list[str]) -> int:
     )
     parser.add_argument("--pvc-root", default=os.environ.get("TAILPILOT_PVC_ROOT", "/mnt/pvc"))
     parser.add_argument(
+        "--credentials-dir",
+        type=Path,
+        default=None,
+        help="the request's credentials Secret, its keys as files (the build Job mounts it read-only)",
+    )
+    parser.add_argument(
         "--store-gc",
         action="store_true",
         help="collect unused engines before building (the build Job passes the keys in use)",
@@ -120,7 +126,9 @@ def build_main(argv: list[str]) -> int:
     from tailpilot.builders.fetch import FetchOptions
 
     settings = BuildSettings(
-        fetch=FetchOptions(pvc_root=Path(args.pvc_root), ca_bundle=args.ca_bundle),
+        fetch=FetchOptions(
+            pvc_root=Path(args.pvc_root), ca_bundle=args.ca_bundle, credentials_dir=args.credentials_dir
+        ),
         trtexec=tensorrt.find_trtexec(),
         gpu_name=tensorrt.detect_gpu_name(),
         gc=StoreGcPolicy(

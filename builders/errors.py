@@ -10,8 +10,11 @@ MODEL_ACCESS_DENIED = "ModelAccessDenied"
 #: The source answered, but holds no such object (HTTP 404; S3 NoSuchKey, NoSuchBucket).
 MODEL_NOT_FOUND = "ModelNotFound"
 #: The request names a credentials Secret, but its keys are not mounted (no such Secret, or it
-#: lacks the keys the source needs).
+#: lacks the keys the source needs); or it names none, and the pod has no identity of its own.
 MODEL_CREDENTIALS_MISSING = "ModelCredentialsMissing"
+#: The request names a private CA's ConfigMap, but no bundle is mounted at its key (no such
+#: ConfigMap, or another key).
+MODEL_CA_BUNDLE_MISSING = "ModelCABundleMissing"
 #: The downloaded bytes do not hash to the requested sha256.
 MODEL_CHECKSUM_MISMATCH = "ModelChecksumMismatch"
 #: An https model URI without the mandatory sha256.

@@ -25,9 +25,10 @@ case $image in
   # The operator: the project's own dependencies only (kopf, the kubernetes client, tritonclient's
   # grpc/http clients for Triton's model-config protobuf and live batching); not the triton extra.
   operator) set -- "$src" ;;
-  # The build Job: the same, plus tritonclient[all] (its perf_analyzer and CUDA shared-memory
-  # utilities; the version is the lock's). Triton itself is the base image's, not the triton extra.
-  builder) set -- "$src" "tritonclient[all]" ;;
+  # The build Job: the same, plus the sources extra (minio: the s3:// models' client) and
+  # tritonclient[all] (its perf_analyzer and CUDA shared-memory utilities; the version is the
+  # lock's). Triton itself is the base image's, not the triton extra.
+  builder) set -- "$src[sources]" "tritonclient[all]" ;;
   *) echo "install-python.sh: unknown image '$image' (operator or builder)" >&2; exit 2 ;;
 esac
 

@@ -20,6 +20,8 @@ k8s_dir="$cache/bin/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 prometheus_dir="$cache/bin/prometheus-$PROMETHEUS_VERSION"
+versitygw_dir="$cache/bin/versitygw-$VERSITYGW_VERSION"
+distribution_dir="$cache/bin/distribution-$DISTRIBUTION_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -105,6 +107,24 @@ build_kwok() {
   GOBIN="$kwok_dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
+build_versitygw() {
+  # The S3-compatible store the build's s3:// source is tested against (e2e/object_store.py).
+  [[ -x "$versitygw_dir/versitygw" ]] && { log "versitygw $VERSITYGW_VERSION: cached"; return; }
+  log "versitygw $VERSITYGW_VERSION: building (cold: about 1.5 min on 2 cores)"
+  mkdir -p "$versitygw_dir"
+  GOBIN="$versitygw_dir" go install -trimpath -ldflags "-s -w" \
+    "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+}
+
+build_distribution() {
+  # The OCI registry the build's oci:// source is tested against (e2e/oci_registry.py).
+  [[ -x "$distribution_dir/registry" ]] && { log "distribution $DISTRIBUTION_VERSION: cached"; return; }
+  log "distribution $DISTRIBUTION_VERSION: building the registry (cold: about 2 min on 2 cores)"
+  mkdir -p "$distribution_dir"
+  GOBIN="$distribution_dir" go install -trimpath -ldflags "-s -w" \
+    "github.com/distribution/distribution/v3/cmd/registry@$DISTRIBUTION_VERSION"
+}
+
 build_prometheus() {
   # promtool (rule checks and rule unit tests) comes from the same module at the same version.
   [[ -x "$prometheus_dir/prometheus" && -x "$prometheus_dir/promtool" ]] \
@@ -122,7 +142,7 @@ build_prometheus() {
   rmdir "$prometheus_dir.tmp"
 }
 
-for c in "${@:-kubernetes etcd kwok prometheus}"; do
+for c in "${@:-kubernetes etcd kwok prometheus versitygw distribution}"; do
   for part in $c; do "build_$part"; done
 done
 log "binaries ready under $cache/bin"

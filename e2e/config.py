@@ -46,6 +46,10 @@ class Binaries:
     kwok: Path
     prometheus: Path
     promtool: Path
+    #: The S3-compatible store the build's s3:// source is tested against (`object_store.py`).
+    versitygw: Path
+    #: The OCI registry the build's oci:// source is tested against (`oci_registry.py`).
+    registry: Path
 
     @classmethod
     def from_cache(cls, root: Path | None = None, versions: dict[str, str] | None = None) -> Binaries:
@@ -62,6 +66,8 @@ class Binaries:
             kwok=bin_root / f"kwok-{v['KWOK_VERSION']}" / "kwok",
             prometheus=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "prometheus",
             promtool=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "promtool",
+            versitygw=bin_root / f"versitygw-{v['VERSITYGW_VERSION']}" / "versitygw",
+            registry=bin_root / f"distribution-{v['DISTRIBUTION_VERSION']}" / "registry",
         )
 
     def missing(self) -> list[Path]:

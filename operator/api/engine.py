@@ -369,6 +369,11 @@ class BuildResult(_Frozen):
     accuracy: AccuracyReport | None = None
     #: What the store's garbage collection removed before this build (None: it did not run).
     store_gc: StoreGcReport | None = Field(default=None, alias="storeGc")
+    #: The sha256 of the model bytes the engine was built from (empty on a failure).
+    model_sha256: str = Field(default="", alias="modelSha256", pattern=r"^([0-9a-f]{64})?$")
+    #: What pinned those bytes at the source: a Hugging Face commit, an OCI manifest digest; empty
+    #: for other sources, and for an engine found by its request without fetching the model.
+    model_revision: str = Field(default="", alias="modelRevision", max_length=80)
 
     @model_validator(mode="after")
     def _names_its_engine(self) -> BuildResult:

@@ -1,9 +1,10 @@
-"""Fixtures for the builder tests: the example model, calibration data, a store, a bounded wait."""
+"""Fixtures for the builder tests: the example model, calibration data, a store, a bounded wait, and a
+real S3-compatible store (versitygw on 127.0.0.1, plain and TLS)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 
 from tailpilot.api.engine import BuildRequest
 from tailpilot.builders.example_model import write_calibration_data, write_example_model
+from tailpilot_e2e.config import Binaries
+from tailpilot_e2e.object_store import LocalObjectStore
 
 
 def eventually(condition: Callable[[], bool], *, timeout: float, interval: float = 0.05) -> None:
@@ -59,3 +62,24 @@ def make_request(example_model: Path, store: Path) -> Callable[..., BuildRequest
         return BuildRequest(**fields)
 
     return make
+
+
+def _object_store(state: Path, *, tls: bool) -> Iterator[LocalObjectStore]:
+    # `make test` builds the binary first (`make binaries`); a missing one fails here, naming the fix.
+    store = LocalObjectStore(Binaries.from_cache().versitygw, state).start(tls=tls)
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalObjectStore]:
+    """A real S3 server (versitygw) on http://127.0.0.1:PORT, stopped by PID at the end."""
+    yield from _object_store(tmp_path_factory.mktemp("object-store"), tls=False)
+
+
+@pytest.fixture(scope="session")
+def object_store_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalObjectStore]:
+    """The same on https://127.0.0.1:PORT, its certificate signed by a CA made for the test."""
+    yield from _object_store(tmp_path_factory.mktemp("object-store-tls"), tls=True)

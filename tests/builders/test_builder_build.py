@@ -51,6 +51,9 @@ def test_fp32_build_publishes_a_complete_engine(
     result = build(make_request(), lines)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
     assert not result.cache_hit
+    # What the engine was built from, for status.engine: a local file has no source revision.
+    model_sha256 = hashlib.sha256(Path(make_request().model_uri).read_bytes()).hexdigest()
+    assert (result.model_sha256, result.model_revision) == (model_sha256, "")
     engine = Path(result.artifact)
     assert engine == store / "engines" / result.engine_key
     manifest = EngineStore(store).read_manifest(result.engine_key)
@@ -78,6 +81,7 @@ def test_same_request_is_a_fast_no_op_and_changes_give_new_keys(
     again = build(pinned)
     elapsed = time.monotonic() - started
     assert (again.engine_key, again.cache_hit) == (first.engine_key, True)
+    assert again.model_sha256 == first.model_sha256 == pinned.model_sha256  # the stored manifest's
     assert elapsed < 1.0
     assert (Path(first.artifact) / "manifest.json").stat().st_mtime_ns == manifest_mtime
 

@@ -1,7 +1,9 @@
 """https model downloads against a real TLS server on 127.0.0.1 with a CA made for the test.
 
 The client trusts the test CA through FetchOptions.ca_bundle (the CLI's
---ca-bundle / TAILPILOT_CA_BUNDLE); certificate verification stays on.
+--ca-bundle / TAILPILOT_CA_BUNDLE); certificate verification stays on. Besides the files it serves,
+the server refuses `/private/*` (401), `/forbidden/*` (403), says `/gone/*` is gone (410) and fails
+`/broken/*` (500), as a model host may.
 """
 
 from __future__ import annotations
@@ -19,12 +21,28 @@ import pytest
 
 from tailpilot.api.engine import BuildOutcome, BuildRequest
 from tailpilot.builders.build import BuildSettings, run_build
-from tailpilot.builders.errors import MODEL_CHECKSUM_MISMATCH, MODEL_CHECKSUM_REQUIRED, MODEL_UNREACHABLE
+from tailpilot.builders.errors import (
+    MODEL_ACCESS_DENIED,
+    MODEL_CHECKSUM_MISMATCH,
+    MODEL_CHECKSUM_REQUIRED,
+    MODEL_NOT_FOUND,
+    MODEL_UNREACHABLE,
+)
 from tailpilot.builders.fetch import FetchOptions
 from tailpilot.builders.store import EngineStore
 
+#: Path prefix -> the status the server answers with (everything else: the directory's files).
+REFUSALS = {"/private/": 401, "/forbidden/": 403, "/gone/": 410, "/broken/": 500}
+
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        for prefix, status in REFUSALS.items():
+            if self.path.startswith(prefix):
+                self.send_error(status)
+                return
+        super().do_GET()
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         pass
 
@@ -86,7 +104,11 @@ def test_https_model_with_trusted_ca_and_right_sha256_builds(
     [
         ("model.onnx", "0" * 64, True, MODEL_CHECKSUM_MISMATCH, "expects " + "0" * 64),
         ("model.onnx", None, True, MODEL_CHECKSUM_REQUIRED, "sha256 is mandatory"),
-        ("missing.onnx", "0" * 64, True, MODEL_UNREACHABLE, "HTTP 404"),
+        ("missing.onnx", "0" * 64, True, MODEL_NOT_FOUND, "HTTP 404"),
+        ("gone/model.onnx", "0" * 64, True, MODEL_NOT_FOUND, "HTTP 410"),
+        ("private/model.onnx", "0" * 64, True, MODEL_ACCESS_DENIED, "HTTP 401"),
+        ("forbidden/model.onnx", "0" * 64, True, MODEL_ACCESS_DENIED, "HTTP 403"),
+        ("broken/model.onnx", "0" * 64, True, MODEL_UNREACHABLE, "HTTP 500"),
         ("model.onnx", "0" * 64, False, MODEL_UNREACHABLE, "CERTIFICATE_VERIFY_FAILED"),
     ],
 )
