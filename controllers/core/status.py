@@ -281,6 +281,8 @@ def engine_result(engine: EngineStatus) -> BuildResult:
         inputs=tuple(_tensor(t) for t in engine.inputs),
         outputs=tuple(_tensor(t) for t in engine.outputs),
         cache_hit=engine.cache_hit,
+        model_sha256=engine.model_sha256,
+        model_revision=engine.model_revision,
     )
 
 
@@ -301,6 +303,8 @@ def engine_status(result: BuildResult, *, request_key: str, built_at: datetime |
         "builtAt": built_at,
         "tritonBackend": result.triton_backend,
         "cacheHit": result.cache_hit,
+        "modelSha256": result.model_sha256,
+        "modelRevision": result.model_revision,
         "inputs": [t.model_dump(by_alias=True) for t in result.inputs],
         "outputs": [t.model_dump(by_alias=True) for t in result.outputs],
         "accuracy": result.accuracy.model_dump(by_alias=True) if result.accuracy else None,

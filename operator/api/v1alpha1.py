@@ -1315,6 +1315,20 @@ class EngineStatus(_Model):
     built_at: datetime | None = Field(default=None, description="When the build Job finished.")
     triton_backend: str = Field(default="", max_length=32, description="Triton backend serving the engine.")
     cache_hit: bool = Field(default=False, description="True when the engine came from the store unchanged.")
+    model_sha256: str = Field(
+        default="",
+        pattern=r"^([0-9a-f]{64})?$",
+        description="SHA-256 of the model bytes the engine was built from.",
+    )
+    model_revision: str = Field(
+        default="",
+        max_length=80,
+        description=(
+            "What pinned those bytes at their source: the Hugging Face commit a branch or tag resolved "
+            "to, or the OCI manifest digest. Empty for other sources, and when the engine was found "
+            "by its request (a pinned sha256) without fetching the model."
+        ),
+    )
     inputs: list[TensorOverride] = Field(
         default_factory=list, max_length=MAX_TENSORS, description="Model inputs as the build detected them."
     )

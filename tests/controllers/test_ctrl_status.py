@@ -161,11 +161,16 @@ def test_the_engine_in_service_round_trips_through_status_engine():
         inputs=(TensorSpec(name="x", data_type="TYPE_FP32", dims=(3, -1)),),
         outputs=(TensorSpec(name="y", data_type="TYPE_FP32", dims=(10,)),),
         cache_hit=True,
+        model_sha256="a" * 64,
+        model_revision="sha256:" + "b" * 64,  # an OCI manifest digest
     )
     built = datetime(2026, 12, 1, 15, 0, tzinfo=UTC)
     status = InferenceServiceStatus(engine=engine_status(result, request_key="r" * 20, built_at=built))
     assert served_result(decode_status(encode_status(status))) == result
     assert encode_status(status)["engine"]["builtAt"] == "2026-12-01T15:00:00Z"
+    # What the engine was built from is shown: the bytes' hash and what pinned them at the source.
+    assert encode_status(status)["engine"]["modelRevision"] == "sha256:" + "b" * 64
+    assert encode_status(status)["engine"]["modelSha256"] == "a" * 64
     assert served_result(InferenceServiceStatus()) is None
     # What the build measured against the FP32 model is shown on status.engine.accuracy.
     measured = AccuracyReport(samples=32, inputs="calibration", max_relative_error=0.03, top1_agreement=0.94)
