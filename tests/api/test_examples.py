@@ -8,12 +8,15 @@ import pytest
 import yaml
 
 from tailpilot import crdgen
+from tailpilot.api import constants as c
 from tailpilot.api.v1alpha1 import Device, InferenceService
 from tailpilot.api.validation import check_spec
 
 from .crd_sim import admit
 
-EXAMPLES = sorted((crdgen.REPO_ROOT / "examples").glob("*.yaml"))
+ALL_EXAMPLES = sorted((crdgen.REPO_ROOT / "examples").glob("*.yaml"))
+#: The InferenceService examples (the others: what a namespace needs before them).
+EXAMPLES = [p for p in ALL_EXAMPLES if yaml.safe_load(p.read_text()).get("kind") == "InferenceService"]
 
 
 def test_the_two_required_examples_exist() -> None:
@@ -37,3 +40,20 @@ def test_gpu_example_is_tensorrt_fp16_on_h100() -> None:
     assert (isvc.spec.engine.backend, isvc.spec.engine.precision) == ("tensorrt", "fp16")
     assert isvc.spec.runtime.device is Device.GPU and isvc.spec.runtime.gpu is not None
     assert isvc.spec.runtime.gpu.product == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_every_example_is_an_inference_service_or_the_engine_store_claim() -> None:
+    others = {p.name for p in ALL_EXAMPLES} - {p.name for p in EXAMPLES}
+    assert others == {"engine-store.yaml"}
+    claim = yaml.safe_load((crdgen.REPO_ROOT / "examples/engine-store.yaml").read_text())
+    # The claim the operator's Jobs and pods mount by default, shared by nodes: ReadWriteMany.
+    assert (claim["kind"], claim["metadata"]["name"]) == (
+        "PersistentVolumeClaim",
+        c.DEFAULT_ENGINE_STORE_CLAIM,
+    )
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+@pytest.mark.parametrize("path", ALL_EXAMPLES, ids=[p.name for p in ALL_EXAMPLES])
+def test_examples_name_no_namespace_so_they_apply_to_the_users(path: Path) -> None:
+    assert "namespace" not in yaml.safe_load(path.read_text())["metadata"]
