@@ -287,6 +287,8 @@ class BuildRequest(_Frozen):
     #: The Secret holding the source's credentials, mounted at `MODEL_CREDENTIALS_MOUNT`; None: the
     #: pod's own identity. Named here so that naming another Secret makes a new build.
     credentials_secret: str | None = Field(default=None, alias="credentialsSecret")
+    #: The ServiceAccount the build Job runs as (a cloud identity for the source); None: the default.
+    service_account: str | None = Field(default=None, alias="serviceAccount")
     #: The Hub of an hf:// model (`https://host[:port]`); None: https://huggingface.co.
     hf_endpoint: str | None = Field(default=None, alias="hfEndpoint")
     #: The ConfigMap and key of a private CA bundle the fetch trusts, mounted at `MODEL_CA_MOUNT`.
@@ -302,6 +304,7 @@ class BuildRequest(_Frozen):
             "credentials_secret",
             "ca_bundle",
             "hf_endpoint",
+            "service_account",
         ):
             if document[optional] is None:
                 # Requests without it keep the keys they had before the field existed: an

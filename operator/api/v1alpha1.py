@@ -349,6 +349,17 @@ class ModelSpec(_Model):
             "registry), e.g. the bundle trust-manager distributes. Unset: the image's public CAs only."
         ),
     )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=SECRET_NAME_PATTERN,
+        description=(
+            "The ServiceAccount the build Job runs as, for a source that trusts the pod's own identity "
+            "instead of a Secret: e.g. one annotated for IRSA (eks.amazonaws.com/role-arn) or GKE Workload "
+            "Identity, whose webhook gives the pod its token. The Kubernetes API token is still not "
+            "mounted. Unset: the namespace's default ServiceAccount."
+        ),
+    )
     credentials_secret_ref: SecretReference | None = Field(
         default=None,
         description=(

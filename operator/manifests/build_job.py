@@ -91,6 +91,7 @@ def make_build_request(*, isvc: InferenceService, store: str = c.ENGINE_STORE_MO
         store=store,
         s3=_s3_access(spec.model.s3),
         hf_endpoint=spec.model.hf.endpoint if spec.model.hf else None,
+        service_account=spec.model.service_account_name,
         ca_bundle=ConfigMapKey(name=ca.name, key=ca.key)
         if (ca := spec.model.ca_bundle_config_map_ref)
         else None,
@@ -249,7 +250,10 @@ def build_job(
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # No Kubernetes API token: a build reads its model, not the cluster. A source's cloud identity
+        # (IRSA, Workload Identity) comes with the ServiceAccount's own webhook-injected token.
         "automountServiceAccountToken": False,
+        **({"serviceAccountName": request.service_account} if request.service_account else {}),
         "enableServiceLinks": False,
         "securityContext": pod_security_context(settings.run_as_user),
         "containers": [container],

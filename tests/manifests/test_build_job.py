@@ -209,3 +209,20 @@ def test_a_private_ca_config_map_is_mounted_optional_and_named_to_the_build() ->
     )
     assert make_build_request(isvc=default.obj()).ca_bundle == ConfigMapKey(name="x", key="ca.crt")
     assert make_build_request(isvc=default.obj()).request_key() != request.request_key()
+
+
+def test_the_build_runs_as_the_service_account_the_spec_names_still_without_an_api_token() -> None:
+    isvc = make_isvc("a").model(uri="s3://models/m.onnx", serviceAccountName="model-reader").obj()
+    request = make_build_request(isvc=isvc)
+    pod = build_job(isvc=isvc, request=request, settings=SETTINGS)["spec"]["template"]["spec"]
+    # Its cloud identity (an IRSA or Workload Identity annotation) is the ServiceAccount's; the
+    # Kubernetes API token stays out: a build reads its model, not the cluster.
+    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("model-reader", False)
+    assert (
+        request.request_key()
+        != make_build_request(isvc=make_isvc("a").model(uri="s3://models/m.onnx").obj()).request_key()
+    )
+    default = build_job(
+        isvc=make_isvc("b").obj(), request=make_build_request(isvc=make_isvc("b").obj()), settings=SETTINGS
+    )
+    assert "serviceAccountName" not in default["spec"]["template"]["spec"]
