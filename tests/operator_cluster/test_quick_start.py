@@ -7,6 +7,9 @@ from the repository's root, the example files as they ship. Between them the tes
 machine cannot run: the GPU builds and profiles on the simulated H100 and L4 nodes, and the storage
 a cluster's provisioner would give the engine store claim (a PersistentVolume made for it).
 
+The CPU example, which the README's block does not name, is applied in its shipped form too (the
+native onnxruntime backend), its build and profile played on a simulated CPU node.
+
 Left to their own tests: `helm install` (tests/chart, tests/real_pods/test_chart_operator.py, which
 runs the chart's operator as a pod) and `kubectl tailpilot report`, which reads the user's Prometheus
 (tests/tools). Here the operator runs as a local process watching the test's namespace.
@@ -25,9 +28,26 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tailpilot.api.engine import (
+    BuildOutcome,
+    BuildResult,
+    ProfileResult,
+    ProfileSummary,
+    ProfileSummaryPoint,
+    ServiceTimeModel,
+    TensorSpec,
+)
+from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
-from tailpilot_e2e.operator_harness import OperatorProcess, condition, custom_object
+from tailpilot_e2e.operator_harness import (
+    OperatorProcess,
+    condition,
+    create_engine_store,
+    custom_object,
+    play_engine_pods,
+    played_profile,
+)
 from tailpilot_e2e.wait import eventually
 
 from .test_gpu_products import play_products
@@ -36,6 +56,28 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 #: Where the console scripts are, `kubectl-tailpilot` among them.
 VENV_BIN = Path(sys.executable).parent
+#: The CPU example's played build: the example model optimized for Triton's onnxruntime backend.
+MLP_NATIVE_BUILD = BuildResult(
+    outcome=BuildOutcome.SUCCEEDED,
+    engine_key="c" * 32,
+    artifact="pvc://tailpilot-engines/" + "c" * 32,
+    triton_backend="onnxruntime",
+    inputs=(
+        TensorSpec(name=example_model.INPUT_NAME, data_type="TYPE_FP32", dims=example_model.INPUT_SHAPE),
+    ),
+    outputs=(
+        TensorSpec(name=example_model.OUTPUT_NAME, data_type="TYPE_FP32", dims=(example_model.NUM_CLASSES,)),
+    ),
+)
+#: Its played profile on a CPU replica.
+MLP_CPU_PROFILE = ProfileSummary(
+    hardware="cpu",
+    service_time=ServiceTimeModel(intercept_ms=2.0, per_item_ms=0.5, jitter_cv=0.1),
+    points=[
+        ProfileSummaryPoint(batch_size=b, p99_ms=2.5 + 0.6 * b, throughput_per_s=b / (2.0 + 0.5 * b) * 1000)
+        for b in (1, 4, 8, 16)
+    ],
+)
 #: Commands of the block left to other tests (see the module's docstring).
 ELSEWHERE = ("helm install", "kubectl tailpilot report")
 
@@ -154,3 +196,44 @@ def _ready(
         return (condition(custom_object(k8s, namespace, name), "Ready") or {}).get("status") == "True"
 
     eventually(ready, timeout=180, interval=0.5, description=f"{name} Ready")
+
+
+def test_the_cpu_example_as_shipped_is_served_on_the_simulated_cpu_nodes(
+    k8s: client.ApiClient, crds: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """examples/cpu-onnxruntime.yaml in its shipped form (the native onnxruntime backend, which this
+    machine's Triton lacks): applied with kubectl, its build and profile played on a KWOK CPU node,
+    served to Ready with the onnxruntime backend in its model config. The real-pods tests serve the
+    same file rewritten to the python variant, for real."""
+    core = client.CoreV1Api(k8s)
+    volume = _storage_for_the_claim(core, namespace, tmp_path / "engines")
+    create_engine_store(
+        core, namespace, host_path=tmp_path / "models", claim="models"
+    )  # the user's model store
+    kubeconfig = _namespaced_kubeconfig(crds, namespace, tmp_path)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    played: set[str] = set()
+
+    def result(pod: client.V1Pod, component: str) -> BuildResult | ProfileResult:
+        assert pod.spec.node_name.startswith("cpu-"), pod.spec.node_name  # a simulated CPU node
+        return MLP_NATIVE_BUILD if component == "engine-build" else played_profile(pod, MLP_CPU_PROFILE)
+
+    try:
+        with OperatorProcess(crds, namespace=namespace, log_dir=crds.paths.root / "logs"):
+            for example in ("examples/engine-store.yaml", "examples/cpu-onnxruntime.yaml"):
+                subprocess.run(  # noqa: S603
+                    [str(crds.binaries.kubectl), "apply", "-f", example],
+                    cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60,
+                )  # fmt: skip
+
+            def ready() -> bool:
+                play_engine_pods(core, namespace, played, result)
+                return (condition(custom_object(k8s, namespace, "mlp-cpu"), "Ready") or {}).get(
+                    "status"
+                ) == "True"
+
+            eventually(ready, timeout=180, interval=0.5, description="mlp-cpu Ready")
+    finally:
+        core.delete_persistent_volume(volume)
+    config = core.read_namespaced_config_map("mlp-cpu-model-config", namespace).data["config.pbtxt"]
+    assert 'backend: "onnxruntime"' in config, config
