@@ -44,6 +44,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
+from tailpilot.builders.endpoint import checked_endpoint
 from tailpilot.builders.errors import (
     MODEL_ACCESS_DENIED,
     MODEL_CHECKSUM_MISMATCH,
@@ -152,15 +153,7 @@ def parse_endpoint(endpoint: str | None) -> str:
         BuildError: UnsupportedModelUri for anything else (credentials, a query, a fragment).
     """
     url = (endpoint or HF_ENDPOINT).rstrip("/")
-    parts = urlsplit(url)
-    if "@" in parts.netloc:  # said without repeating it: what precedes the @ may be a password
-        raise BuildError(UNSUPPORTED_URI, "the Hub endpoint may not carry credentials (user:password@)")
-    try:
-        parts.port  # noqa: B018 - parsing it is the check
-    except ValueError as exc:
-        raise BuildError(UNSUPPORTED_URI, f"Hub endpoint {url!r} has an invalid port") from exc
-    if parts.scheme not in {"http", "https"} or not parts.hostname or parts.query or parts.fragment:
-        raise BuildError(UNSUPPORTED_URI, f"Hub endpoint {url!r} is not http(s)://host[:port][/path]")
+    checked_endpoint(url, what="Hub endpoint", allow_path=True)
     return url
 
 

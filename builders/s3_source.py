@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import certifi
 import urllib3
@@ -38,6 +37,7 @@ from minio.credentials.providers import (
 from minio.error import MinioException, S3Error
 
 from tailpilot.api.engine import S3Access
+from tailpilot.builders.endpoint import checked_endpoint
 from tailpilot.builders.errors import (
     MODEL_ACCESS_DENIED,
     MODEL_CREDENTIALS_MISSING,
@@ -84,25 +84,9 @@ def parse_endpoint(access: S3Access | None) -> Endpoint:
         BuildError: UnsupportedModelUri for an endpoint that is not `http(s)://host[:port]`.
     """
     url = (access.endpoint if access else None) or AWS_ENDPOINT
-    parts = urlsplit(url)
-    if "@" in parts.netloc:  # said without repeating it: what precedes the @ may be a password
-        raise BuildError(UNSUPPORTED_URI, "the s3 endpoint may not carry credentials (user:password@)")
-    try:
-        parts.port  # noqa: B018 - parsing it is the check
-    except ValueError as exc:
-        raise BuildError(UNSUPPORTED_URI, f"s3 endpoint {url!r} has an invalid port") from exc
-    if (
-        parts.scheme not in {"http", "https"}
-        or not parts.hostname
-        or parts.path not in {"", "/"}
-        or parts.query
-        or parts.fragment
-    ):
-        raise BuildError(
-            UNSUPPORTED_URI, f"s3 endpoint {url!r} is not https://host[:port] or http://host[:port]"
-        )
+    parts = checked_endpoint(url, what="s3 endpoint", allow_path=False)
     style = access.addressing_style if access else "auto"
-    virtual = style == "virtual" or (style == "auto" and _is_aws_host(parts.hostname))
+    virtual = style == "virtual" or (style == "auto" and _is_aws_host(parts.hostname or ""))
     return Endpoint(netloc=parts.netloc, secure=parts.scheme == "https", virtual_style=virtual, url=url)
 
 

@@ -91,20 +91,7 @@ class LocalObjectStore:
         return self
 
     def _serving_certificate(self) -> tuple[Path, Path]:
-        pki_dir = self.state / "pki"
-        pki.ensure_pki(pki_dir)  # the CA (and the cluster's certificates, unused here)
-        if not (pki_dir / "object-store.crt").exists():
-            pki._sign(  # the project's one way to sign with its CA
-                pki_dir,
-                "object-store",
-                "/CN=tailpilot-object-store",
-                extensions=[
-                    "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "extendedKeyUsage=serverAuth",
-                    "keyUsage=digitalSignature,keyEncipherment",
-                ],
-            )
-        return pki_dir / "object-store.crt", pki_dir / "object-store.key"
+        return pki.localhost_server_certificate(self.state / "pki", "object-store")
 
     def client(self) -> Minio:
         """An S3 client with the root user's keys (path-style; trusts the CA with TLS)."""

@@ -180,20 +180,7 @@ class LocalRegistry:
         return self
 
     def _serving_certificate(self) -> tuple[Path, Path]:
-        pki_dir = self.state / "pki"
-        pki.ensure_pki(pki_dir)  # the CA (and the cluster's certificates, unused here)
-        if not (pki_dir / "oci-registry.crt").exists():
-            pki._sign(  # the project's one way to sign with its CA
-                pki_dir,
-                "oci-registry",
-                "/CN=tailpilot-oci-registry",
-                extensions=[
-                    "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "extendedKeyUsage=serverAuth",
-                    "keyUsage=digitalSignature,keyEncipherment",
-                ],
-            )
-        return pki_dir / "oci-registry.crt", pki_dir / "oci-registry.key"
+        return pki.localhost_server_certificate(self.state / "pki", "oci-registry")
 
     def client(self) -> httpx.Client:
         """An HTTP client for the registry API: trusts the CA, sends the user and password."""

@@ -104,6 +104,27 @@ def ensure_pki(pki_dir: Path) -> None:
             )
 
 
+def localhost_server_certificate(pki_dir: Path, stem: str) -> tuple[Path, Path]:
+    """A serving certificate and key for 127.0.0.1 and localhost signed by the CA of `pki_dir`.
+
+    For the test servers on this machine a build fetches from over TLS (an object store, a
+    registry): the CA is what a spec names as its private CA. Made once (idempotent).
+    """
+    ensure_pki(pki_dir)
+    if not (pki_dir / f"{stem}.crt").exists():
+        _sign(
+            pki_dir,
+            stem,
+            f"/CN=tailpilot-{stem}",
+            extensions=[
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "extendedKeyUsage=serverAuth",
+                "keyUsage=digitalSignature,keyEncipherment",
+            ],
+        )
+    return pki_dir / f"{stem}.crt", pki_dir / f"{stem}.key"
+
+
 def _sign(pki_dir: Path, stem: str, subject: str, *, extensions: list[str]) -> None:
     _openssl("genrsa", "-out", f"{stem}.key", "2048", cwd=pki_dir)
     _openssl("req", "-new", "-key", f"{stem}.key", "-subj", subject, "-out", f"{stem}.csr", cwd=pki_dir)
