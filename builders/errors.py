@@ -58,6 +58,21 @@ BUILD_RESULT_TOO_LARGE = "BuildResultTooLarge"
 ENGINE_STORE_FULL = "EngineStoreFull"
 
 
+#: How much of what a source's server said a failure message quotes.
+QUOTED_CHARS = 300
+
+
+def quoted(text: str, *, limit: int = QUOTED_CHARS) -> str:
+    """A server's words, fit for a message: printable characters only (others as '?'), at most `limit`.
+
+    Whatever a model source answers (an S3 error's code and text, a registry's error codes, a Hub's
+    error headers) is the server's to choose; it reaches the object's conditions and Events only
+    through here.
+    """
+    shown = "".join(ch if ch.isprintable() else "?" for ch in text[: limit + 1])
+    return shown if len(shown) <= limit else shown[:limit] + " [...]"
+
+
 class BuildError(Exception):
     """A build failure the user can act on."""
 

@@ -24,11 +24,8 @@ writes through `hashed_write.write_hashed` (the size bound, the hash, a full vol
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import shutil
-import socket
 import ssl
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
@@ -48,11 +45,10 @@ from tailpilot.builders.hashed_write import CHUNK, write_hashed
 
 # Re-exported: the size bound is the fetch's (docs, errors.py and the tests name it here).
 from tailpilot.builders.hashed_write import MAX_FETCH_BYTES as MAX_FETCH_BYTES
+from tailpilot.builders.redirects import MAX_REDIRECTS, redirect_refusal
 
 #: Sources reached over the network, where a private CA bundle may be asked for.
 _NETWORK_SCHEMES = frozenset({"http", "https", "s3", "oci", "hf"})
-#: Redirects followed before a download is refused.
-MAX_REDIRECTS = 5
 #: HTTP answers that say more than "unreachable": the credentials were refused, or nothing is there.
 _HTTP_REASONS = {
     401: MODEL_ACCESS_DENIED,
@@ -166,50 +162,6 @@ def _inside_claim(pvc_root: Path, claim: str, path: str, uri: str) -> Path:
     return target
 
 
-def _internal(host: str, resolve: Callable[[str], list[str]]) -> bool:
-    """Whether `host` is, or resolves to, a loopback, link-local or private address."""
-    try:
-        addresses = [host] if _is_ip(host) else resolve(host)
-    except OSError:
-        return False  # unresolvable: the request fails on its own
-    return any(
-        (ip := ipaddress.ip_address(a.split("%")[0])).is_loopback or ip.is_link_local or ip.is_private
-        for a in addresses
-    )
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def _resolve(host: str) -> list[str]:
-    return [str(info[4][0]) for info in socket.getaddrinfo(host, None)]
-
-
-def redirect_refusal(
-    origin: str, target: str, *, resolve: Callable[[str], list[str]] = _resolve
-) -> str | None:
-    """Why a download may not follow a redirect from `origin` to `target` (None: it may).
-
-    A redirect may not downgrade https to http (the bytes are hashed, but the request and its
-    headers would travel in the clear), nor lead from a public host to an internal address (the
-    cluster's services, the node, a cloud metadata endpoint): the build pod's network position is
-    not the model host's to use. A model served from inside the cluster may redirect inside it.
-    """
-    was, goes = urlparse(origin), urlparse(target)
-    if goes.scheme not in {"http", "https"}:
-        return f"a redirect to {goes.scheme or 'no'} scheme"
-    if was.scheme == "https" and goes.scheme != "https":
-        return "a redirect from https to http"
-    if _internal(goes.hostname or "", resolve) and not _internal(was.hostname or "", resolve):
-        return f"a redirect from a public host to the internal address of {goes.hostname}"
-    return None
-
-
 def _fetch_http(uri: str, dest: Path, options: FetchOptions, what: str) -> tuple[str, int]:
     import httpx  # here, not at the top: a cache hit must not pay for its import
 
@@ -294,8 +246,7 @@ def _fetch_oci(
 
 
 def _fetch_hf(uri: str, dest: Path, options: FetchOptions, what: str) -> tuple[str, int, str]:
-    # Here, not at the top: hf_source reads this module's redirect rules.
-    from tailpilot.builders.hf_source import fetch_hf
+    from tailpilot.builders.hf_source import fetch_hf  # here: only an hf:// source pays for it
 
     fetched = fetch_hf(
         uri,

@@ -12,7 +12,7 @@ huggingface.co or any endpoint that serves the same API (a self-hosted Hub, a mi
    The Hub answers an LFS file with a redirect to its CDN, on another host: the headers are read
    from that redirect, which is not followed (as huggingface_hub does).
 3. `GET` of the same resolve URL, by commit, so that the bytes are the recorded commit's even when
-   the branch moves meanwhile; redirects are followed under `fetch.redirect_refusal`'s rules (no
+   the branch moves meanwhile; redirects are followed under `redirects.redirect_refusal`'s rules (no
    https->http, no public->internal), and the token is dropped once the chain leaves the
    endpoint's origin (the CDN's URL is signed; it must not receive the Hub token).
 
@@ -54,9 +54,10 @@ from tailpilot.builders.errors import (
     MODEL_UNREACHABLE,
     UNSUPPORTED_URI,
     BuildError,
+    quoted,
 )
-from tailpilot.builders.fetch import MAX_REDIRECTS, redirect_refusal
 from tailpilot.builders.hashed_write import CHUNK, MAX_FETCH_BYTES, write_hashed
+from tailpilot.builders.redirects import MAX_REDIRECTS, redirect_refusal
 
 #: The public Hub, when the request names no endpoint.
 HF_ENDPOINT = "https://huggingface.co"
@@ -241,11 +242,11 @@ class _Call:
 
     def refused(self, response: httpx.Response) -> BuildError:
         code = response.headers.get("x-error-code")
-        message = (response.headers.get("x-error-message") or "")[:300]
+        message = response.headers.get("x-error-message") or ""
         reason = refusal_reason(response.status_code, code, message)
         text = f"{self.where} answered HTTP {response.status_code}"
-        text += f" {code}" if code else ""
-        text += f": {message}" if message else ""
+        text += f" {quoted(code, limit=64)}" if code else ""
+        text += f": {quoted(message)}" if message else ""
         if code == "RepoNotFound" or (reason == MODEL_ACCESS_DENIED and code != "GatedRepo"):
             text += " (the repository does not exist, or it is private or gated and " + (
                 f"the token of Secret {self.secret!r} may not read it)"

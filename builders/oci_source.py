@@ -23,7 +23,7 @@ checked and reported in the build's own terms.
   gzip is decompressed here rather than by tarfile's `r|gz` so that its output is counted.
 - Transport: https only; `ca_bundle` replaces the default trust store (a private CA); verification
   is never disabled. Redirects (registries send blob GETs to their storage) are followed under
-  `fetch.redirect_refusal`'s rules, and the Authorization header is dropped when the host changes:
+  `redirects.redirect_refusal`'s rules, and the Authorization header is dropped when the host changes:
   a storage host gets a pre-signed URL, never the registry's credentials.
 - Auth: anonymous first, as clients do (public repositories need nothing). A 401 names the scheme
   in `WWW-Authenticate`: `Basic` is answered with the Secret's user and password; `Bearer
@@ -71,8 +71,10 @@ from tailpilot.builders.errors import (
     MODEL_UNREACHABLE,
     UNSUPPORTED_URI,
     BuildError,
+    quoted,
 )
 from tailpilot.builders.hashed_write import CHUNK, MAX_FETCH_BYTES, write_hashed
+from tailpilot.builders.redirects import redirect_refusal
 
 if TYPE_CHECKING:
     import httpx
@@ -644,7 +646,7 @@ class _Registry:
         if status == 200:
             return
         codes = _error_codes(response)
-        said = f"HTTP {status}" + (f" {', '.join(codes)}" if codes else "")
+        said = f"HTTP {status}" + (f" {quoted(', '.join(codes))}" if codes else "")
         if status in {401, 403}:
             raise BuildError(
                 MODEL_ACCESS_DENIED,
@@ -857,9 +859,6 @@ def fetch_oci(
             ModelNotFound, ModelChecksumMismatch, ModelTooLarge, EngineStoreFull.
     """
     import httpx  # here, not at the top: a cache hit must not pay for its import
-
-    # Here too: fetch.py may import this module at its top.
-    from tailpilot.builders.fetch import redirect_refusal
 
     ref = parse_oci_uri(uri)
     label = f"{what} {uri}"

@@ -46,6 +46,7 @@ from tailpilot.builders.errors import (
     MODEL_UNREACHABLE,
     UNSUPPORTED_URI,
     BuildError,
+    quoted,
 )
 from tailpilot.builders.hashed_write import CHUNK, MAX_FETCH_BYTES, write_hashed
 
@@ -240,15 +241,10 @@ def fetch_s3(
         raise
     except S3Error as exc:
         dest.unlink(missing_ok=True)
-        raise BuildError(_reason(exc), f"cannot download {where}: {exc.code}: {exc.message}") from exc
+        said = f"{quoted(exc.code or '')}: {quoted(exc.message or '')}"
+        raise BuildError(_reason(exc), f"cannot download {where}: {said}") from exc
     except (MinioException, urllib3.exceptions.HTTPError) as exc:
         dest.unlink(missing_ok=True)
         raise BuildError(
-            MODEL_UNREACHABLE, f"cannot download {where}: {type(exc).__name__}: {_short(exc)}"
+            MODEL_UNREACHABLE, f"cannot download {where}: {type(exc).__name__}: {quoted(str(exc), limit=500)}"
         ) from exc
-
-
-def _short(exc: Exception) -> str:
-    """The error's text, cut short (urllib3's repeat the URL; it carries no credential: those are headers)."""
-    text = str(exc)
-    return text if len(text) <= 500 else text[:500] + " [...]"

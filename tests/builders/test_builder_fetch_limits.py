@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tailpilot.builders.errors import MODEL_TOO_LARGE, MODEL_UNREACHABLE, BuildError
-from tailpilot.builders.fetch import FetchOptions, fetch, redirect_refusal
+from tailpilot.builders.errors import MODEL_TOO_LARGE, MODEL_UNREACHABLE, QUOTED_CHARS, BuildError, quoted
+from tailpilot.builders.fetch import FetchOptions, fetch
+from tailpilot.builders.redirects import redirect_refusal
 
 BODY = b"x" * 5000
 
@@ -104,3 +105,12 @@ def test_which_redirects_are_refused() -> None:
     assert "internal address" in str(why("https://models.example.com/m", "https://127.0.0.1/m"))
     # A model served inside the cluster may redirect inside it.
     assert why("http://models.svc/m", "http://10.0.0.13/m") is None
+
+
+def test_a_servers_words_reach_a_message_printable_and_bounded() -> None:
+    """What a source answers (an S3 error's text, a registry's codes, a Hub's headers) is the server's."""
+    assert quoted("NoSuchKey") == "NoSuchKey"
+    assert quoted("line\nbreak\x1b[31m\ttab") == "line?break?[31m?tab"
+    long = quoted("x" * 10_000)
+    assert long == "x" * QUOTED_CHARS + " [...]"
+    assert quoted("y" * 12, limit=12) == "y" * 12 and quoted("y" * 13, limit=12) == "y" * 12 + " [...]"

@@ -28,7 +28,7 @@ from tailpilot.builders.errors import (
     UNSUPPORTED_URI,
     BuildError,
 )
-from tailpilot.builders.fetch import FetchOptions, fetch, redirect_refusal
+from tailpilot.builders.fetch import FetchOptions, fetch
 from tailpilot.builders.oci_source import (
     DOCKER_CONFIG_KEY,
     OCI_INDEX,
@@ -48,6 +48,7 @@ from tailpilot.builders.oci_source import (
     read_registry_credentials,
     registry_credentials,
 )
+from tailpilot.builders.redirects import redirect_refusal
 from tailpilot_e2e.config import Binaries
 from tailpilot_e2e.oci_registry import LocalRegistry
 
