@@ -23,13 +23,26 @@ Any other command of a mapped image (`sh`, `cp`, ...) is looked up on this
 machine's PATH, as the image's own shell tools would be. An image whose
 repository is not in the table cannot run: the pod waits with ErrImagePull.
 
+- `quay.io/prometheus-operator/prometheus-operator`, `quay.io/prometheus/prometheus` and
+  `quay.io/prometheus-operator/prometheus-config-reloader`: prometheus-operator's Deployment,
+  and the Prometheus and config reloader its StatefulSet runs, built from their upstream Go
+  modules (`e2e/build-binaries.sh`). The operator and Prometheus run in a mount namespace: both
+  read the in-cluster ServiceAccount token, and the configuration the operator generates names
+  absolute paths (rule files).
+
 Triton binds 0.0.0.0 by default, which would collide between pods on one
 host; a pod has its own network namespace in a real cluster, here its own
-loopback address, so the table adds `--*-address=<pod IP>` for Triton.
+loopback address, so the table adds `--*-address=<pod IP>` for Triton, and
+`--web.listen-address=<pod IP>:<its port>` for Prometheus and prometheus-operator
+(whose defaults are every address). For the same reason, where an image's containers talk to each
+other over the pod's loopback (the config reloader reloads Prometheus at
+`http://127.0.0.1:9090`), `ImageEntry.pod_loopback` turns `127.0.0.1` and
+`localhost` in its arguments into the pod IP.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +69,8 @@ class ImageEntry:
             volume is bind-mounted at its mountPath (`agent_mounts`), for programs that open
             absolute paths of their own (the in-cluster ServiceAccount token) that the agent's
             rewriting of command, args and env cannot reach.
+        pod_loopback: The container reaches its pod's other containers at 127.0.0.1 or localhost
+            in its arguments; here the pod's loopback is its pod IP (`own_loopback`).
     """
 
     repository: str
@@ -65,6 +80,18 @@ class ImageEntry:
     entrypoint: Sequence[str] = ()
     default_args: Sequence[str] = ()
     mount_namespace: bool = False
+    pod_loopback: bool = False
+
+
+_LOOPBACK_HOST = re.compile(r"(?<![\w.\-])(?:127\.0\.0\.1|localhost)(?![\w.\-])")
+
+
+def own_loopback(text: str, pod_ip: str) -> str:
+    """The pod's loopback is its pod IP here.
+
+    Example: "http://127.0.0.1:9090/-/reload" -> "http://127.65.0.9:9090/-/reload".
+    """
+    return _LOOPBACK_HOST.sub(pod_ip, text)
 
 
 def image_repository(image: str) -> str:
@@ -113,16 +140,34 @@ def resolve_argv(
     if executable is None:
         raise UnmappedImageError(f"image {image!r}: command {name!r} is neither mapped nor on this machine")
     extra = list(entry.extra_args[name](pod_ip)) if name in entry.extra_args else []
-    return [executable, *command[1:], *args, *extra], dict(entry.env)
+    argv = [*command[1:], *args]
+    if entry.pod_loopback:
+        argv = [own_loopback(a, pod_ip) for a in argv]
+    return [executable, *argv, *extra], dict(entry.env)
 
 
 TRITON_REPOSITORY = "nvcr.io/nvidia/tritonserver"
 BUILDER_REPOSITORY = "ghcr.io/tailpilot/tailpilot-builder"
 OPERATOR_REPOSITORY = "ghcr.io/tailpilot/tailpilot-operator"
+PROMETHEUS_OPERATOR_REPOSITORY = "quay.io/prometheus-operator/prometheus-operator"
+PROMETHEUS_REPOSITORY = "quay.io/prometheus/prometheus"
+CONFIG_RELOADER_REPOSITORY = "quay.io/prometheus-operator/prometheus-config-reloader"
 
 
-def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> dict[str, ImageEntry]:
-    """The table the agent runs with: Triton, the builder and the operator (see the module docstring)."""
+def default_table(
+    *,
+    venv_bin: Path,
+    triton_binary: Path,
+    backend_dir: Path,
+    prometheus_operator_binary: Path | None = None,
+    prometheus_binary: Path | None = None,
+    config_reloader_binary: Path | None = None,
+) -> dict[str, ImageEntry]:
+    """The table the agent runs with (see the module docstring).
+
+    Triton, the builder and the operator always; prometheus-operator, Prometheus and its config
+    reloader where their binaries are given.
+    """
 
     def triton_extra(pod_ip: str) -> list[str]:
         return [
@@ -134,7 +179,7 @@ def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> 
 
     # The Python backend's stub finds numpy/onnxruntime through the interpreter first on PATH.
     path_env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"}
-    return {
+    table = {
         TRITON_REPOSITORY: ImageEntry(
             repository=TRITON_REPOSITORY,
             executables={"tritonserver": str(triton_binary)},
@@ -160,3 +205,32 @@ def default_table(*, venv_bin: Path, triton_binary: Path, backend_dir: Path) -> 
             mount_namespace=True,
         ),
     }
+    if prometheus_operator_binary is not None:
+        # The image's ENTRYPOINT ["/bin/operator"].
+        table[PROMETHEUS_OPERATOR_REPOSITORY] = ImageEntry(
+            repository=PROMETHEUS_OPERATOR_REPOSITORY,
+            executables={"/bin/operator": str(prometheus_operator_binary)},
+            # Its default is `:8080`, every address of the machine (Go's flag package: the last wins).
+            extra_args={"/bin/operator": lambda pod_ip: [f"--web.listen-address={pod_ip}:8080"]},
+            entrypoint=("/bin/operator",),
+            mount_namespace=True,
+        )
+    if prometheus_binary is not None:
+        # The image's ENTRYPOINT ["/bin/prometheus"] and CMD.
+        table[PROMETHEUS_REPOSITORY] = ImageEntry(
+            repository=PROMETHEUS_REPOSITORY,
+            executables={"/bin/prometheus": str(prometheus_binary)},
+            extra_args={"/bin/prometheus": lambda pod_ip: [f"--web.listen-address={pod_ip}:9090"]},
+            entrypoint=("/bin/prometheus",),
+            default_args=("--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"),
+            mount_namespace=True,
+        )
+    if config_reloader_binary is not None:
+        # The image's ENTRYPOINT ["/bin/prometheus-config-reloader"].
+        table[CONFIG_RELOADER_REPOSITORY] = ImageEntry(
+            repository=CONFIG_RELOADER_REPOSITORY,
+            executables={"/bin/prometheus-config-reloader": str(config_reloader_binary)},
+            entrypoint=("/bin/prometheus-config-reloader",),
+            pod_loopback=True,
+        )
+    return table

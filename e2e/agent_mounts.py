@@ -16,7 +16,10 @@ container process keeps this PID and nothing of it is visible outside the namesp
 A mountPath that does not exist on this machine is made without touching the host: the
 nearest directory above it that exists gets a writable overlay (its upper layer in the
 pod's directory), in which the missing directories are created. Never `/` itself (an
-overlay of the root would hide /proc, /dev and every other mount). A mountPath that would
+overlay of the root would hide /proc, /dev and every other mount): a missing mountPath right
+under it (Prometheus' `/prometheus`) is left out, with a line in the container's log; the
+agent's path rewriting still points the container's command, args and env into the pod's
+directory, so only a path the program opens of its own would miss it. A mountPath that would
 hide what the container needs from this machine (its executable, the interpreter, the
 pod's directory: a checkout under /tmp and a /tmp emptyDir) is left out, with a line in
 the container's log: the agent's path rewriting still points its command and env there.
@@ -58,6 +61,10 @@ def _existing_ancestor(path: str) -> str:
     return os.path.realpath(current)
 
 
+class RootOnlyError(MountError):
+    """Only `/` exists above a missing mountPath, and `/` is never overlaid."""
+
+
 def make_room(target: str, scratch: Path, overlays: list[str]) -> None:
     """Create the missing directory `target` inside an overlay of the nearest directory that exists."""
     if os.path.isdir(target):
@@ -65,7 +72,7 @@ def make_room(target: str, scratch: Path, overlays: list[str]) -> None:
     above = _existing_ancestor(target)
     if not any(_covers(o, above) for o in overlays):
         if above == "/":
-            raise MountError(f"cannot make {target}: only / exists above it, and / is never overlaid")
+            raise RootOnlyError(f"cannot make {target}: only / exists above it, and / is never overlaid")
         layer = scratch / f"overlay-{len(overlays)}"
         (layer / "upper").mkdir(parents=True, exist_ok=True)
         (layer / "work").mkdir(parents=True, exist_ok=True)
@@ -88,12 +95,16 @@ def apply(plan: dict[str, Any], log: list[str]) -> None:
     overlays: list[str] = []
     for mount in plan["mounts"]:
         target, source = str(mount["target"]), str(mount["source"])
-        if not os.path.exists(target):
-            if os.path.isfile(source):  # a file (subPath) is mounted onto a file
-                make_room(os.path.dirname(target), scratch, overlays)
-                Path(target).touch()
-            else:
-                make_room(target, scratch, overlays)
+        try:
+            if not os.path.exists(target):
+                if os.path.isfile(source):  # a file (subPath) is mounted onto a file
+                    make_room(os.path.dirname(target), scratch, overlays)
+                    Path(target).touch()
+                else:
+                    make_room(target, scratch, overlays)
+        except RootOnlyError as error:
+            log.append(f"node agent: {target} not mounted: {error}")
+            continue
         real = os.path.realpath(target)
         hidden = [k for k in keep if _covers(real, k)]
         if hidden:

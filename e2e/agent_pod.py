@@ -75,6 +75,8 @@ def rewrite_paths(text: str, *, root: Path, mount_paths: Sequence[str], files: S
 
 
 _WILDCARD = re.compile(r"(?<![\w.])0\.0\.0\.0(?![\w.]|/\d)")
+#: A listen address with no host (`:8080`, `--listen-address=:8080`): every address, as 0.0.0.0.
+_HOSTLESS_PORT = re.compile(r"(?:^|(?<==)):(\d{1,5})$")
 
 
 def bind_pod_ip(text: str, pod_ip: str) -> str:
@@ -82,10 +84,12 @@ def bind_pod_ip(text: str, pod_ip: str) -> str:
 
     In a real pod, binding 0.0.0.0 binds the pod's own network namespace; here pods share the
     machine's, so a server told to bind 0.0.0.0 would take the port on every address of the
-    machine. Example: "http://0.0.0.0:8080/healthz" -> "http://127.65.0.9:8080/healthz";
+    machine. A listen address with no host at all (`:8080`, as Go servers take it, alone or as a
+    flag's value) means the same. Example: "http://0.0.0.0:8080/healthz" ->
+    "http://127.65.0.9:8080/healthz", "--listen-address=:8080" -> "--listen-address=127.65.0.9:8080";
     a network such as "0.0.0.0/0" stays.
     """
-    return _WILDCARD.sub(pod_ip, text)
+    return _HOSTLESS_PORT.sub(rf"{pod_ip}:\1", _WILDCARD.sub(pod_ip, text))
 
 
 def mount_link(root: Path, mount_path: str) -> Path:

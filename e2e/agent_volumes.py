@@ -48,7 +48,8 @@ def link_mounts(root: Path, container: Mapping[str, Any], volume_dirs: Mapping[s
         source = volume_dirs[mount["name"]]
         if mount.get("subPath"):
             source = source / mount["subPath"]
-            source.mkdir(parents=True, exist_ok=True)
+            if not source.exists():  # a key of a ConfigMap or Secret is a file; a missing path a new dir
+                source.mkdir(parents=True)
         if link.is_symlink() and Path(os.readlink(link)) == source:
             continue
         if link.is_symlink() or link.is_file():

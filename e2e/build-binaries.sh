@@ -22,6 +22,7 @@ kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 prometheus_dir="$cache/bin/prometheus-$PROMETHEUS_VERSION"
 versitygw_dir="$cache/bin/versitygw-$VERSITYGW_VERSION"
 distribution_dir="$cache/bin/distribution-$DISTRIBUTION_VERSION"
+prometheus_operator_dir="$cache/bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -125,6 +126,55 @@ build_distribution() {
     "github.com/distribution/distribution/v3/cmd/registry@$DISTRIBUTION_VERSION"
 }
 
+build_prometheus_operator() {
+  # The operator kube-prometheus-stack runs, and the config reloader it puts beside each
+  # Prometheus. Its module replaces its own two submodules (pkg/apis/monitoring, pkg/client) by
+  # directory, so `go install` refuses it; a wrapper module requires it and pins the submodules
+  # to their published tags of the same version, as build_kubernetes does for the staging modules.
+  [[ -x "$prometheus_operator_dir/operator" && -x "$prometheus_operator_dir/prometheus-config-reloader" ]] \
+    && { log "prometheus-operator $PROMETHEUS_OPERATOR_VERSION: cached"; return; }
+  log "prometheus-operator $PROMETHEUS_OPERATOR_VERSION: building operator and prometheus-config-reloader"
+  local src="$cache/src/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+  local module=github.com/prometheus-operator/prometheus-operator
+  mkdir -p "$src"
+  local gomod
+  gomod="$(go mod download -json "$module@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  {
+    echo "module tailpilot.local/promopbuild"
+    echo
+    echo "go $(sed -n 's/^go //p' "$gomod")"
+    echo
+    echo "require $module $PROMETHEUS_OPERATOR_VERSION"
+    echo
+    echo "replace ("
+    echo "	$module/pkg/apis/monitoring => $module/pkg/apis/monitoring $PROMETHEUS_OPERATOR_VERSION"
+    echo "	$module/pkg/client => $module/pkg/client $PROMETHEUS_OPERATOR_VERSION"
+    echo ")"
+  } > "$src/go.mod"
+  cat > "$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "github.com/prometheus-operator/prometheus-operator/cmd/operator"
+	_ "github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
+)
+GO
+  (cd "$src" && go mod tidy -e >/dev/null 2>&1 || true; cd "$src" && go mod download)
+  local ld="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
+  ld+=" -X github.com/prometheus/common/version.Branch=$PROMETHEUS_OPERATOR_VERSION"
+  rm -rf "$prometheus_operator_dir.tmp"
+  mkdir -p "$prometheus_operator_dir.tmp"
+  for b in operator prometheus-config-reloader; do
+    log "  go build $b"
+    (cd "$src" && go build -trimpath -ldflags "$ld" -o "$prometheus_operator_dir.tmp/$b" "$module/cmd/$b")
+  done
+  mkdir -p "$prometheus_operator_dir"
+  mv "$prometheus_operator_dir.tmp"/* "$prometheus_operator_dir/"
+  rmdir "$prometheus_operator_dir.tmp"
+}
+
 build_prometheus() {
   # promtool (rule checks and rule unit tests) comes from the same module at the same version.
   [[ -x "$prometheus_dir/prometheus" && -x "$prometheus_dir/promtool" ]] \
@@ -142,7 +192,7 @@ build_prometheus() {
   rmdir "$prometheus_dir.tmp"
 }
 
-for c in "${@:-kubernetes etcd kwok prometheus versitygw distribution}"; do
+for c in "${@:-kubernetes etcd kwok prometheus prometheus_operator versitygw distribution}"; do
   for part in $c; do "build_$part"; done
 done
 log "binaries ready under $cache/bin"

@@ -50,6 +50,10 @@ class Binaries:
     versitygw: Path
     #: The OCI registry the build's oci:// source is tested against (`oci_registry.py`).
     registry: Path
+    #: prometheus-operator and the config reloader it runs beside each Prometheus
+    #: (`prometheus_stack.py`).
+    prometheus_operator: Path
+    config_reloader: Path
 
     @classmethod
     def from_cache(cls, root: Path | None = None, versions: dict[str, str] | None = None) -> Binaries:
@@ -57,6 +61,7 @@ class Binaries:
         v = versions or read_versions()
         bin_root = (root or cache_dir()) / "bin"
         k8s = bin_root / f"kubernetes-{v['KUBERNETES_VERSION']}"
+        prometheus_operator = bin_root / f"prometheus-operator-{v['PROMETHEUS_OPERATOR_VERSION']}"
         return cls(
             etcd=bin_root / f"etcd-{v['ETCD_VERSION']}" / "etcd",
             kube_apiserver=k8s / "kube-apiserver",
@@ -68,6 +73,8 @@ class Binaries:
             promtool=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "promtool",
             versitygw=bin_root / f"versitygw-{v['VERSITYGW_VERSION']}" / "versitygw",
             registry=bin_root / f"distribution-{v['DISTRIBUTION_VERSION']}" / "registry",
+            prometheus_operator=prometheus_operator / "operator",
+            config_reloader=prometheus_operator / "prometheus-config-reloader",
         )
 
     def missing(self) -> list[Path]:

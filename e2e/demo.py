@@ -2,9 +2,11 @@
 
 1. The real-pods cluster: upstream control plane, two KWOK-simulated GPU nodes, and
    `local-0`, whose pods the node agent runs as local processes (e2e/node_agent.py).
-2. The operator, a real Prometheus discovering Triton pods through kubernetes_sd and
-   loading the PrometheusRule the operator generates, an Alertmanager routed to the
-   operator's webhook; then the CPU example applied (e2e/real_pods.py says how it is adapted).
+2. The operator; kube-prometheus-stack's monitoring (e2e/prometheus_stack.py): a real
+   prometheus-operator that turns the ServiceMonitor and PrometheusRule the operator generates
+   into the configuration of the Prometheus it runs, both as pods on local-0; an Alertmanager
+   routed to the operator's webhook; then the CPU example applied (e2e/real_pods.py says how it
+   is adapted).
 3. The engine: the operator's build Job runs on local-0 (ONNX Runtime optimization), then its
    profile Job (the service's own Triton as a sidecar, the profiler beside it); their progress is
    shown as it goes.
@@ -395,7 +397,8 @@ def run(stack: contextlib.ExitStack) -> None:
     print(kubectl(cluster, "get", "tpisvc,pods", "-n", NAMESPACE, "-o", "wide"))
     rules = prometheus.load_cluster_rules(api, NAMESPACE)
     print(
-        f"  Prometheus finds the Triton pods through kubernetes_sd; rules loaded from PrometheusRule {rules}"
+        f"  prometheus-operator's Prometheus ({prometheus.url}) scrapes the Triton pods through the "
+        f"ServiceMonitor {NAME} and evaluates PrometheusRule {rules}"
     )
     say("   calibrating: one replica's CPU time per request, read from its pod's cgroup under a light load")
     calibration = calibrate(

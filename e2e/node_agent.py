@@ -53,6 +53,7 @@ import concurrent.futures
 import datetime
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -107,7 +108,7 @@ from tailpilot_e2e.agent_process import (
     runs_of,
 )
 from tailpilot_e2e.agent_volumes import PodVolumes, link_mounts
-from tailpilot_e2e.config import REPO_ROOT
+from tailpilot_e2e.config import REPO_ROOT, Binaries
 from tailpilot_e2e.host_addresses import REAL_POD_NETWORK
 
 log = logging.getLogger("node-agent")
@@ -197,6 +198,11 @@ class PodRuntime:
         return [c for c in self.init if c.sidecar]
 
 
+def _executable(path: Path) -> Path | None:
+    """`path` where it is an executable here (a cached build), else None: its image cannot run."""
+    return path if os.access(path, os.X_OK) else None
+
+
 class NodeAgent:
     """Runs the pods bound to one node; `run_forever` until SIGTERM/SIGINT."""
 
@@ -238,6 +244,12 @@ class NodeAgent:
     def _default_table(self) -> dict[str, agent_images.ImageEntry]:
         from tailpilot.builders.triton_server import TritonStartError, make_backend_dir, pytriton_home
 
+        binaries = Binaries.from_cache()
+        monitoring = {
+            "prometheus_operator_binary": _executable(binaries.prometheus_operator),
+            "prometheus_binary": _executable(binaries.prometheus),
+            "config_reloader_binary": _executable(binaries.config_reloader),
+        }
         venv_bin = Path(sys.executable).parent
         try:
             home = pytriton_home()
@@ -245,12 +257,18 @@ class NodeAgent:
         except TritonStartError as error:  # no nvidia-pytriton: Triton pods wait with ErrImagePull
             log.warning("Triton is not available here: %s", error)
             table = agent_images.default_table(
-                venv_bin=venv_bin, triton_binary=Path("/nonexistent"), backend_dir=Path("/nonexistent")
+                venv_bin=venv_bin,
+                triton_binary=Path("/nonexistent"),
+                backend_dir=Path("/nonexistent"),
+                **monitoring,
             )
             table.pop(agent_images.TRITON_REPOSITORY)
             return table
         return agent_images.default_table(
-            venv_bin=venv_bin, triton_binary=home / "bin" / "tritonserver", backend_dir=backend_dir
+            venv_bin=venv_bin,
+            triton_binary=home / "bin" / "tritonserver",
+            backend_dir=backend_dir,
+            **monitoring,
         )
 
     # ---- node ----------------------------------------------------------------------------------------

@@ -24,8 +24,7 @@ from kubernetes import client
 from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
-from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalAlertmanager, LocalPrometheus
-from tailpilot_e2e.monitoring_crds import crd_files
+from tailpilot_e2e.monitoring import LocalAlertmanager
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
     condition,
@@ -34,6 +33,7 @@ from tailpilot_e2e.operator_harness import (
     free_port,
     install_crds,
 )
+from tailpilot_e2e.prometheus_stack import PrometheusStack
 from tailpilot_e2e.wait import eventually
 
 EXAMPLE = REPO_ROOT / "examples" / "cpu-onnxruntime.yaml"
@@ -217,12 +217,13 @@ def infer(base_url: str, *, batch: int = 1, timeout_s: float = 10) -> np.ndarray
 class MonitoredOperator:
     """The operator wired as on a real cluster.
 
-    Prometheus discovers pods through kubernetes_sd and loads the generated rules; Alertmanager
-    routes to the operator's authenticated webhook.
+    A real prometheus-operator turns the operator's ServiceMonitor and PrometheusRule into the
+    configuration of the Prometheus it runs (`prometheus_stack`); Alertmanager routes to the
+    operator's authenticated webhook.
     """
 
     operator: OperatorProcess
-    prometheus: LocalPrometheus
+    prometheus: PrometheusStack
     alertmanager: LocalAlertmanager
     metrics_url: str
 
@@ -237,12 +238,11 @@ def start_monitored_operator(
     scrape_interval_s: float = SLO_LOOP_SCRAPE_S,
     operator_args: Sequence[str] = (),
 ) -> MonitoredOperator:
-    """Start Alertmanager, Prometheus and the operator for `namespace`; `stack` stops them (LIFO).
+    """Start Alertmanager, prometheus-operator's Prometheus and the operator for `namespace`.
 
-    `operator_args`: more of the operator's flags (`--activator-service`).
+    `stack` stops them (LIFO). `operator_args`: more of the operator's flags (`--activator-service`).
     """
     install_crds(cluster)
-    install_crds(cluster, crd_files())  # ServiceMonitor/PrometheusRule: the operator generates both
     work_dir.mkdir(parents=True, exist_ok=True)
     token_file = work_dir / "webhook-token"
     token_file.write_text("tailpilot-webhook-token")
@@ -254,11 +254,12 @@ def start_monitored_operator(
     )
     stack.callback(alertmanager.stop)
     alertmanager.start()
-    prometheus = LocalPrometheus(
+    prometheus = PrometheusStack(
+        cluster,
+        namespace,
         work_dir / "prometheus",
-        kubernetes=KubernetesDiscovery(cluster.paths.kubeconfig, (namespace,)),
-        alertmanager_url=alertmanager.url,
         scrape_interval_s=scrape_interval_s,
+        alertmanager_url=alertmanager.url,
     )
     stack.callback(prometheus.stop)
     prometheus.start()
@@ -273,6 +274,7 @@ def start_monitored_operator(
             "--webhook-token-file", str(token_file),
             "--metrics-port", str(metrics_port),
             "--bind-address", "127.0.0.1",
+            *(f"--monitoring-label={k}={v}" for k, v in prometheus.labels.items()),
             *operator_args,
         ],
     )  # fmt: skip

@@ -94,6 +94,27 @@ helm install tailpilot charts/tailpilot --namespace tailpilot-system --create-na
 kubectl apply -f examples/cpu-onnxruntime.yaml
 ```
 
+### With kube-prometheus-stack
+
+kube-prometheus-stack's Prometheus selects ServiceMonitors and PrometheusRules by its release
+label (`serviceMonitorSelectorNilUsesHelmValues` and `ruleSelectorNilUsesHelmValues`, both true by
+default), so label what the operator generates with it, and point the operator at the Service
+prometheus-operator creates:
+
+```sh
+helm install tailpilot charts/tailpilot --namespace tailpilot-system --create-namespace \\
+  --set crds.enabled=true \\
+  --set prometheus.url=http://prometheus-operated.monitoring.svc:9090 \\
+  --set-string prometheus.monitoringLabels.release=kube-prometheus-stack
+```
+
+(`kube-prometheus-stack` is the stack's release name; `monitoring` its namespace.) The
+real-pods tests and `make demo` run this path: a real prometheus-operator v0.85.0 with
+kube-prometheus-stack's flags renders the operator's ServiceMonitor into the scrape configuration
+and its PrometheusRule into the rule files of the Prometheus it runs; the autoscaler reads the P99
+from that Prometheus, and the fast burn alert reaches the operator's webhook through Alertmanager
+(`tests/real_pods/test_prometheus_operator.py`).
+
 ## CRDs
 
 As in cert-manager's chart, the InferenceService CRD is opt-in: `crds.enabled=true` installs it
@@ -155,9 +176,11 @@ ports (the operator's labels, any namespace), DNS (port 53) and the API server
 cluster, whose node agent runs the operator's pod from the project's own code, as the chart's
 ServiceAccount with the chart's RBAC (the in-cluster configuration, no kubeconfig). The operator
 builds, profiles and serves the CPU example to Ready and adds a replica under a load past one
-replica's capacity. Beyond the defaults it sets `image.repository`, `watchNamespaces`,
-`prometheus.url` and `engineStore.claimName`, and, through `extraEnv`, the operator's bind address
-(the pod IP: pods there share the machine's network) and a shorter control period.
+replica's capacity, reading the P99 from the Prometheus a real prometheus-operator runs and
+configures from the ServiceMonitor the operator generated. Beyond the defaults it sets
+`image.repository`, `watchNamespaces`, `prometheus.url`, `prometheus.monitoringLabels` (the
+stack's `release` label) and `engineStore.claimName`, and, through `extraEnv`, the operator's bind
+address (the pod IP: pods there share the machine's network) and a shorter control period.
 `tests/real_pods/test_chart_activator.py` installs it with `replicaCount: 0` (no operator pods):
 the two activator pods become Ready as the activator's ServiceAccount (their watches synced through
 the chart's ClusterRole), answer a request for an unknown service 404, and with one deleted the

@@ -9,12 +9,16 @@ import pytest
 
 from tailpilot_e2e.agent_images import (
     BUILDER_REPOSITORY,
+    CONFIG_RELOADER_REPOSITORY,
     OPERATOR_REPOSITORY,
+    PROMETHEUS_OPERATOR_REPOSITORY,
+    PROMETHEUS_REPOSITORY,
     TRITON_REPOSITORY,
     ImageEntry,
     UnmappedImageError,
     default_table,
     image_repository,
+    own_loopback,
     resolve_argv,
 )
 from tailpilot_e2e.agent_pod import (
@@ -36,6 +40,7 @@ from tailpilot_e2e.agent_pod import (
     stop_waves,
     volume_plans,
 )
+from tailpilot_e2e.agent_volumes import link_mounts
 
 ROOT = Path("/state/pods/u1/root")
 
@@ -329,6 +334,71 @@ def test_the_default_table_runs_the_operator_image_from_the_projects_console_scr
     assert argv == ["/v/bin/python", "-P", "-m", "tailpilot.activator", "--http-port=8000"]
 
 
+def test_prometheus_operators_containers_bind_and_reach_their_pod_ip() -> None:
+    # The args prometheus-operator v0.85 gives the StatefulSet's containers, after the agent's
+    # wildcard rewriting (`local_argv`): "--listen-address=:8080" has become the pod IP's.
+    table = default_table(
+        venv_bin=Path("/v/bin"),
+        triton_binary=Path("/t"),
+        backend_dir=Path("/b"),
+        prometheus_operator_binary=Path("/c/operator"),
+        prometheus_binary=Path("/c/prometheus"),
+        config_reloader_binary=Path("/c/reloader"),
+    )
+    argv, _ = resolve_argv(
+        table,
+        image="quay.io/prometheus-operator/prometheus-operator:v0.85.0",
+        command=[],
+        args=["--localhost=127.0.0.1"],  # for the reloaders it configures: left as it is
+        pod_ip="10.65.0.7",
+    )
+    assert argv == ["/c/operator", "--localhost=127.0.0.1", "--web.listen-address=10.65.0.7:8080"]
+    assert table[PROMETHEUS_OPERATOR_REPOSITORY].mount_namespace  # in-cluster ServiceAccount token
+    argv, _ = resolve_argv(
+        table,
+        image="quay.io/prometheus/prometheus:v3.16.0",
+        command=[],
+        args=["--config.file=/etc/prometheus/config_out/prometheus.env.yaml", "--web.enable-lifecycle"],
+        pod_ip="10.65.0.7",
+    )
+    assert argv == [
+        "/c/prometheus",
+        "--config.file=/etc/prometheus/config_out/prometheus.env.yaml",
+        "--web.enable-lifecycle",
+        "--web.listen-address=10.65.0.7:9090",  # its default is every address of the machine
+    ]
+    assert table[PROMETHEUS_REPOSITORY].mount_namespace  # its generated config names absolute paths
+    argv, _ = resolve_argv(
+        table,
+        image="quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0",
+        command=[],
+        args=["--listen-address=10.65.0.7:8080", "--reload-url=http://127.0.0.1:9090/-/reload"],
+        pod_ip="10.65.0.7",
+    )
+    assert argv == [
+        "/c/reloader",
+        "--listen-address=10.65.0.7:8080",
+        "--reload-url=http://10.65.0.7:9090/-/reload",  # the pod's loopback is its pod IP here
+    ]
+    # Without the binaries (not built), the images are not in the table: their pods cannot run.
+    bare = default_table(venv_bin=Path("/v/bin"), triton_binary=Path("/t"), backend_dir=Path("/b"))
+    assert not {PROMETHEUS_OPERATOR_REPOSITORY, PROMETHEUS_REPOSITORY, CONFIG_RELOADER_REPOSITORY} & set(bare)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("http://127.0.0.1:9090/-/reload", "http://10.65.0.7:9090/-/reload"),
+        ("localhost:8080", "10.65.0.7:8080"),
+        ("http://localhost.example:80", "http://localhost.example:80"),
+        ("127.0.0.10", "127.0.0.10"),
+        ("--name=my-localhost", "--name=my-localhost"),
+    ],
+)
+def test_a_pods_loopback_is_its_pod_ip(text: str, expected: str) -> None:
+    assert own_loopback(text, "10.65.0.7") == expected
+
+
 def test_containers_find_the_api_server_at_its_own_address() -> None:
     assert kubernetes_service_env("https://127.0.0.1:6743") == {
         "KUBERNETES_SERVICE_HOST": "127.0.0.1",
@@ -368,6 +438,11 @@ def test_mount_plans_bind_each_volume_link_onto_its_mount_path_parents_first() -
         ("0.0.0.0/0", "0.0.0.0/0"),  # a network, not an address to bind
         ("10.0.0.0.0", "10.0.0.0.0"),
         ("v0.0.0.0", "v0.0.0.0"),
+        ("--listen-address=:8080", "--listen-address=127.65.0.9:8080"),  # Go's "every address"
+        (":9090", "127.65.0.9:9090"),
+        ("http://prometheus:9090", "http://prometheus:9090"),  # a host is named: left alone
+        ("--ratio=1:2", "--ratio=1:2"),
+        ("--selector=a=b,c=:80x", "--selector=a=b,c=:80x"),
     ],
 )
 def test_a_pods_wildcard_address_is_its_pod_ip(text: str, expected: str) -> None:
@@ -410,3 +485,28 @@ def test_the_serving_containers_admin_key_reaches_tritons_argv_as_the_kubelet_ex
     # No Secret (yet): the container is not started, as the kubelet refuses it.
     with pytest.raises(PodConfigError, match="secret 'a-triton-admin' key 'admin-key' not found"):
         container_env(pod, spec, pod_ip="127.65.0.2", host_ip="127.0.0.1", lookup=lambda k, n: None)
+
+
+def test_a_sub_path_mount_of_a_key_links_the_keys_file_and_a_missing_one_becomes_a_directory(
+    tmp_path: Path,
+) -> None:
+    # prometheus-operator mounts its web config Secret's key as a file (`subPath: web-config.yaml`).
+    secret, data = tmp_path / "volumes" / "web-config", tmp_path / "volumes" / "data"
+    secret.mkdir(parents=True)
+    (secret / "web-config.yaml").write_text("tls_server_config: {}\n")
+    data.mkdir()
+    container = {
+        "volumeMounts": [
+            {
+                "name": "web-config",
+                "mountPath": "/etc/prometheus/web-config.yaml",
+                "subPath": "web-config.yaml",
+            },
+            {"name": "data", "mountPath": "/var/lib/app", "subPath": "app"},
+        ]
+    }
+    root = tmp_path / "root"
+    for _ in range(2):  # the agent links again on every sync
+        link_mounts(root, container, {"web-config": secret, "data": data})
+    assert (root / "etc/prometheus/web-config.yaml").read_text() == "tls_server_config: {}\n"
+    assert (data / "app").is_dir() and (root / "var/lib/app").resolve() == (data / "app").resolve()

@@ -7,7 +7,9 @@ configuration reads it, with KUBERNETES_SERVICE_HOST/PORT naming the API server.
 reaches it: what it does, it does as the chart's ServiceAccount, with the chart's RBAC. It then
 serves the CPU example (as the SLO-loop runs configure it) to Ready, a real build on local-0 and
 real Triton pods, and answers a load past one replica's capacity with a second replica, reading
-the test's Prometheus (the chart's `prometheus.url`).
+the P99 from kube-prometheus-stack's Prometheus (the chart's `prometheus.url`), which a real
+prometheus-operator configures from the ServiceMonitor the operator labels with the chart's
+`prometheus.monitoringLabels` (`tailpilot_e2e.prometheus_stack`).
 
 Values specific to this machine (`values`): the pod has no network namespace here, so its servers
 bind its pod IP instead of 0.0.0.0 (the chart's `extraEnv`: the operator's own bind-address setting).
@@ -37,9 +39,8 @@ from tailpilot_e2e.agent_process import running_processes
 from tailpilot_e2e.calibration import calibrate, example_load
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, tool
-from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalPrometheus
-from tailpilot_e2e.monitoring_crds import crd_files
 from tailpilot_e2e.operator_harness import custom_object, install_crds
+from tailpilot_e2e.prometheus_stack import PrometheusStack
 from tailpilot_e2e.real_pods import (
     SINGLE_REQUESTS,
     SLO_LOOP_MODEL_WIDTH,
@@ -63,12 +64,15 @@ LOAD_OVER_ONE_REPLICA = 1.3
 LOAD_S = 150.0
 
 
-def values(*, watch: str, prometheus_url: str, control_period_s: float) -> dict[str, Any]:
+def values(
+    *, watch: str, prometheus_url: str, monitoring_labels: dict[str, str], control_period_s: float
+) -> dict[str, Any]:
     """The chart's values for this cluster: the operator image, Prometheus, one watched namespace."""
     return {
         "image": {"repository": "ghcr.io/tailpilot/tailpilot-operator"},
         "watchNamespaces": [watch],
-        "prometheus": {"url": prometheus_url},
+        # kube-prometheus-stack's Prometheus, and the label it selects monitoring objects by.
+        "prometheus": {"url": prometheus_url, "monitoringLabels": monitoring_labels},
         "engineStore": {"claimName": "tailpilot-engines"},
         # A real pod's 0.0.0.0 is its own network namespace; here it would be the machine's. The
         # agent turns the chart's liveness URL (http://0.0.0.0:8080) into the pod IP; the metrics
@@ -133,21 +137,16 @@ def test_the_charts_operator_runs_as_its_service_account_and_serves_the_cpu_exam
     core = client.CoreV1Api(real_api)
     ns = real_namespace
     install_crds(real_cluster)
-    install_crds(real_cluster, crd_files())  # ServiceMonitor/PrometheusRule: the operator generates both
     prepare_storage(core, ns, tmp_path / "pvc", model_width=SLO_LOOP_MODEL_WIDTH)
     with contextlib.ExitStack() as stack:
-        prometheus = LocalPrometheus(
-            tmp_path / "prometheus",
-            kubernetes=KubernetesDiscovery(real_cluster.paths.kubeconfig, (ns,)),
-            scrape_interval_s=2,
-        )
+        # kube-prometheus-stack's prometheus-operator and Prometheus (its monitoring CRDs with them).
+        prometheus = PrometheusStack(real_cluster, ns, tmp_path / "prometheus", scrape_interval_s=2)
         stack.callback(prometheus.stop)
         prometheus.start()
-        release = stack.enter_context(
-            installed_chart(
-                real_cluster, tmp_path, values(watch=ns, prometheus_url=prometheus.url, control_period_s=4)
-            )
+        chart_values = values(
+            watch=ns, prometheus_url=prometheus.url, monitoring_labels=prometheus.labels, control_period_s=4
         )
+        release = stack.enter_context(installed_chart(real_cluster, tmp_path, chart_values))
         release_ns, account = f"{release}-system", f"{release}-tailpilot"
 
         pod = eventually(
