@@ -149,7 +149,7 @@ class OciReference:
 
 
 def parse_oci_uri(uri: str) -> OciReference:
-    """The parts of `oci://REGISTRY[:PORT]/REPOSITORY[:TAG]@sha256:DIGEST` (the API's OCI_URI_SHAPE).
+    """The parts of `oci://REGISTRY[:PORT]/REPOSITORY[:TAG]@sha256:DIGEST` (the API's OCI_URI).
 
     Raises:
         BuildError: UnsupportedModelUri for any other shape (no digest, an upper-case repository).

@@ -139,91 +139,98 @@ class TensorOverride(_Model):
     )
 
 
+@dataclass(frozen=True)
+class UriShape:
+    """What a URI of one scheme must look like, as one CEL rule and the same check in Python.
+
+    Attributes:
+        scheme: The prefix the shape applies to (`pvc://`); other URIs pass.
+        shape: A regular expression the whole URI must match (RE2 for CEL, `re` here: the
+            expressions use only what both read alike).
+        usage: What the message says after `<field>.uri `: the form and why.
+        forbidden: A regular expression no part of the URI may match (a `..` segment), or None.
+    """
+
+    scheme: str
+    shape: str
+    usage: str
+    forbidden: str | None = None
+
+    def rule(self, field: str) -> Rule:
+        """The CEL rule on the object whose `uri` this is; `field` names it in the message."""
+        matches = f"self.uri.matches('{self.shape}')"
+        if self.forbidden is not None:
+            matches = f"({matches} && !self.uri.matches('{self.forbidden}'))"
+        return Rule(
+            cel=f"!self.uri.startsWith('{self.scheme}') || {matches}",
+            message=f"{field}.uri {self.usage}",
+            field_path=".uri",
+        )
+
+    def accepts(self, uri: str) -> bool:
+        """The rule's verdict, in Python."""
+        return not uri.startswith(self.scheme) or (
+            re.match(self.shape, uri) is not None
+            and (self.forbidden is None or re.search(self.forbidden, uri) is None)
+        )
+
+
+#: A `..` path segment: a path that could leave what it names.
+_PARENT_SEGMENT = r"/[.][.](/|$)"
+
 #: A pvc:// URI: a claim name (a DNS subdomain, as Kubernetes names claims), then a path with no
 #: percent-escapes and no `..` segment, so it cannot leave the claim it names once mounted.
-PVC_URI_SHAPE = r"^pvc://[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[^%]+$"
-PVC_URI_PARENT = r"/[.][.](/|$)"
-
-
-def _pvc_rule(field: str) -> Rule:
-    return Rule(
-        cel=(
-            f"!self.uri.startsWith('pvc://') || "
-            f"(self.uri.matches('{PVC_URI_SHAPE}') && !self.uri.matches('{PVC_URI_PARENT}'))"
-        ),
-        message=(
-            f"{field}.uri pvc://CLAIM/PATH: CLAIM must be a PersistentVolumeClaim name (lower-case letters, "
-            "digits, '-' and '.') and PATH a path inside it, without '..' segments or percent-escapes"
-        ),
-        field_path=".uri",
-    )
-
-
-def _pvc_uri_ok(uri: str) -> bool:
-    return not uri.startswith("pvc://") or (
-        re.match(PVC_URI_SHAPE, uri) is not None and re.search(PVC_URI_PARENT, uri) is None
-    )
-
-
-RULE_MODEL_PVC_URI = _pvc_rule("spec.model")
-RULE_CALIBRATION_PVC_URI = _pvc_rule("spec.engine.calibration")
-
+PVC_URI = UriShape(
+    scheme="pvc://",
+    shape=r"^pvc://[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[^%]+$",
+    usage=(
+        "pvc://CLAIM/PATH: CLAIM must be a PersistentVolumeClaim name (lower-case letters, "
+        "digits, '-' and '.') and PATH a path inside it, without '..' segments or percent-escapes"
+    ),
+    forbidden=_PARENT_SEGMENT,
+)
 #: An oci:// URI: a registry host[:port], a repository (the distribution spec's path components),
 #: an optional tag, and the manifest's digest, which pins the artifact (a tag can be moved).
-OCI_URI_SHAPE = (
-    r"^oci://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[a-z0-9]+([._/-][a-z0-9]+)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?@sha256:[a-f0-9]{64}$"
+OCI_URI = UriShape(
+    scheme="oci://",
+    shape=(
+        r"^oci://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[a-z0-9]+([._/-][a-z0-9]+)*"
+        r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?@sha256:[a-f0-9]{64}$"
+    ),
+    usage=(
+        "oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST must name the artifact's manifest "
+        "digest (a tag can be moved), e.g. oci://ghcr.io/acme/models/resnet@sha256:<64 hex digits>"
+    ),
 )
-
-
-def _oci_rule(field: str) -> Rule:
-    return Rule(
-        cel=f"!self.uri.startsWith('oci://') || self.uri.matches('{OCI_URI_SHAPE}')",
-        message=(
-            f"{field}.uri oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST must name the artifact's manifest "
-            "digest (a tag can be moved), e.g. oci://ghcr.io/acme/models/resnet@sha256:<64 hex digits>"
-        ),
-        field_path=".uri",
-    )
-
-
-def _oci_uri_ok(uri: str) -> bool:
-    return not uri.startswith("oci://") or re.match(OCI_URI_SHAPE, uri) is not None
-
-
 #: An hf:// URI: a Hub repository ORG/REPO, an optional revision (a branch, tag or commit; no '/'),
 #: then a file's path in the repository, without '..' segments or percent-escapes.
-HF_URI_SHAPE = (
-    r"^hf://[A-Za-z0-9][-A-Za-z0-9_.]{0,95}/[A-Za-z0-9][-A-Za-z0-9_.]{0,95}"
-    r"(@[A-Za-z0-9][-A-Za-z0-9_.]{0,127})?/[^%@]+$"
+HF_URI = UriShape(
+    scheme="hf://",
+    shape=(
+        r"^hf://[A-Za-z0-9][-A-Za-z0-9_.]{0,95}/[A-Za-z0-9][-A-Za-z0-9_.]{0,95}"
+        r"(@[A-Za-z0-9][-A-Za-z0-9_.]{0,127})?/[^%@]+$"
+    ),
+    usage=(
+        "hf://ORG/REPO[@REVISION]/PATH names a file of a Hugging Face repository: "
+        "REVISION a branch, tag or commit without '/', PATH without '..' segments or percent-escapes"
+    ),
+    forbidden=_PARENT_SEGMENT,
 )
-HF_URI_PARENT = r"/[.][.](/|$)"
+#: The shaped schemes, in the order their rules are checked.
+URI_SHAPES = (PVC_URI, OCI_URI, HF_URI)
+
+RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_MODEL_HF_URI = (s.rule("spec.model") for s in URI_SHAPES)
+RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI, RULE_CALIBRATION_HF_URI = (
+    s.rule("spec.engine.calibration") for s in URI_SHAPES
+)
 
 
-def _hf_rule(field: str) -> Rule:
-    return Rule(
-        cel=(
-            f"!self.uri.startsWith('hf://') || "
-            f"(self.uri.matches('{HF_URI_SHAPE}') && !self.uri.matches('{HF_URI_PARENT}'))"
-        ),
-        message=(
-            f"{field}.uri hf://ORG/REPO[@REVISION]/PATH names a file of a Hugging Face repository: "
-            "REVISION a branch, tag or commit without '/', PATH without '..' segments or percent-escapes"
-        ),
-        field_path=".uri",
-    )
+def _check_uri_shapes(uri: str, rules: tuple[Rule, ...]) -> None:
+    """Raise the first of `rules` (one per URI_SHAPES entry, in order) whose shape refuses `uri`."""
+    for shape, rule in zip(URI_SHAPES, rules, strict=True):
+        if not shape.accepts(uri):
+            raise _fail(rule)
 
-
-def _hf_uri_ok(uri: str) -> bool:
-    return not uri.startswith("hf://") or (
-        re.match(HF_URI_SHAPE, uri) is not None and re.search(HF_URI_PARENT, uri) is None
-    )
-
-
-RULE_MODEL_OCI_URI = _oci_rule("spec.model")
-RULE_MODEL_HF_URI = _hf_rule("spec.model")
-RULE_CALIBRATION_HF_URI = _hf_rule("spec.engine.calibration")
-RULE_CALIBRATION_OCI_URI = _oci_rule("spec.engine.calibration")
 
 #: A URL's bytes are only trusted by their checksum: over http:// nothing else vouches for them.
 RULE_HTTPS_SHA256 = Rule(
@@ -400,12 +407,7 @@ class ModelSpec(_Model):
     def _https_needs_sha256(self) -> Self:
         if self.uri.startswith(("https://", "http://")) and self.sha256 is None:
             raise _fail(RULE_HTTPS_SHA256)
-        if not _pvc_uri_ok(self.uri):
-            raise _fail(RULE_MODEL_PVC_URI)
-        if not _oci_uri_ok(self.uri):
-            raise _fail(RULE_MODEL_OCI_URI)
-        if not _hf_uri_ok(self.uri):
-            raise _fail(RULE_MODEL_HF_URI)
+        _check_uri_shapes(self.uri, (RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_MODEL_HF_URI))
         if self.s3 is not None and not self.uri.startswith("s3://"):
             raise _fail(RULE_S3_OPTIONS_NEED_S3_URI)
         if self.hf is not None and not self.uri.startswith("hf://"):
@@ -447,12 +449,9 @@ class CalibrationSpec(_Model):
 
     @model_validator(mode="after")
     def _uri_shapes(self) -> Self:
-        if not _pvc_uri_ok(self.uri):
-            raise _fail(RULE_CALIBRATION_PVC_URI)
-        if not _oci_uri_ok(self.uri):
-            raise _fail(RULE_CALIBRATION_OCI_URI)
-        if not _hf_uri_ok(self.uri):
-            raise _fail(RULE_CALIBRATION_HF_URI)
+        _check_uri_shapes(
+            self.uri, (RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI, RULE_CALIBRATION_HF_URI)
+        )
         return self
 
 
