@@ -143,8 +143,41 @@ def _rule_file_name(rule: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}-{meta['name']}.yaml"
 
 
+class PrometheusApi:
+    """Reads of a running Prometheus' HTTP API at `url` (what tests ask of any Prometheus)."""
+
+    @property
+    def url(self) -> str:
+        """Base URL of the HTTP API."""
+        raise NotImplementedError
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """Instant query; the result vector."""
+        body = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5).json()
+        return list(body["data"]["result"])
+
+    def targets(self, *, job: str | None = None) -> list[dict[str, Any]]:
+        """The active targets (/api/v1/targets), optionally of one scrape job (pool)."""
+        response = httpx.get(f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=5)
+        response.raise_for_status()
+        active = response.json()["data"]["activeTargets"]
+        return [t for t in active if job is None or t["scrapePool"] == job]
+
+    def alertmanagers(self) -> list[str]:
+        """URLs of the Alertmanagers Prometheus sends alerts to (/api/v1/alertmanagers)."""
+        response = httpx.get(f"{self.url}/api/v1/alertmanagers", timeout=5)
+        response.raise_for_status()
+        return [a["url"] for a in response.json()["data"]["activeAlertmanagers"]]
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The loaded rule groups (/api/v1/rules): each with `name`, `file` and `rules`."""
+        response = httpx.get(f"{self.url}/api/v1/rules", timeout=5)
+        response.raise_for_status()
+        return list(response.json()["data"]["groups"])
+
+
 @dataclass
-class LocalPrometheus:
+class LocalPrometheus(PrometheusApi):
     """Prometheus scraping file-discovered (and optionally Kubernetes pod) targets."""
 
     work_dir: Path
@@ -226,36 +259,12 @@ class LocalPrometheus:
         assert self._proc is not None and self._proc.process is not None
         return self._proc.process.pid
 
-    def alertmanagers(self) -> list[str]:
-        """URLs of the Alertmanagers Prometheus sends alerts to (/api/v1/alertmanagers)."""
-        response = httpx.get(f"{self.url}/api/v1/alertmanagers", timeout=5)
-        response.raise_for_status()
-        return [a["url"] for a in response.json()["data"]["activeAlertmanagers"]]
-
     def set_targets(self, targets: list[tuple[str, dict[str, str]]]) -> None:
         """Scrape exactly these `host:port` targets with these labels (atomic file replace)."""
         groups = [{"targets": [address], "labels": labels} for address, labels in targets]
         tmp = self.targets_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(groups))
         tmp.replace(self.targets_file)
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """Instant query; the result vector."""
-        body = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5).json()
-        return list(body["data"]["result"])
-
-    def targets(self, *, job: str | None = None) -> list[dict[str, Any]]:
-        """The active targets (/api/v1/targets), optionally of one scrape job."""
-        response = httpx.get(f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=5)
-        response.raise_for_status()
-        active = response.json()["data"]["activeTargets"]
-        return [t for t in active if job is None or t["scrapePool"] == job]
-
-    def rule_groups(self) -> list[dict[str, Any]]:
-        """The loaded rule groups (/api/v1/rules): each with `name`, `file` and `rules`."""
-        response = httpx.get(f"{self.url}/api/v1/rules", timeout=5)
-        response.raise_for_status()
-        return list(response.json()["data"]["groups"])
 
     def load_rules(self, rules: Sequence[Mapping[str, Any]], *, timeout: float = 30) -> None:
         """Load exactly these PrometheusRule objects (replacing earlier ones), reload, wait until served.

@@ -53,6 +53,7 @@ from tailpilot_e2e.agent_node import NODE_NAME
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import read_versions
 from tailpilot_e2e.kube import api_client
+from tailpilot_e2e.monitoring import PrometheusApi
 from tailpilot_e2e.monitoring_crds import ALL_CRD_FILES, crd_files, module_files
 from tailpilot_e2e.wait import eventually
 
@@ -228,7 +229,7 @@ def install_monitoring_crds(cluster: LocalCluster) -> None:
 
 
 @dataclass
-class PrometheusStack:
+class PrometheusStack(PrometheusApi):
     """prometheus-operator and its Prometheus serving one namespace; `start`, then `url`, then `stop`."""
 
     cluster: LocalCluster
@@ -304,29 +305,6 @@ class PrometheusStack:
         response = httpx.get(f"{self.url}/api/v1/status/config", timeout=5)
         response.raise_for_status()
         return str(response.json()["data"]["yaml"])
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """Instant query; the result vector."""
-        body = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5).json()
-        return list(body["data"]["result"])
-
-    def targets(self) -> list[dict[str, Any]]:
-        """The active targets (/api/v1/targets)."""
-        response = httpx.get(f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=5)
-        response.raise_for_status()
-        return list(response.json()["data"]["activeTargets"])
-
-    def alertmanagers(self) -> list[str]:
-        """URLs of the Alertmanagers Prometheus sends alerts to (/api/v1/alertmanagers)."""
-        response = httpx.get(f"{self.url}/api/v1/alertmanagers", timeout=5)
-        response.raise_for_status()
-        return [a["url"] for a in response.json()["data"]["activeAlertmanagers"]]
-
-    def rule_groups(self) -> list[dict[str, Any]]:
-        """The loaded rule groups (/api/v1/rules): each with `name`, `file` and `rules`."""
-        response = httpx.get(f"{self.url}/api/v1/rules", timeout=5)
-        response.raise_for_status()
-        return list(response.json()["data"]["groups"])
 
     def load_cluster_rules(self, api: client.ApiClient, namespace: str, *, timeout: float = 90) -> list[str]:
         """Wait until Prometheus evaluates every group of the namespace's PrometheusRules; their names.

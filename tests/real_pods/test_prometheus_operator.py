@@ -67,7 +67,7 @@ def test_the_generated_servicemonitor_and_rule_feed_the_loop_and_the_burn_alert_
     pool = f"serviceMonitor/{ns}/{NAME}/0"
 
     def scraped() -> list[dict[str, Any]]:
-        return [t for t in prometheus.targets() if t["scrapePool"] == pool and t["health"] == "up"]
+        return [t for t in prometheus.targets(job=pool) if t["health"] == "up"]
 
     targets = eventually(scraped, timeout=60, interval=1.0, description=f"{pool} scraped")
     assert [t["labels"][c.METRIC_LABEL_ISVC] for t in targets] == [NAME]
