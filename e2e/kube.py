@@ -99,3 +99,9 @@ def service_account_kubeconfig(
     }
     path.write_text(json.dumps(config))
     return path
+
+
+def is_ready(pod: client.V1Pod) -> bool:
+    """Ready condition True and not terminating."""
+    conditions = {c.type: c.status for c in pod.status.conditions or []}
+    return conditions.get("Ready") == "True" and pod.metadata.deletion_timestamp is None

@@ -52,9 +52,10 @@ from tailpilot_e2e.agent_images import (
 from tailpilot_e2e.agent_node import NODE_NAME
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import read_versions
-from tailpilot_e2e.kube import api_client
+from tailpilot_e2e.kube import api_client, is_ready
 from tailpilot_e2e.monitoring import PrometheusApi
 from tailpilot_e2e.monitoring_crds import ALL_CRD_FILES, crd_files, module_files
+from tailpilot_e2e.operator_harness import install_crds
 from tailpilot_e2e.wait import eventually
 
 #: The label kube-prometheus-stack's Prometheus selects ServiceMonitors and PrometheusRules by.
@@ -217,17 +218,6 @@ def stack_objects(
     return objects
 
 
-def install_monitoring_crds(cluster: LocalCluster) -> None:
-    """Every monitoring.coreos.com CRD, server-side applied (the largest exceed client-side apply's limit)."""
-    files = crd_files(ALL_CRD_FILES)
-    args = [a for path in files for a in ("-f", str(path))]
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", *args, timeout=120)
-    names = [
-        f"crd/{path.name.removesuffix('.yaml').split('_', 1)[1]}.monitoring.coreos.com" for path in files
-    ]
-    cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s", timeout=70)
-
-
 @dataclass
 class PrometheusStack(PrometheusApi):
     """prometheus-operator and its Prometheus serving one namespace; `start`, then `url`, then `stop`."""
@@ -254,7 +244,7 @@ class PrometheusStack(PrometheusApi):
 
     def start(self, timeout: float = 180) -> PrometheusStack:
         """Apply the CRDs and the stack; wait until the operator's Prometheus pod is ready and configured."""
-        install_monitoring_crds(self.cluster)
+        install_crds(self.cluster, crd_files(ALL_CRD_FILES))  # every kind the operator serves
         self.work_dir.mkdir(parents=True, exist_ok=True)
         objects = stack_objects(
             namespace=self.namespace,
@@ -275,9 +265,7 @@ class PrometheusStack(PrometheusApi):
                 if error.status == 404:
                     return None
                 raise
-            status = pod.status or client.V1PodStatus()
-            ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
-            return status.pod_ip if ready else None
+            return pod.status.pod_ip if is_ready(pod) else None
 
         self.pod_ip = eventually(
             ready_pod_ip,

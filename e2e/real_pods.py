@@ -24,6 +24,7 @@ from kubernetes import client
 from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import REPO_ROOT
+from tailpilot_e2e.kube import is_ready as is_ready  # re-exported: tests and calibration name it here
 from tailpilot_e2e.monitoring import LocalAlertmanager
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
@@ -160,12 +161,6 @@ def server_pods(core: client.CoreV1Api, namespace: str, name: str) -> list[clien
     """The service's Triton pods (any phase)."""
     selector = f"tailpilot.io/inferenceservice={name},{SERVER_SELECTOR}"
     return list(core.list_namespaced_pod(namespace, label_selector=selector).items)
-
-
-def is_ready(pod: client.V1Pod) -> bool:
-    """Ready condition True and not terminating."""
-    conditions = {c.type: c.status for c in pod.status.conditions or []}
-    return conditions.get("Ready") == "True" and pod.metadata.deletion_timestamp is None
 
 
 def ready_endpoints(core: client.CoreV1Api, namespace: str, name: str) -> list[str]:

@@ -219,14 +219,15 @@ HF_URI = UriShape(
 #: The shaped schemes, in the order their rules are checked.
 URI_SHAPES = (PVC_URI, OCI_URI, HF_URI)
 
-RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_MODEL_HF_URI = (s.rule("spec.model") for s in URI_SHAPES)
-RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI, RULE_CALIBRATION_HF_URI = (
-    s.rule("spec.engine.calibration") for s in URI_SHAPES
-)
+#: The shapes' rules on spec.model and on spec.engine.calibration, in URI_SHAPES' order.
+MODEL_URI_RULES = tuple(s.rule("spec.model") for s in URI_SHAPES)
+CALIBRATION_URI_RULES = tuple(s.rule("spec.engine.calibration") for s in URI_SHAPES)
+RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_MODEL_HF_URI = MODEL_URI_RULES
+RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI, RULE_CALIBRATION_HF_URI = CALIBRATION_URI_RULES
 
 
 def _check_uri_shapes(uri: str, rules: tuple[Rule, ...]) -> None:
-    """Raise the first of `rules` (one per URI_SHAPES entry, in order) whose shape refuses `uri`."""
+    """Raise the first of `rules` (MODEL_URI_RULES or CALIBRATION_URI_RULES) whose shape refuses `uri`."""
     for shape, rule in zip(URI_SHAPES, rules, strict=True):
         if not shape.accepts(uri):
             raise _fail(rule)
@@ -407,7 +408,7 @@ class ModelSpec(_Model):
     def _https_needs_sha256(self) -> Self:
         if self.uri.startswith(("https://", "http://")) and self.sha256 is None:
             raise _fail(RULE_HTTPS_SHA256)
-        _check_uri_shapes(self.uri, (RULE_MODEL_PVC_URI, RULE_MODEL_OCI_URI, RULE_MODEL_HF_URI))
+        _check_uri_shapes(self.uri, MODEL_URI_RULES)
         if self.s3 is not None and not self.uri.startswith("s3://"):
             raise _fail(RULE_S3_OPTIONS_NEED_S3_URI)
         if self.hf is not None and not self.uri.startswith("hf://"):
@@ -449,9 +450,7 @@ class CalibrationSpec(_Model):
 
     @model_validator(mode="after")
     def _uri_shapes(self) -> Self:
-        _check_uri_shapes(
-            self.uri, (RULE_CALIBRATION_PVC_URI, RULE_CALIBRATION_OCI_URI, RULE_CALIBRATION_HF_URI)
-        )
+        _check_uri_shapes(self.uri, CALIBRATION_URI_RULES)
         return self
 
 
