@@ -9,13 +9,13 @@ one start-up time, three TailPilot runs per trace:
   period does (the same Observation, the decided batching, the replicas in force, the start-up
   time, the choice's memory from the period before).
   The service is first placed by `choose_product` with nothing serving, at the rate of the trace's
-  first control period. A move (the plan's `move`) is that period's decision: max(choice.replicas,
-  replicas now) replicas start on the new product at the batching in force; the old product's ready
-  replicas serve until all of them are ready (the simulator's move, `tailpilot.bench.simulator`: a
-  rolling update taken as one step); the policy's state restarts on the new product's profile.
-  Decisions during the move apply as usual; once it is done the fleet shrinks to choice.replicas
-  when that is fewer (as the operator's reconciler does once the rollout is complete). A request
-  goes to any ready replica, of either product.
+  first control period. A move (the plan's `move`) is that period's decision: the new product's own
+  fleet (choice.replicas) starts at the batching in force; the old product's ready replicas serve
+  until all of the new ones are ready, then go together (the simulator's move,
+  `tailpilot.bench.simulator`; the operator's hand-over, which releases the old ReplicaSets from the
+  Deployment, `tailpilot.controllers.reconcile.move_handover`); the policy's state restarts on the
+  new product's profile. Decisions during the move apply as usual. A request goes to any ready
+  replica, of either product.
 - `fixed <product>`: TailPilot on one product the whole run (the product picked by hand), placed
   the same way (the same sizing at the same first rate) on that product.
 
@@ -203,7 +203,6 @@ def place(products: Sequence[Product], *, config: PolicyConfig, rate_per_s: floa
         config=config,
         observation=Observation(at_s=0.0, request_rate=rate_per_s, p99_ms=None),
         batching=PLACEMENT_BATCHING,
-        replicas_now=0,
         startup_s=config.replica_startup_s,
         now_s=0.0,
         memory=MoveMemory(),
@@ -216,14 +215,6 @@ def sized_on(product: Product, *, config: PolicyConfig, rate_per_s: float) -> in
         (product.option(),), config=config, rate_per_s=rate_per_s, batching=PLACEMENT_BATCHING
     )
     return figures.replicas if figures.replicas is not None else config.max_replicas
-
-
-@dataclass(frozen=True)
-class _Move:
-    """A move under way: the replicas it started and those the choice sized."""
-
-    started: int
-    sized: int
 
 
 @dataclass(frozen=True)
@@ -261,34 +252,19 @@ class ChoosingTailPilot(TailPilot):
         self._product = initial.product
         #: The choice's memory before the first period (the placement's); later ones are the plan's.
         self._placement_memory = memory
-        self._move: _Move | None = None
         self.moves: list[MoveRecord] = []
         #: Each choice's reason, in order.
         self.choice_reasons: list[str] = []
         #: At each choice: (replicas `choose_product` sized on the product serving, replicas in force).
         self.sized_and_held: list[tuple[int, int]] = []
 
-    def decide(self, view: FleetView) -> Target:
-        move = self._move
-        target = super().decide(view)
-        if (
-            move is not None
-            and self._move is move
-            and view.product == self._product
-            and not view.moving
-            and view.ready_replicas >= view.target_replicas
-        ):
-            # The move is done: the fleet shrinks to what the choice sized, when fewer (a
-            # restarted policy holds its replicas while it stabilizes, for minutes).
-            self._move = None
-            if move.sized < move.started:
-                self._last = replace(target, replicas=min(target.replicas, move.sized))
-            return self._last
-        return target
+    def products(self, view: FleetView) -> ProductContext:
+        """Every product, the one serving, the choice's memory (kept by `run_period`'s plan).
 
-    def products(self) -> ProductContext:
-        """Every product, the one serving, and the choice's memory (kept by `run_period`'s plan)."""
+        And whether a move's new replicas are still starting (the operator's status.gpu.movingTo).
+        """
         return ProductContext(
+            moving=view.moving,
             options=self._options,
             current=self._product,
             serving=self._product,
@@ -311,7 +287,6 @@ class ChoosingTailPilot(TailPilot):
             )
             self._product = move.product
             self._profile = self._products[move.product].profile
-            self._move = _Move(started=move.replicas, sized=move.sized)
             # The move is the decision: its replicas and batching no longer apply.
             target = Target(move.replicas, view.batching)
         self._last = replace(target, product=self._product)

@@ -225,12 +225,13 @@ def _what_runs(run: PageRun) -> list[str]:
         "choice cost more).",
         "",
         "**A move**, as the operator makes it: the move is that period's decision (its replicas and batching "
-        "are dropped); the Deployment keeps at least the replicas it has, so max(choice.replicas, replicas "
-        "now) replicas start on the new product at the batching in force; the old product's ready replicas "
-        "serve until every new replica is ready, then drain and go; requests go to every ready replica of "
-        "either product meanwhile. The policy's state restarts on the new product's profile. Once every new "
-        "replica is ready the fleet shrinks to choice.replicas when that is fewer. The simulator takes the "
-        "rolling update as one step (all new replicas start together, all old ones go together).",
+        "are dropped); the new product's own fleet, choice.replicas, starts at the batching in force; the "
+        "old product's ready replicas serve until every new replica is ready, then drain and go (the "
+        "operator releases their ReplicaSet from the Deployment for this hand-over); requests go to every "
+        "ready replica of either product meanwhile. While the new replicas start, the period holds them "
+        "(`MovingGpuProduct`: the latency observed is the old product's). The policy's state restarts on the "
+        "new product's profile. The simulator takes the hand-over as one step (all new replicas start "
+        "together, all old ones go together).",
         "",
         "**Money** is every replica's seconds, starting and draining ones included, x GPUs per replica x the "
         "price per GPU-hour of its product.",
@@ -263,10 +264,11 @@ def _caveats(run: PageRun) -> list[str]:
         "**Prices are illustrative** and one per product; spot, committed-use or per-node pricing is "
         "not modelled. Only GPU time is counted: no node overhead, and nothing for building and "
         "profiling an engine per product (the operator does that before it can choose).",
-        "**The move** starts as many replicas of the new product as the old one runs (the Deployment's "
-        "count cannot drop while old pods still serve), which is what makes a move from many small "
-        "replicas to few large ones dear; a second Deployment per product, started at the new "
-        "product's size beside the old one, would avoid it and is not built.",
+        "**Attainment on bursty traces:** the choice places a service on the product cheapest at its "
+        "first rate. Where the load later bursts past what that product's fleet absorbs within a "
+        "start-up, the choice keeps fewer requests within the SLO than the dearer product all hour, "
+        "until its move (each line above gives both shares: a saving there may come with fewer requests "
+        "within the SLO); the placement does not yet weigh the rises the traffic has shown.",
         "**Placement** is at the trace's first control period's rate, as if the service had been "
         "running before the trace began; the operator places a new service at its observed rate (0 "
         "when it has none).",

@@ -136,7 +136,7 @@ class TailPilot:
         """What the policy remembers now (what the operator keeps on the object's status)."""
         return self._memory.state or self._initial_state
 
-    def products(self) -> ProductContext | None:
+    def products(self, view: FleetView) -> ProductContext | None:
         """The GPU products the service may move between; None: one product."""
         return None
 
@@ -207,7 +207,7 @@ class TailPilot:
             surge=surge,
             state=self.state.with_actual(replicas=view.target_replicas, batching=view.batching),
             memory=self._memory,
-            products=self.products(),
+            products=self.products(view),
             replicas=view.target_replicas,
             batching=view.batching,
             now_s=view.now_s,

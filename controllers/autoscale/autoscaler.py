@@ -431,7 +431,7 @@ class Autoscaler:
         events: list[EventRecord] = [*gathered.pod_events, *profile_events]
         scale, target = False, status
         if plan.choice is not None and products is not None:
-            target = self._record_choice(inputs, plan.choice, products, replicas, events)
+            target = self._record_choice(inputs, plan.choice, products, events)
             if plan.move is not None:
                 # The move is the decision: the replicas and batching the old product needed no longer apply.
                 target = self._moved(target, plan, state, replicas)
@@ -654,6 +654,8 @@ class Autoscaler:
             current=status.gpu.product,
             serving=candidates_serving(candidates),
             memory=memory_of(status.gpu, now=utc_now(self.clock), now_s=now),
+            # Until the reconciler sees every new pod ready (it then deletes the old ones).
+            moving=status.gpu.moving_to is not None,
         )
         return _Products(context=context, candidates=candidates)
 
@@ -662,7 +664,6 @@ class Autoscaler:
         inputs: _Inputs,
         choice: ProductChoice,
         products: _Products,
-        replicas: int,
         events: list[EventRecord],
     ) -> InferenceServiceStatus:
         """The status with the period's product choice, its metrics and its Events."""
@@ -675,9 +676,7 @@ class Autoscaler:
             serving=choice.product,
             moved=choice.reason if choice.moved else None,
         )
-        chosen = choice_status(
-            status.gpu, choice, products.candidates, now=utc_now(self.clock), replicas_now=replicas
-        )
+        chosen = choice_status(status.gpu, choice, products.candidates, now=utc_now(self.clock))
         if not choice.moved:
             if choice.reason != status.gpu.reason and choice.reason == REASON_MOVE_DEFERRED:
                 events.append(EventRecord("Normal", choice.reason, choice.message))

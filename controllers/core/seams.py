@@ -170,11 +170,16 @@ class ReconcilerKube(
     AppliesObjects,
     DeletesObjects,
     PatchesStatus,
+    MergePatches,
     PostsEvents,
     HasResources,
     Protocol,
 ):
-    """`reconciler.Reconciler`: every call above (its GPU inventory lists nodes and pods cluster-wide)."""
+    """`reconciler.Reconciler`: every call above.
+
+    Its GPU inventory lists nodes and pods cluster-wide; a GPU product move releases the old
+    ReplicaSets by a merge patch.
+    """
 
 
 class LeaseKube(ReadsLeases, WritesLeases, Protocol):

@@ -169,7 +169,6 @@ def choice_status(
     candidates: list[GpuCandidateStatus],
     *,
     now: datetime,
-    replicas_now: int,
 ) -> GpuChoiceStatus:
     """status.gpu after a choice: the product, the reason and figures, and a move's bookkeeping."""
     base = previous or GpuChoiceStatus()
@@ -182,12 +181,12 @@ def choice_status(
     }
     if choice.moved:
         update["moved_at"] = now
-        # The Deployment keeps the replicas it has until every pod runs on the new product.
+        # The new product's own fleet starts (status.replicas); the old pods serve beside it, their
+        # ReplicaSet released from the Deployment, until every new pod is ready
+        # (`tailpilot.controllers.reconcile.move_handover`). Nothing is left to shrink afterwards.
         placed = previous is None or previous.product is None
         update["moving_to"] = None if placed else choice.product
-        update["replicas_after_move"] = (
-            None if placed or choice.replicas is None or choice.replicas >= replicas_now else choice.replicas
-        )
+        update["replicas_after_move"] = None
     return base.model_copy(update=update)
 
 

@@ -30,7 +30,6 @@ from tailpilot.controllers.core.kubeapi import JOBS
 from tailpilot.controllers.core.status import (
     batching_in_force,
     engine_status,
-    replicas_in_force,
     served_result,
 )
 from tailpilot.controllers.gpu.gpu_inventory import GpuInventory
@@ -202,7 +201,7 @@ class Candidates:
         isvc, status = p.isvc, p.status
         previous = status.gpu
         config = policy_config(isvc.spec, control_period_s=self.deps.settings.control_period_seconds)
-        replicas, now_s = replicas_in_force(isvc, status), self.deps.clock.time()
+        now_s = self.deps.clock.time()
         choice = choose_product(
             options_of(isvc, candidates),
             current=None,
@@ -213,12 +212,11 @@ class Candidates:
                 p99_ms=None,
             ),
             batching=batching_in_force(isvc, status),
-            replicas_now=replicas,
             startup_s=config.replica_startup_s,
             now_s=now_s,
             memory=MoveMemory(),
         )
-        chosen = choice_status(previous, choice, candidates, now=self.deps.now(), replicas_now=replicas)
+        chosen = choice_status(previous, choice, candidates, now=self.deps.now())
         if choice.product is not None:
             p.events.append(
                 EventRecord("Normal", choice.reason, f"placed on {choice.product}: {choice.message}")

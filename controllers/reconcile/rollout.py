@@ -23,6 +23,7 @@ from tailpilot.controllers.core.status import (
 )
 from tailpilot.controllers.reconcile.children import Children
 from tailpilot.controllers.reconcile.deps import PassDeps
+from tailpilot.controllers.reconcile.move_handover import MoveHandover
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.controllers.reconcile.strategies import StrategyRegistry
 from tailpilot.controllers.reconcile.strategy import RolloutView, Strategy
@@ -73,6 +74,7 @@ class Rollout:
         self.children = children
         self.strategies = strategies
         self.zero = ZeroRouting(deps)
+        self.handover = MoveHandover(deps)
 
     def run(self, p: ReconcilePass) -> None:
         """Roll out the served engine (RolloutReady onto the pass), or say that none is built yet."""
@@ -117,8 +119,16 @@ class Rollout:
         lives: dict[str, dict[str, Any] | None] = {}
         #: Children whose name an object this service does not control already has: left alone.
         taken: list[dict[str, Any]] = []
+        stable = deployment_name(isvc.name)
+        handover = self.handover.before_write(p)
+        p.events.extend(handover.events)
+        if handover.hold_replicas is not None:
+            p.requeue_within(1.0)  # the next step waits only for the deployment controller to see it
         for obj in children.wanted:
-            applied = self.children.apply(isvc, obj)
+            is_stable = resource_of(obj) is DEPLOYMENTS and obj["metadata"]["name"] == stable
+            if is_stable:
+                obj = handover.deployment(obj)
+            applied = self.children.apply(isvc, obj, force=is_stable and handover.force_apply)
             p.events.extend(applied.events)
             if applied.taken:
                 taken.append(obj)
@@ -127,8 +137,10 @@ class Rollout:
             if resource_of(obj) is DEPLOYMENTS:
                 lives[obj["metadata"]["name"]] = applied.live
         p.children_written += written
-        deployment_live = lives.get(deployment_name(isvc.name))
+        deployment_live = lives.get(stable)
+        # During a move's hand-over the released old pods serve too.
         ready = int(((deployment_live or {}).get("status") or {}).get("readyReplicas", 0))
+        ready += handover.released_ready
         p.status = status.model_copy(
             update={
                 "replicas": replicas,
@@ -192,14 +204,18 @@ class Rollout:
             c.CONDITION_ROLLOUT_READY, c.STATUS_FALSE, c.REASON_CHILD_NAME_TAKEN, message
         )
 
-    @staticmethod
-    def _move_done(p: ReconcilePass) -> None:
-        """A move is complete: every pod runs on the new product; shrink to what it needs."""
+    def _move_done(self, p: ReconcilePass) -> None:
+        """A move is complete: every new pod is ready, the old ones go.
+
+        A move an earlier operator version began, at the old count, shrinks to what the new product
+        needs.
+        """
         move, rollout = p.status.gpu, p.rollout_condition
         if rollout is None or rollout.status != c.STATUS_TRUE or not move:
             return
         if not (move.moving_to or move.replicas_after_move):
             return
+        p.events.extend(self.handover.finish(p))
         shrink = move.replicas_after_move
         p.status = p.status.model_copy(
             update={

@@ -90,6 +90,9 @@ ROTATION_HELD: Final = "held"
 #: stable Deployment's pods do not carry it (their template and selector stay as they were).
 LABEL_TRACK: Final = f"{GROUP}/track"
 TRACK_CANARY: Final = "canary"
+#: On a ReplicaSet of the old GPU product that a move released from the Deployment (value "true"):
+#: its pods serve until every pod on the new product is ready, then it is deleted.
+LABEL_RELEASED_BY_MOVE: Final = f"{GROUP}/released-by-move"
 
 ANNOTATION_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
@@ -229,6 +232,9 @@ REASON_CHOOSING_PRECISION: Final = "ChoosingPrecision"
 REASON_ROLLING_OUT: Final = "RollingOut"
 REASON_ROLLED_OUT: Final = "RolledOut"
 REASON_ROLLOUT_STALLED: Final = "RolloutStalled"
+#: A move's hand-over: the old product's pods kept serving beside the new ones, then gone.
+REASON_OLD_PODS_KEPT: Final = "OldPodsKeptForMove"
+REASON_OLD_PODS_GONE: Final = "OldPodsGoneAfterMove"
 REASON_SLO_MET: Final = "WithinSLO"
 REASON_SLO_VIOLATED: Final = "SLOViolated"
 REASON_NO_TRAFFIC: Final = "NoTraffic"

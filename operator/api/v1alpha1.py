@@ -1968,16 +1968,19 @@ class GpuChoiceStatus(_Model):
         default=None,
         max_length=63,
         description=(
-            "During a move, the product the pods move to: its pods start all at once (maxSurge 100%) while "
-            "every old pod serves until a new one is Ready; cleared when every pod runs there."
+            "During a move, the product the pods move to: the new product's own fleet starts all at once "
+            "(status.replicas, maxSurge 100%) while every old pod serves beside it (their ReplicaSet is "
+            "released from the Deployment); the old pods go, and this is cleared, once every new one is "
+            "Ready."
         ),
     )
     replicas_after_move: int | None = Field(
         default=None,
         ge=0,
         description=(
-            "During a move, the replicas the new product needs: the Deployment keeps at least the old "
-            "count until every pod runs on the new product, then shrinks to this."
+            "Only in a status an earlier operator version wrote mid-move (it kept the old replica count "
+            "for the move): the replicas to shrink to once every pod runs on the new product. Moves now "
+            "start at the new product's own size and leave it empty."
         ),
     )
     candidates: list[GpuCandidateStatus] = Field(

@@ -50,6 +50,9 @@ class Reason:
     SLO_MISSED = "SLOMissed"
     #: Some Ready pods have no current figures (a partial scrape): scale-down is suppressed.
     PODS_UNOBSERVED = "PodsUnobserved"
+    #: A move to another GPU product is under way: the new product's replicas hold at the choice's
+    #: size until every one is ready (the pods observed are mostly the old product's).
+    MOVING_GPU_PRODUCT = "MovingGpuProduct"
 
 
 # --- Fixed tuning: values no spec field and no benchmark variant sets (docs/autoscaling.md) ---

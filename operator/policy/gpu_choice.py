@@ -9,7 +9,7 @@ to absorb), within the replicas its nodes can hold; its cost is replicas x GPUs 
 The cheapest product that holds the SLO is the best one; on equal cost, the one serving, then the one
 with more capacity per replica.
 
-Moving is not free: the new product's replicas (as many as serve now, or more) start and are paid for
+Moving is not free: the new product's replicas (its own fleet at the demand) start and are paid for
 while the old ones still serve, for about the replicas' start-up time. So a service moves only when
 
 - the product serving cannot hold the SLO at the demand rate (its bound or its free GPUs are too few):
@@ -172,7 +172,6 @@ def choose_product(
     config: PolicyConfig,
     observation: Observation,
     batching: BatchingConfig,
-    replicas_now: int,
     startup_s: float,
     now_s: float,
     memory: MoveMemory,
@@ -208,7 +207,6 @@ def choose_product(
         current=current,
         here=here,
         options=options,
-        replicas_now=replicas_now,
         startup_s=startup_s,
         now_s=now_s,
         hold_s=config.scale_down_stabilization_s,
@@ -344,7 +342,6 @@ def _cost_choice(
     current: str,
     here: ProductFigures,
     options: tuple[ProductOption, ...],
-    replicas_now: int,
     startup_s: float,
     now_s: float,
     hold_s: float,
@@ -355,7 +352,6 @@ def _cost_choice(
         current=current,
         options=options,
         figures=call.by_name,
-        replicas_now=replicas_now,
         startup_s=startup_s,
         now_s=now_s,
         hold_s=hold_s,
@@ -468,7 +464,6 @@ def _move_for_cost(
     current: str,
     options: tuple[ProductOption, ...],
     figures: dict[str, ProductFigures],
-    replicas_now: int,
     startup_s: float,
     now_s: float,
     hold_s: float,
@@ -492,9 +487,8 @@ def _move_for_cost(
     for product, figure in figures.items():
         if product == current or figure.replicas is None or _missed_there(memory, product):
             continue
-        # The move's price: as many replicas as serve now (or more) start at once on it, beside the
-        # old ones, for a start-up.
-        started = max(figure.replicas, replicas_now)
+        # The move's price: its own fleet starts at once on it, beside the old one, for a start-up.
+        started = figure.replicas
         if (free := room.get(product)) is not None and free < started:
             continue  # its nodes cannot start them all: not worth a move that waits for GPUs
         move_cost = gpus[product] * started * startup_s / 3600.0

@@ -21,6 +21,9 @@ of the steps lives here alone:
    service has no ready replica, the requests the activator holds for it size the wake
    (`tailpilot.policy.wake`): the decision is raised to the replicas that drain them.
 
+While a move's new replicas start (`ProductContext.moving`), the period holds them instead
+(`_while_moving`): what the pods show then is the old product's.
+
 What is carried to the next period is `PeriodMemory`: the policy's state, the fit's windows, the
 product choice's memory. The caller keeps it per service and passes it back, as it did the state.
 """
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import EngineProfile
 from tailpilot.policy import error_budget, headroom, idle, wake
-from tailpilot.policy.config import PolicyConfig, PolicyState
+from tailpilot.policy.config import PolicyConfig, PolicyState, Reason
 from tailpilot.policy.core import decide, replica_capacity_per_s
 from tailpilot.policy.error_budget import Budget, BudgetLedger
 from tailpilot.policy.gpu_choice import MoveMemory, ProductChoice, ProductOption, choose_product
@@ -109,6 +112,9 @@ class ProductContext:
     serving: str | None
     #: The choice's memory when this process has none yet (after a restart: the last move's time).
     memory: MoveMemory = field(default_factory=MoveMemory)
+    #: A move to `current` is under way: its new replicas are not all ready, so the pods observed
+    #: are mostly the old product's (the period holds, `_while_moving`).
+    moving: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,11 +155,15 @@ class PeriodInput:
 
 @dataclass(frozen=True)
 class ProductMove:
-    """A move to another GPU product: the replicas started there, and those the choice sized."""
+    """A move to another GPU product: the replicas started there, at that product's own size.
+
+    The old product's replicas keep serving beside them until every new one is ready (the operator
+    releases their ReplicaSet from the Deployment for the hand-over), so the new fleet need not
+    match the old one's count: a product whose replica serves ten times more starts a tenth of them.
+    """
 
     product: str
     replicas: int
-    sized: int
 
 
 @dataclass(frozen=True)
@@ -222,6 +232,8 @@ def learned_profile(fit: ServiceFit | None, *, engine: ServedEngine) -> EnginePr
 def run_period(period: PeriodInput) -> PeriodPlan:
     """One control period (module docstring): the plan to execute and the memory to keep."""
     observation = with_surge(period.observation, period.surge)
+    if period.products is not None and period.products.moving:
+        return _while_moving(period, observation)
     fit, learned = _learn(period, observation)
     learned, left, factor = _headroom(period, observation, learned)
     quiet = idle.record(
@@ -252,11 +264,7 @@ def run_period(period: PeriodInput) -> PeriodPlan:
     if period.products is not None and not decision.dry_run and observation.request_rate is not None:
         choice = _choose(period, observation, state, profile)
         if choice.moved and choice.product is not None and choice.product != period.products.current:
-            move = ProductMove(
-                product=choice.product,
-                replicas=max(choice.replicas or period.replicas, period.replicas),
-                sized=choice.replicas or 1,
-            )
+            move = ProductMove(product=choice.product, replicas=choice.replicas or period.replicas)
             # What was learned (the P99 correction, the speed, the fit) belongs to the engine left.
             restarted = PolicyState.initial(replicas=move.replicas, batching=period.batching)
             return PeriodPlan(
@@ -297,6 +305,53 @@ def run_period(period: PeriodInput) -> PeriodPlan:
         budget=left,
         headroom=factor,
         zero=zero,
+    )
+
+
+def _while_moving(period: PeriodInput, observation: Observation) -> PeriodPlan:
+    """A move's new replicas are starting: hold them, learn only what belongs to the traffic.
+
+    What the pods show now is the old product's: its latency and queue, often why the service
+    moves. Sized on the new product's state, they would add replicas of the new product for a
+    backlog only the old pods can drain (a Service moves no queued request), and a miss would
+    count against the new product in the choice's memory (`make bench-products`' flash crowd at
+    Ts = 90 s before this hold: 1 H100 started, 19 asked for while the L4s drained).
+    So the replicas the choice sized at the demand hold until every new one is ready, no product
+    move is considered, and the engine's fit takes no window. The error budget (the service's)
+    and the rises and idle time (the traffic's) are recorded as in any period.
+    """
+    learned, left, factor = _headroom(period, observation, period.memory)
+    learned = replace(
+        learned,
+        idle=idle.record(
+            learned.idle,
+            now_s=period.now_s,
+            idle=_idle(period, observation),
+            quiet_s=period.config.control_period_s,
+        ),
+    )
+    products = period.products
+    assert products is not None
+    decision = Decision(
+        at_s=period.now_s,
+        action=ScalingAction.HOLD,
+        replicas=period.replicas,
+        batching=period.batching,
+        reason=Reason.MOVING_GPU_PRODUCT,
+        message=(
+            f"moving to {products.current}: {period.replicas} replica(s) start there; the old product's "
+            "pods serve until they are ready, and their latency and queue do not size the new product"
+        ),
+    )
+    return PeriodPlan(
+        observation=observation,
+        fit=None,
+        profile=period.profile,
+        decision=decision,
+        decided=period.state,
+        memory=replace(learned, state=period.state),
+        budget=left,
+        headroom=factor,
     )
 
 
@@ -457,7 +512,6 @@ def _choose(
         config=period.config,
         observation=observation,
         batching=state.batching,
-        replicas_now=period.replicas,
         startup_s=learned_startup if learned_startup is not None else period.config.replica_startup_s,
         now_s=period.now_s,
         memory=period.memory.moves or products.memory,

@@ -238,6 +238,7 @@ EXPECTED_RULES = {
     ("", "configmaps"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("apps", "replicasets"): {"list", "patch", "delete"},  # a GPU product move's hand-over
     ("policy", "poddisruptionbudgets"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "secrets"): {"create", "get"},  # the admin-key Secrets: immutable, deleted by their owner references
     ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "watch", "patch", "delete"},

@@ -35,12 +35,13 @@ def moved(product: str, replicas: int) -> ProductChoice:
     return ProductChoice(product, replicas, True, "MovedForCost", "m", (figure,), MoveMemory())
 
 
-def test_a_move_remembers_what_to_shrink_to():
-    previous = GpuChoiceStatus(product=L4)
-    shrink = choice_status(previous, moved(H100, 2), [], now=NOW, replicas_now=5)
-    assert (shrink.product, shrink.replicas_after_move, shrink.moved_at) == (H100, 2, NOW)
-    grow = choice_status(previous, moved(L4, 6), [], now=NOW, replicas_now=3)
-    assert grow.replicas_after_move is None
+def test_a_move_starts_at_the_new_products_size_and_leaves_nothing_to_shrink():
+    # A move an earlier operator version began at the old count is superseded by a new one.
+    previous = GpuChoiceStatus(product=L4, moving_to=L4, replicas_after_move=3)
+    move = choice_status(previous, moved(H100, 2), [], now=NOW)
+    assert (move.product, move.moving_to, move.replicas_after_move, move.moved_at) == (H100, H100, None, NOW)
+    placed = choice_status(None, moved(L4, 6), [], now=NOW)
+    assert (placed.product, placed.moving_to, placed.replicas_after_move) == (L4, None, None)
 
 
 def test_a_restarted_operator_keeps_the_last_moves_time():

@@ -12,10 +12,14 @@ import copy
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from tailpilot.api.autoscaling import BatchingConfig
 from tailpilot.api.engine import (
@@ -238,10 +242,80 @@ def echo_on_any_gpu(namespace: str) -> dict:
 
 @pytest.mark.triton
 @pytest.mark.prometheus
-def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_replicas(
+@dataclass(frozen=True)
+class ReplicaSetSeen:
+    """One watch event of a ReplicaSet, as the hand-over's checks read it."""
+
+    kind: str
+    name: str
+    product: str | None
+    replicas: int
+    ready: int
+    owner: str | None
+    released: bool
+
+
+class ReplicaSetLog:
+    """Every ReplicaSet event of a namespace, in the API server's order, while the block runs.
+
+    One watch stream keeps every change (a poll could miss an old ReplicaSet scaled down and back).
+    Bounded: the stream ends after `timeout_s` at the latest, and the thread is a daemon.
+    """
+
+    def __init__(self, apps: client.AppsV1Api, namespace: str, *, timeout_s: int = 240) -> None:
+        self.seen: list[ReplicaSetSeen] = []
+        #: What ended the stream early, while the block still ran (None: nothing did).
+        self.failure: Exception | None = None
+        self._stopped = threading.Event()
+        self._watch = watch.Watch()
+        start = apps.list_namespaced_replica_set(namespace).metadata.resource_version
+        self._thread = threading.Thread(
+            target=self._follow, args=(apps, namespace, start, timeout_s), daemon=True
+        )
+
+    def _follow(self, apps: client.AppsV1Api, namespace: str, start: str, timeout_s: int) -> None:
+        stream = self._watch.stream(
+            apps.list_namespaced_replica_set, namespace, resource_version=start, timeout_seconds=timeout_s
+        )
+        try:
+            self._record(stream)
+        except Exception as error:  # the connection closed under it: a failure only while watched
+            if not self._stopped.is_set():
+                self.failure = error
+
+    def _record(self, stream: Iterator[dict[str, Any]]) -> None:
+        for event in stream:
+            rs = event["object"]
+            owner = next((r.kind for r in rs.metadata.owner_references or [] if r.controller), None)
+            self.seen.append(
+                ReplicaSetSeen(
+                    kind=event["type"],
+                    name=rs.metadata.name,
+                    product=(rs.spec.template.spec.node_selector or {}).get(PRODUCT_LABEL),
+                    replicas=rs.spec.replicas or 0,
+                    ready=rs.status.ready_replicas or 0,
+                    owner=owner,
+                    released=(rs.metadata.labels or {}).get("tailpilot.io/released-by-move") == "true",
+                )
+            )
+
+    def __enter__(self) -> ReplicaSetLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+        self._watch.stop()
+
+
+def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_at_its_size_while_the_l4s_serve(
     k8s, crds, namespace, engine_store, tmp_path
 ):
-    """Real Triton metrics in a real Prometheus show a rate two L4 replicas cannot hold: the service moves."""
+    """Real Triton metrics in a real Prometheus show a rate two L4 replicas cannot hold: the service moves.
+
+    The H100 needs fewer replicas than the L4s serve: its own fleet starts, and the L4 pods (their
+    ReplicaSet released from the Deployment) serve, never scaled down, until it is ready.
+    """
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
     repo = triton_fixtures.write_repository(
         tmp_path / "repo", batching=BatchingConfig(max_batch_size=1), base_ms=20.0
@@ -280,7 +354,7 @@ def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_
                 load = triton_fixtures.BoundedLoad(
                     [triton.http_url], workers=6, rate_per_worker=6, max_requests=2400, max_seconds=60
                 )
-                with load:
+                with ReplicaSetLog(apps, namespace) as replica_sets, load:
 
                     def moved():
                         obj = custom_object(k8s, namespace, name)
@@ -288,34 +362,44 @@ def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_
                         return obj if gpu.get("product") == H100 else None
 
                     obj = eventually(moved, timeout=50, interval=0.5, description="a move to H100")
-                gpu = obj["status"]["gpu"]
-                assert gpu["reason"] == "MovedForCapacity", dump(gpu)
-                assert "NVIDIA-L4 cannot hold the SLO" in gpu["message"], gpu["message"]
-                # The move never asks for fewer replicas than were serving.
-                assert obj["status"]["replicas"] >= before
-                move = obj["status"]["decisions"][-1]
-                assert (move["action"], move["reason"], move["gpuProduct"]) == (
-                    "MoveGpuProduct",
-                    "MovedForCapacity",
-                    H100,
-                ), move
+                    gpu = obj["status"]["gpu"]
+                    assert gpu["reason"] == "MovedForCapacity", dump(gpu)
+                    assert "NVIDIA-L4 cannot hold the SLO" in gpu["message"], gpu["message"]
+                    move = obj["status"]["decisions"][-1]
+                    assert (move["action"], move["reason"], move["gpuProduct"]) == (
+                        "MoveGpuProduct",
+                        "MovedForCapacity",
+                        H100,
+                    ), move
+                    # The H100's own fleet: one of its replicas serves what the L4s could not.
+                    assert move["replicasAfter"] == 1 and move["replicasBefore"] >= before, move
 
-                def on_h100():
-                    d = apps.read_namespaced_deployment(name, namespace)
-                    selector = d.spec.template.spec.node_selector or {}
-                    return d if selector.get(PRODUCT_LABEL) == H100 else None
+                    def move_done():
+                        d = apps.read_namespaced_deployment(name, namespace)
+                        gpu = custom_object(k8s, namespace, name)["status"]["gpu"]
+                        settled = d.spec.strategy.rolling_update.max_surge == 1 and not gpu.get("movingTo")
+                        return d if settled else None
 
-                deployment = eventually(on_h100, timeout=30, interval=0.5, description="Deployment on H100")
-                assert deployment.spec.replicas >= before
-
-                def move_done():
-                    d = apps.read_namespaced_deployment(name, namespace)
-                    gpu = custom_object(k8s, namespace, name)["status"]["gpu"]
-                    settled = d.spec.strategy.rolling_update.max_surge == 1 and not gpu.get("movingTo")
-                    return d if settled else None
-
-                # Once every pod runs on the H100, the surge of the move goes back to one pod.
-                eventually(move_done, timeout=30, interval=0.5, description="the move completed")
+                    # Once every pod runs on the H100, the surge of the move goes back to one pod.
+                    deployment = eventually(
+                        move_done, timeout=60, interval=0.5, description="the move completed"
+                    )
+                assert replica_sets.failure is None, replica_sets.failure
+                assert (deployment.spec.template.spec.node_selector or {}).get(PRODUCT_LABEL) == H100
+                assert not deployment.spec.paused
+                l4 = [s for s in replica_sets.seen if s.product == L4]
+                # The L4 pods are never scaled down (not even to the H100's count) before they go.
+                counts = [s.replicas for s in l4 if s.kind != "DELETED"]
+                assert counts and counts == sorted(counts) and counts[-1] >= before, l4
+                released = [s for s in l4 if s.released]
+                assert released and all(s.owner == "InferenceService" for s in released), l4
+                gone = next(
+                    i for i, s in enumerate(replica_sets.seen) if s.kind == "DELETED" and s.product == L4
+                )
+                h100 = [s for s in replica_sets.seen[:gone] if s.product == H100]
+                # The H100's fleet started at its own size, and the L4 pods went once it was ready.
+                assert h100 and max(s.replicas for s in h100) == 1, replica_sets.seen
+                assert h100[-1].ready >= h100[-1].replicas == 1, replica_sets.seen
                 served = eventually(
                     lambda: (
                         (p := custom_object(k8s, namespace, name)["status"].get("profile"))
@@ -327,9 +411,8 @@ def test_a_load_the_l4s_cannot_carry_moves_the_service_to_h100_without_dropping_
                 )
                 assert served["serviceTime"]["interceptMs"] == 4.0
                 events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
-                assert any(e.reason == "MovedForCapacity" for e in events.items), [
-                    e.reason for e in events.items
-                ]
+                reasons = {e.reason for e in events.items}
+                assert {"MovedForCapacity", "OldPodsKeptForMove", "OldPodsGoneAfterMove"} <= reasons, reasons
                 blocked = condition(custom_object(k8s, namespace, name), "RolloutBlocked")
                 assert blocked is None or blocked["status"] == "False", blocked
         finally:

@@ -54,14 +54,13 @@ def options(*, h100_free: int | None = None, l4_free: int | None = None) -> tupl
     )
 
 
-def choose(opts, *, current, rate, now=1000.0, memory=None, replicas_now=1, observation=None):
+def choose(opts, *, current, rate, now=1000.0, memory=None, observation=None):
     return choose_product(
         opts,
         current=current,
         config=CONFIG,
         observation=observation or Observation(at_s=now, request_rate=rate, p99_ms=None),
         batching=BATCHING,
-        replicas_now=replicas_now,
         startup_s=30.0,
         now_s=now,
         memory=memory or MoveMemory(),
@@ -190,7 +189,6 @@ def test_the_move_waits_longer_when_the_saving_pays_for_it_slowly():
             config=CONFIG,
             observation=Observation(at_s=i * 15.0, request_rate=10.0, p99_ms=None),
             batching=BATCHING,
-            replicas_now=8,
             startup_s=600.0,
             now_s=i * 15.0,
             memory=memory,

@@ -95,14 +95,38 @@ def test_a_move_to_another_product_replaces_the_decision_and_restarts_the_state_
         current="A100-no-longer-listed",
         serving="A100-no-longer-listed",
     )
-    plan = run_period(period(busy(100.0), products=products, replicas=3))
-    assert plan.choice is not None and plan.move is not None
+    plan = run_period(period(busy(100.0), products=products, replicas=5))
+    assert plan.choice is not None and plan.move is not None and plan.choice.replicas is not None
     assert plan.move.product == "L4"
-    # Never fewer replicas than now while pods move; what the choice sized is kept to shrink to.
-    assert plan.move.replicas == max(plan.move.sized, 3)
+    # The new product's own fleet starts, fewer than serve now where it needs fewer (the old pods
+    # serve beside it until it is ready: the operator's hand-over).
+    assert plan.move.replicas == plan.choice.replicas < 5
     assert (plan.replicas, plan.batching) == (None, None)
     assert plan.memory.state == PolicyState.initial(replicas=plan.move.replicas, batching=BATCHING)
     assert plan.memory.fit == FitMemory() and plan.memory.moves == plan.choice.memory
+
+
+def test_while_a_moves_new_replicas_start_they_hold_and_the_old_pods_latency_sizes_nothing():
+    cheap, dear = make_profile(), make_profile(intercept_ms=2.0, per_item_ms=0.25)
+    moving = ProductContext(
+        options=(ProductOption("L4", 0.8, 1, cheap), ProductOption("H100", 4.0, 1, dear)),
+        current="H100",
+        serving="H100",
+        moving=True,
+    )
+    # The old product's pods, overloaded (often why the service moves): far past the SLO, a queue.
+    overloaded = busy(400.0).model_copy(update={"p99_ms": 4000.0, "queue_depth_per_replica": 900.0})
+    held = run_period(period(overloaded, products=moving, replicas=1))
+    assert held.decision is not None and held.decision.reason == "MovingGpuProduct"
+    assert (held.decision.replicas, held.replicas, held.batching) == (1, None, None)
+    assert (held.choice, held.move, held.fit) == (None, None, None)
+    assert held.memory.state == period(overloaded).state and held.memory.fit == FitMemory()
+    # The window is the service's: it is on the error budget's ledger all the same.
+    assert held.memory.ledger != PeriodMemory().ledger
+    # Once the move is over, the same window is decided on as usual (it asks for replicas).
+    after = run_period(period(overloaded, products=replace(moving, moving=False), replicas=1))
+    assert after.decision is not None and after.decision.reason != "MovingGpuProduct"
+    assert after.replicas is not None and after.replicas > 1
 
 
 # --- Scale to zero (step 6) ----------------------------------------------------------------------------
