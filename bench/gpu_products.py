@@ -8,14 +8,17 @@ one start-up time, three TailPilot runs per trace:
   engine profile and price), which chooses the product after `decide` exactly as the operator's
   period does (the same Observation, the decided batching, the replicas in force, the start-up
   time, the choice's memory from the period before).
-  The service is first placed by `choose_product` with nothing serving, at the rate of the trace's
-  first control period. A move (the plan's `move`) is that period's decision: the new product's own
+  Every run first serves an unscored warm-up of the same arrival process (`make bench`'s, half the
+  trace's length), as a running service would have; the service is placed by `choose_product` with
+  nothing serving at the rate of the warm-up's first control period, and what it learns there (the
+  rises, the choice's memory, the product it moved to) carries into the hour scored. A move (the
+  plan's `move`) is that period's decision: the new product's own
   fleet (choice.replicas) starts at the batching in force; the old product's ready replicas serve
   until all of the new ones are ready, then go together (the simulator's move,
   `tailpilot.bench.simulator`; the operator's hand-over, which releases the old ReplicaSets from the
   Deployment, `tailpilot.controllers.reconcile.move_handover`); the policy's state restarts on the
-  new product's profile. Decisions during the move apply as usual. A request goes to any ready
-  replica, of either product.
+  new product's profile. While the new replicas start the period holds them (`MovingGpuProduct`).
+  A request goes to any ready replica, of either product.
 - `fixed <product>`: TailPilot on one product the whole run (the product picked by hand), placed
   the same way (the same sizing at the same first rate) on that product.
 
@@ -59,7 +62,7 @@ from tailpilot.bench.run import default_slo_ms
 from tailpilot.bench.simulator import FleetView, SimConfig, Target, simulate
 from tailpilot.bench.suite import Setup, scaled_point, trace_of, trace_seed
 from tailpilot.bench.tailpilot_policy import CONTROL_PERIOD_S, TailPilot, default_spec
-from tailpilot.bench.traces import TRACE_NAMES, step_onsets
+from tailpilot.bench.traces import TRACE_NAMES, step_onsets, warmup_arrivals
 from tailpilot.policy import PolicyConfig
 from tailpilot.policy.from_spec import policy_config
 from tailpilot.policy.gpu_choice import (
@@ -239,6 +242,7 @@ class ChoosingTailPilot(TailPilot):
         initial: Target,
         memory: MoveMemory,
         control_period_s: float = CONTROL_PERIOD_S,
+        scored_from_s: float = 0.0,
     ) -> None:
         assert initial.product is not None
         self._products = {p.name: p for p in products}
@@ -252,6 +256,8 @@ class ChoosingTailPilot(TailPilot):
         self._product = initial.product
         #: The choice's memory before the first period (the placement's); later ones are the plan's.
         self._placement_memory = memory
+        #: The warm-up's end: what happens before it is not recorded, and times are counted from it.
+        self._scored_from_s = scored_from_s
         self.moves: list[MoveRecord] = []
         #: Each choice's reason, in order.
         self.choice_reasons: list[str] = []
@@ -275,16 +281,17 @@ class ChoosingTailPilot(TailPilot):
         """The plan, and the product it chose: a move starts the new product's replicas."""
         target = super().execute(view, plan)
         choice, move = plan.choice, plan.move
-        if choice is not None:
+        scored = view.now_s >= self._scored_from_s
+        if choice is not None and scored:
             self.choice_reasons.append(choice.reason)
             here = next((f for f in choice.figures if f.product == self._product), None)
             if here is not None and here.replicas is not None:
                 self.sized_and_held.append((here.replicas, view.target_replicas))
         if move is not None:
             assert choice is not None  # a move is a choice's
-            self.moves.append(
-                MoveRecord(view.now_s, self._product, move.product, choice.reason, move.replicas)
-            )
+            if scored:
+                at = view.now_s - self._scored_from_s
+                self.moves.append(MoveRecord(at, self._product, move.product, choice.reason, move.replicas))
             self._product = move.product
             self._profile = self._products[move.product].profile
             # The move is the decision: its replicas and batching no longer apply.
@@ -353,8 +360,14 @@ def run_on(
     seed: int,
     trace: str = "custom",
     step_onsets_s: Sequence[float] = (),
+    warmup_s: float = 0.0,
 ) -> ProductRun:
-    """One policy (`CHOICE` or `FIXED` + a product's name) on one arrival sequence."""
+    """One policy (`CHOICE` or `FIXED` + a product's name) on one arrival sequence.
+
+    `warmup_s`: the first seconds of `arrivals_s` are an unscored warm-up (the service runs, is
+    placed at its first rate and learns, as a running service would have before the hour scored);
+    `duration_s` is the scored part after it.
+    """
     spec = default_spec(p99_target_ms=slo_ms, max_replicas=max_replicas)
     config = policy_config(spec, control_period_s=CONTROL_PERIOD_S)
     rate = first_rate(arrivals_s)
@@ -366,7 +379,9 @@ def run_on(
             raise RuntimeError(f"{trace}: no product placed at {rate:.1f} req/s: {placed.message}")
         product = by_name[placed.product]
         initial = Target(placed.replicas, default_batching(product.profile, slo_ms), product.name)
-        controller = ChoosingTailPilot(products=products, spec=spec, initial=initial, memory=placed.memory)
+        controller = ChoosingTailPilot(
+            products=products, spec=spec, initial=initial, memory=placed.memory, scored_from_s=warmup_s
+        )
     else:
         product = by_name[policy.removeprefix(FIXED)]
         replicas = sized_on(product, config=config, rate_per_s=rate)
@@ -374,7 +389,8 @@ def run_on(
         controller = TailPilot(profile=product.profile, spec=spec, initial=initial)
     sim = SimConfig(
         service=product.profile.service_time,
-        duration_s=duration_s,
+        duration_s=warmup_s + duration_s,
+        score_from_s=warmup_s,
         startup_s=startup_s,
         seed=seed,
         max_replicas=max_replicas,
@@ -412,9 +428,17 @@ def run_on(
 def run_one(
     setup: Setup, products: Sequence[Product], trace: str, policy: str, *, startup_s: float
 ) -> ProductRun:
-    """One policy on one of `setup`'s traces, on the jitter seed every policy gets on it."""
+    """One policy on one of `setup`'s traces, on the jitter seed every policy gets on it.
+
+    Every run, fixed or choosing, first serves `setup.warmup_s` unscored seconds of the same
+    arrival process (`make bench`'s warm-up, `tailpilot.bench.traces.warmup_arrivals`).
+    """
+    lead = setup.warmup_s
+    history = warmup_arrivals(
+        trace, capacity_rps=setup.capacity_rps, duration_s=setup.duration_s, warmup_s=lead, seed=setup.seed
+    )
     return run_on(
-        trace_of(setup, trace).arrivals,
+        np.concatenate([history, trace_of(setup, trace).arrivals + lead]),
         products=products,
         policy=policy,
         slo_ms=setup.slo_ms,
@@ -424,6 +448,7 @@ def run_one(
         seed=trace_seed(setup, trace),
         trace=trace,
         step_onsets_s=step_onsets(trace, setup.duration_s),
+        warmup_s=lead,
     )
 
 
@@ -594,9 +619,16 @@ def main(argv: list[str] | None = None) -> int:
     trace_lines = []
     for name in setup.traces:
         arrivals = trace_of(setup, name)
+        lead = warmup_arrivals(
+            name,
+            capacity_rps=setup.capacity_rps,
+            duration_s=setup.duration_s,
+            warmup_s=setup.warmup_s,
+            seed=setup.seed,
+        )
         trace_lines.append(
-            f"{name}: {arrivals.params}; {arrivals.arrivals.size} requests, "
-            f"first rate {first_rate(arrivals.arrivals):.1f}/s"
+            f"{name}: {arrivals.params}; {arrivals.arrivals.size} requests after a {setup.warmup_s:g} s "
+            f"warm-up of {lead.size}, placed at the warm-up's first rate {first_rate(lead):.1f}/s"
         )
     print("\n".join("  " + line for line in trace_lines))
     results: dict[float, list[TraceResult]] = {}

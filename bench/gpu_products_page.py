@@ -214,9 +214,12 @@ def _what_runs(run: PageRun) -> list[str]:
         f"period (every {CONTROL_PERIOD_S:g} s, and each surge decision between them) is the operator's own "
         "`tailpilot.policy.period.run_period`, given one option per product (its profile, its price, one GPU "
         "per replica, no node limit). The service is placed first by `choose_product` with nothing serving, "
-        f"at the rate of the trace's first {CONTROL_PERIOD_S:g} s.",
+        f"at the rate of the first {CONTROL_PERIOD_S:g} s of an unscored warm-up: every run first serves "
+        f"{run.setup.warmup_s:g} s of the same arrival process (`make bench`'s warm-up), as a running "
+        "service would have, and what it learned there (the traffic's rises, the choice's memory, the "
+        "product it moved to) carries into the hour scored.",
         f"- {products}: TailPilot on that product the whole run (what a user who picks the product by hand "
-        "gets), placed on it by the same sizing at the same first rate.",
+        "gets), with the same warm-up, placed on it by the same sizing at the same first rate.",
         "- **best single** (hindsight, not a run): of the fixed runs, the cheapest that holds the SLO as "
         "well as the choice run (its share of requests within the SLO at least the choice's less "
         f"{SLO_TOLERANCE_PP:g} percentage point); when none does, the fixed run with the most requests "
@@ -264,14 +267,15 @@ def _caveats(run: PageRun) -> list[str]:
         "**Prices are illustrative** and one per product; spot, committed-use or per-node pricing is "
         "not modelled. Only GPU time is counted: no node overhead, and nothing for building and "
         "profiling an engine per product (the operator does that before it can choose).",
-        "**Attainment on bursty traces:** the choice places a service on the product cheapest at its "
-        "first rate. Where the load later bursts past what that product's fleet absorbs within a "
-        "start-up, the choice keeps fewer requests within the SLO than the dearer product all hour, "
-        "until its move (each line above gives both shares: a saving there may come with fewer requests "
-        "within the SLO); the placement does not yet weigh the rises the traffic has shown.",
-        "**Placement** is at the trace's first control period's rate, as if the service had been "
-        "running before the trace began; the operator places a new service at its observed rate (0 "
-        "when it has none).",
+        "**Attainment on one-time events:** the choice sizes each product for the rises the traffic "
+        "has shown (the learned headroom). An event rarer than what the warm-up taught (T5's step and "
+        "T6's spike, once an hour) finds the service on the product cheapest without it, and the "
+        "choice keeps fewer requests within the SLO than the dearer product all hour, until its move "
+        "(each line above gives both shares: a saving there may come with fewer requests within the "
+        "SLO).",
+        "**Placement** is at the warm-up's first control period's rate. The operator places a new "
+        "service at its observed rate (0 when it has none) with nothing learned: a new service meets "
+        "its traffic's first bursts as the warm-up does here, unscored there only.",
         '**No node limits:** every product can hold any number of replicas, so the "no free GPU" path '
         "and capacity moves are not exercised by the traces (`tests/bench/test_gpu_products.py` and "
         "`tests/operator_cluster/test_gpu_products.py` exercise them).",

@@ -175,11 +175,15 @@ def choose_product(
     startup_s: float,
     now_s: float,
     memory: MoveMemory,
+    headroom: float = 1.0,
 ) -> ProductChoice:
     """The product (and replicas) to serve on now, with the guardrails of a move (pure).
 
-    The demand is the observation's: its request rate (the recent one when higher) and the bursts of
-    its arrival curve, as `decide` reads them.
+    The demand is the observation's: its request rate (the recent one when higher) times `headroom`
+    (the rise the traffic showed within a reaction time, `tailpilot.policy.headroom`, which `decide`
+    sizes the fleet for too), and the bursts of its arrival curve, as `decide` reads them. With the
+    headroom, a product whose small replicas must be many to hold the rises costs what holding them
+    costs, not what the mean rate would.
 
     Stages, the first that decides wins: no product holds the SLO (`_none_holds`); the service is not
     placed yet, or its product cannot hold the SLO (`_placement`); its product missed the SLO in
@@ -193,6 +197,7 @@ def choose_product(
         batching=batching,
         now_s=now_s,
         memory=memory,
+        headroom=headroom,
     )
     if not call.holding:
         return _none_holds(call)
@@ -249,11 +254,13 @@ def _sized_call(
     batching: BatchingConfig,
     now_s: float,
     memory: MoveMemory,
+    headroom: float,
 ) -> _Call:
     """Size every product at the observation's demand and remember this call."""
     rate = max(observation.request_rate or 0.0, observation.recent_request_rate or 0.0)
     bursts = observed_bursts(observation, rate_per_s=rate)
-    figures = size_products(options, config=config, rate_per_s=rate, batching=batching, bursts=bursts)
+    sized = rate * max(1.0, headroom)
+    figures = size_products(options, config=config, rate_per_s=sized, batching=batching, bursts=bursts)
     by_name = {f.product: f for f in figures}
     missed = observation.p99_ms is not None and observation.p99_ms > config.p99_target_ms
     remembered = _remember(memory, figures, now_s, current=current, missed=missed)

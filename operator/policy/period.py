@@ -262,7 +262,7 @@ def run_period(period: PeriodInput) -> PeriodPlan:
     )
     choice = None
     if period.products is not None and not decision.dry_run and observation.request_rate is not None:
-        choice = _choose(period, observation, state, profile)
+        choice = _choose(period, observation, state, profile, headroom=factor)
         if choice.moved and choice.product is not None and choice.product != period.products.current:
             move = ProductMove(product=choice.product, replicas=choice.replicas or period.replicas)
             # What was learned (the P99 correction, the speed, the fit) belongs to the engine left.
@@ -497,7 +497,12 @@ def _headroom(
 
 
 def _choose(
-    period: PeriodInput, observation: Observation, state: PolicyState, profile: EngineProfile
+    period: PeriodInput,
+    observation: Observation,
+    state: PolicyState,
+    profile: EngineProfile,
+    *,
+    headroom: float,
 ) -> ProductChoice:
     """`choose_product` at the decision's demand and batching, with the serving product's profile."""
     products = period.products
@@ -515,4 +520,5 @@ def _choose(
         startup_s=learned_startup if learned_startup is not None else period.config.replica_startup_s,
         now_s=period.now_s,
         memory=period.memory.moves or products.memory,
+        headroom=headroom,
     )

@@ -114,6 +114,28 @@ def test_a_new_service_is_placed_on_the_cheapest_product_at_once():
     assert (choice.product, choice.reason, choice.moved, choice.replicas) == (L4, REASON_PLACED, True, 1)
 
 
+def test_the_learned_headroom_sizes_every_product_so_rises_the_small_replicas_must_absorb_count():
+    def placed(headroom: float):
+        return choose_product(
+            options(),
+            current=None,
+            config=CONFIG,
+            observation=Observation(at_s=0.0, request_rate=100.0, p99_ms=None),
+            batching=BATCHING,
+            startup_s=30.0,
+            now_s=0.0,
+            memory=MoveMemory(),
+            headroom=headroom,
+        )
+
+    steady, rising = placed(1.0), placed(5.0)
+    assert steady.product == L4
+    # Holding five times the mean rate takes more L4 replicas than the H100's price buys.
+    assert rising.product == H100, rising.message
+    l4 = {f.product: f for f in rising.figures}[L4]
+    assert l4.replicas is None or l4.replicas > {f.product: f for f in steady.figures}[L4].replicas
+
+
 def test_waits_for_profiles_before_placing_and_says_which():
     unprofiled = (
         ProductOption(H100, 4.0, 1, None),
