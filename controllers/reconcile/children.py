@@ -53,12 +53,8 @@ class Children:
             )
         return self._monitoring_crds
 
-    def apply(self, isvc: InferenceService, obj: dict[str, Any], *, force: bool = False) -> AppliedChild:
-        """Create `obj` or bring it to the desired state; never touch one this service does not control.
-
-        `force`: apply even when the live object matches `obj` (a field the operator applied before
-        and `obj` no longer sets, which the drift check does not look at, goes).
-        """
+    def apply(self, isvc: InferenceService, obj: dict[str, Any]) -> AppliedChild:
+        """Create `obj` or bring it to the desired state; never touch one this service does not control."""
         kube = self.deps.kube
         resource, name = resource_of(obj), obj["metadata"]["name"]
         # Wanted again (a new canary): a later pass that no longer wants it must look it up.
@@ -74,7 +70,7 @@ class Children:
                 if live is not None and not controlled_by(live, isvc):
                     return AppliedChild(live=None, written=0, taken=True)
             return AppliedChild(live=created if created is not None else kube.apply(obj), written=1)
-        if outcome is drift.Outcome.UPDATE or force:
+        if outcome is drift.Outcome.UPDATE:
             updated = EventRecord(
                 "Normal",
                 "Updated",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
+from tailpilot.api.constants import ANNOTATION_PAUSED_FOR_MOVE
 from tailpilot.api.quantity import quantity_value
 
 #: Metadata fields the API server owns or that we never compare.
@@ -33,6 +34,11 @@ IGNORED_METADATA = frozenset(
 #: Maps compared whole, per kind: an extra live key changes what they mean (a Service selecting on
 #: a label the operator dropped would leave pods out of its endpoints).
 EXACT_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {"Service": (("spec", "selector"),)}
+
+#: Annotations whose presence on the live object, when the desired one lacks them, is drift: the
+#: operator set them with a field it no longer wants (the pause of a GPU product move's hand-over),
+#: and the next server-side apply drops both, since it owns them.
+OWNED_MARKERS: tuple[str, ...] = (ANNOTATION_PAUSED_FOR_MOVE,)
 
 
 def _at(obj: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
@@ -97,4 +103,10 @@ def plan(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> Outcome:
         want = _at(desired, path)
         if want is not None and _at(live, path) != want:
             return Outcome.UPDATE
+    wanted, present = (
+        _at(desired, ("metadata", "annotations")) or {},
+        _at(live, ("metadata", "annotations")) or {},
+    )
+    if any(key in present and key not in wanted for key in OWNED_MARKERS):
+        return Outcome.UPDATE
     return Outcome.NONE if is_subset(comparable(desired), live) else Outcome.UPDATE

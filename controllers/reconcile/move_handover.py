@@ -6,15 +6,18 @@ alone cannot do that safely. Lowering spec.replicas together with the template i
 for the deployment controller, and it scales the old ReplicaSet down to the new count before any
 new pod exists. So the hand-over takes the old pods out of the Deployment's hands first:
 
-1. **Hold.** The Deployment gets the new template *paused*, at the replica count it has. A paused
-   Deployment creates no ReplicaSet for a new template and scales nothing (its count is unchanged),
-   so every old pod serves on.
+1. **Hold.** The Deployment gets the new template *paused* (annotated
+   `tailpilot.io/paused-for-move`), at the replica count it has. A paused Deployment creates no
+   ReplicaSet for a new template and scales nothing (its count is unchanged), so every old pod
+   serves on.
 2. **Release.** Once the deployment controller has seen the pause (observedGeneration), every
    ReplicaSet of the Deployment that runs another product is released: its controller reference
    becomes the InferenceService's (it is garbage-collected with the service) and it is labelled
    `tailpilot.io/released-by-move`. Its pods keep serving, and the Service still selects them.
-   The Deployment is then applied unpaused at the new count: it owns no old pods, so its new
-   ReplicaSet starts the whole new fleet at once (maxSurge 100%).
+   The Deployment is then applied as planned, at the new count: the plan lacks the annotation, which
+   `drift.plan` takes for drift, and the server-side apply drops the pause with it (a pause set by
+   hand has no annotation and is left alone). It owns no old pods, so its new ReplicaSet starts the
+   whole new fleet at once (maxSurge 100%).
 3. **Finish.** Once the Deployment has rolled out on the new product, the released ReplicaSets are
    deleted; their pods drain as in any rollout (preStop), and the move is over.
 
@@ -43,15 +46,13 @@ class Handover:
     """What a move's hand-over asks of this pass's write of the Deployment.
 
     Attributes:
-        hold_replicas: Write the new template paused, at this count (step 1); None: write as planned.
-        force_apply: Write the Deployment even when it matches the plan (step 2: the apply that
-            drops the pause, which the drift check does not see, since the plan never sets it).
+        hold_replicas: Write the new template paused, at this count (step 1); None: write as planned
+            (a Deployment the operator paused is then unpaused: `drift.plan` sees its annotation).
         released_ready: Ready pods of the released ReplicaSets, serving beside the Deployment's.
         events: What the pass posts.
     """
 
     hold_replicas: int | None = None
-    force_apply: bool = False
     released_ready: int = 0
     events: list[EventRecord] = field(default_factory=list)
 
@@ -59,8 +60,10 @@ class Handover:
         """The Deployment to write: as planned, or (step 1) paused at the count it has."""
         if self.hold_replicas is None:
             return planned
+        meta = planned["metadata"]
+        annotations = {**(meta.get("annotations") or {}), c.ANNOTATION_PAUSED_FOR_MOVE: "true"}
         spec = {**planned["spec"], "paused": True, "replicas": self.hold_replicas}
-        return {**planned, "spec": spec}
+        return {**planned, "metadata": {**meta, "annotations": annotations}, "spec": spec}
 
 
 NO_HANDOVER = Handover()
@@ -131,7 +134,7 @@ class MoveHandover:
                         f"replica(s) on {target} are ready",
                     )
                 )
-        return Handover(force_apply=True, released_ready=ready, events=events)
+        return Handover(released_ready=ready, events=events)
 
     def _release(self, isvc: InferenceService, rs: dict[str, Any]) -> None:
         """Hand the ReplicaSet from the Deployment to the InferenceService (at the version read)."""

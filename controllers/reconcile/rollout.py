@@ -128,7 +128,7 @@ class Rollout:
             is_stable = resource_of(obj) is DEPLOYMENTS and obj["metadata"]["name"] == stable
             if is_stable:
                 obj = handover.deployment(obj)
-            applied = self.children.apply(isvc, obj, force=is_stable and handover.force_apply)
+            applied = self.children.apply(isvc, obj)
             p.events.extend(applied.events)
             if applied.taken:
                 taken.append(obj)

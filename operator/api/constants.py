@@ -97,6 +97,9 @@ LABEL_RELEASED_BY_MOVE: Final = f"{GROUP}/released-by-move"
 ANNOTATION_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
 ANNOTATION_BUILD_REQUEST: Final = f"{GROUP}/build-request"
+#: On a Deployment the operator paused for a GPU product move's hand-over (step 1): a plan without
+#: it is drift, so the next apply drops the pause with it (a pause set by hand is left alone).
+ANNOTATION_PAUSED_FOR_MOVE: Final = f"{GROUP}/paused-for-move"
 
 # --- Conditions ------------------------------------------------------------------
 

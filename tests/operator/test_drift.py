@@ -84,3 +84,19 @@ def test_the_drift_check_sees_one_value_in_two_spellings() -> None:
     assert is_subset({"memory": "1Gi", "cpu": "500m"}, {"memory": "1073741824", "cpu": "0.5"})
     assert not is_subset({"memory": "1Gi"}, {"memory": "1G"})
     assert is_subset({"image": "triton:24.08"}, {"image": "triton:24.08"})
+
+
+def test_the_operators_own_pause_is_drift_once_the_plan_drops_it_and_a_pause_by_hand_is_not():
+    desired = deployment()
+    paused = live_of(desired)
+    paused["spec"]["paused"] = True
+    # Paused by hand (kubectl rollout pause): not the operator's field to take back.
+    assert plan(desired, paused) is Outcome.NONE
+    # Paused by the operator for a GPU product move's hand-over: the next apply drops the pause.
+    paused["metadata"]["annotations"]["tailpilot.io/paused-for-move"] = "true"
+    assert plan(desired, paused) is Outcome.UPDATE
+    held = {
+        **desired,
+        "metadata": {**desired["metadata"], "annotations": {"tailpilot.io/paused-for-move": "true"}},
+    }
+    assert plan(held, paused) is Outcome.NONE
