@@ -159,11 +159,8 @@ class MoveHandover:
             return []
         pods = sum(int(rs["spec"].get("replicas") or 0) for rs in gone)
         products = sorted({product_of(rs["spec"].get("template")) or "?" for rs in gone})
+        now = p.status.gpu.product if p.status.gpu else None
+        why = f"every replica on {now} is ready" if now else "the Deployment has rolled out"
         return [
-            EventRecord(
-                "Normal",
-                c.REASON_OLD_PODS_GONE,
-                f"{pods} pod(s) on {', '.join(products)} go: every replica on "
-                f"{p.status.gpu.product if p.status.gpu else '?'} is ready",
-            )
+            EventRecord("Normal", c.REASON_OLD_PODS_GONE, f"{pods} pod(s) on {', '.join(products)} go: {why}")
         ]

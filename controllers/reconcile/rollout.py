@@ -208,14 +208,21 @@ class Rollout:
         """A move is complete: every new pod is ready, the old ones go.
 
         A move an earlier operator version began, at the old count, shrinks to what the new product
-        needs.
+        needs. Any rollout that completes also looks for released ReplicaSets (one list per
+        completion): a move abandoned midway (the spec names one product again) leaves its old pods
+        serving until the rollout that replaced it is done.
         """
         move, rollout = p.status.gpu, p.rollout_condition
-        if rollout is None or rollout.status != c.STATUS_TRUE or not move:
+        if rollout is None or rollout.status != c.STATUS_TRUE:
             return
-        if not (move.moving_to or move.replicas_after_move):
+        moving = move is not None and bool(move.moving_to or move.replicas_after_move)
+        was_ready = any(
+            x.type == c.CONDITION_ROLLOUT_READY and x.status == c.STATUS_TRUE for x in p.status.conditions
+        )
+        if moving or not was_ready:
+            p.events.extend(self.handover.finish(p))
+        if move is None or not moving:
             return
-        p.events.extend(self.handover.finish(p))
         shrink = move.replicas_after_move
         p.status = p.status.model_copy(
             update={
