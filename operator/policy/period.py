@@ -235,14 +235,7 @@ def run_period(period: PeriodInput) -> PeriodPlan:
     if period.products is not None and period.products.moving:
         return _while_moving(period, observation)
     fit, learned = _learn(period, observation)
-    learned, left, factor = _headroom(period, observation, learned)
-    quiet = idle.record(
-        learned.idle,
-        now_s=period.now_s,
-        idle=_idle(period, observation),
-        quiet_s=period.config.control_period_s,
-    )
-    learned = replace(learned, idle=quiet)
+    learned, left, factor = _traffic(period, observation, learned)
     profile = period.profile or learned_profile(fit, engine=period.engine)
     if profile is None:
         # Nothing served yet to learn from: nothing to size replicas with. The state is not moved.
@@ -320,16 +313,7 @@ def _while_moving(period: PeriodInput, observation: Observation) -> PeriodPlan:
     move is considered, and the engine's fit takes no window. The error budget (the service's)
     and the rises and idle time (the traffic's) are recorded as in any period.
     """
-    learned, left, factor = _headroom(period, observation, period.memory)
-    learned = replace(
-        learned,
-        idle=idle.record(
-            learned.idle,
-            now_s=period.now_s,
-            idle=_idle(period, observation),
-            quiet_s=period.config.control_period_s,
-        ),
-    )
+    learned, left, factor = _traffic(period, observation, period.memory)
     products = period.products
     assert products is not None
     decision = Decision(
@@ -353,6 +337,20 @@ def _while_moving(period: PeriodInput, observation: Observation) -> PeriodPlan:
         budget=left,
         headroom=factor,
     )
+
+
+def _traffic(
+    period: PeriodInput, observation: Observation, memory: PeriodMemory
+) -> tuple[PeriodMemory, Budget, float]:
+    """What every period records, a move's too: the budget's ledger, the rises, the idle time."""
+    learned, left, factor = _headroom(period, observation, memory)
+    quiet = idle.record(
+        learned.idle,
+        now_s=period.now_s,
+        idle=_idle(period, observation),
+        quiet_s=period.config.control_period_s,
+    )
+    return replace(learned, idle=quiet), left, factor
 
 
 def _idle(period: PeriodInput, observation: Observation) -> bool:

@@ -88,13 +88,14 @@ def test_a_provisional_fit_falls_back_to_the_last_fitted_one_of_the_same_engine_
     assert plan.memory.fitted is None
 
 
-def test_a_move_to_another_product_replaces_the_decision_and_restarts_the_state_there():
+def two_products(current: str, *, moving: bool = False) -> ProductContext:
     cheap, dear = make_profile(), make_profile(intercept_ms=2.0, per_item_ms=0.25)
-    products = ProductContext(
-        options=(ProductOption("L4", 0.8, 1, cheap), ProductOption("H100", 4.0, 1, dear)),
-        current="A100-no-longer-listed",
-        serving="A100-no-longer-listed",
-    )
+    options = (ProductOption("L4", 0.8, 1, cheap), ProductOption("H100", 4.0, 1, dear))
+    return ProductContext(options=options, current=current, serving=current, moving=moving)
+
+
+def test_a_move_to_another_product_replaces_the_decision_and_restarts_the_state_there():
+    products = two_products("A100-no-longer-listed")
     plan = run_period(period(busy(100.0), products=products, replicas=5))
     assert plan.choice is not None and plan.move is not None and plan.choice.replicas is not None
     assert plan.move.product == "L4"
@@ -107,13 +108,7 @@ def test_a_move_to_another_product_replaces_the_decision_and_restarts_the_state_
 
 
 def test_while_a_moves_new_replicas_start_they_hold_and_the_old_pods_latency_sizes_nothing():
-    cheap, dear = make_profile(), make_profile(intercept_ms=2.0, per_item_ms=0.25)
-    moving = ProductContext(
-        options=(ProductOption("L4", 0.8, 1, cheap), ProductOption("H100", 4.0, 1, dear)),
-        current="H100",
-        serving="H100",
-        moving=True,
-    )
+    moving = two_products("H100", moving=True)
     # The old product's pods, overloaded (often why the service moves): far past the SLO, a queue.
     overloaded = busy(400.0).model_copy(update={"p99_ms": 4000.0, "queue_depth_per_replica": 900.0})
     held = run_period(period(overloaded, products=moving, replicas=1))
