@@ -209,8 +209,10 @@ def test_the_charts_operator_runs_as_its_service_account_and_serves_the_cpu_exam
         status = custom_object(real_api, ns, NAME)["status"]
         assert status["replicas"] == 2, status.get("lastDecision")
         assert client.AppsV1Api(real_api).read_namespaced_deployment(NAME, ns).spec.replicas == 2
-        again = operator_pod(core, release_ns)
-        assert again is not None and again.metadata.uid == uid
+        # The pod checked above (the chart runs two: either may be listed first) was neither replaced
+        # nor restarted meanwhile.
+        again = core.read_namespaced_pod(pod.metadata.name, release_ns)
+        assert again.metadata.uid == uid and again.metadata.deletion_timestamp is None
         assert again.status.container_statuses[0].restart_count == 0
 
 
