@@ -1,7 +1,7 @@
 """The canary on real pods: a slower engine is rolled back, a faster one promoted, no request failing.
 
-Real parts only: the build Jobs and the Triton pods on local-0, Prometheus discovering the pods
-through kubernetes_sd, the operator analysing the canary from Prometheus, and an open-loop load
+Real parts only: the build Jobs and the Triton pods on local-0, Prometheus scraping the pods as
+the prometheus-operator configures it from the generated ServiceMonitor, the operator analysing the canary from Prometheus, and an open-loop load
 generator in its own process spreading requests over the Service's ready endpoints (as kube-proxy
 would) the whole time. Profiling is off on purpose: nothing predicts the engines' speed, so the
 canary alone judges them, from what the pods serve.

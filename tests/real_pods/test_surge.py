@@ -1,7 +1,7 @@
 """spec.autoscaling.surgeResponse on real pods: a step is answered by the fast checks, not the period.
 
 Real parts only, as in the SLO-loop test: the build Job and the Triton pod on local-0, Prometheus
-through kubernetes_sd, the operator reading each pod's Triton metrics page every 3 s, and an
+configured by the prometheus-operator, the operator reading each pod's Triton metrics page every 3 s, and an
 open-loop load generator in its own process. The operator's control period is ten minutes here,
 so no regular decision can answer the step within the test: any scale-up during it is the surge
 check's, and says so in its Event.
