@@ -38,7 +38,7 @@ from tailpilot.controllers.core.kubeapi import DEPLOYMENTS, REPLICA_SETS
 from tailpilot.controllers.reconcile.deps import PassDeps
 from tailpilot.controllers.reconcile.pass_context import ReconcilePass
 from tailpilot.manifests.deployment import deployment_name
-from tailpilot.manifests.meta import controlled_by, owner_reference, selector_string
+from tailpilot.manifests.meta import controlled_by, controlled_by_uid, owner_reference, selector_string
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,6 @@ def product_of(template: dict[str, Any] | None) -> str | None:
     """The GPU product a pod template is placed on (its node selector), None for none."""
     spec = (template or {}).get("spec") or {}
     return (spec.get("nodeSelector") or {}).get(c.GPU_PRODUCT_LABEL)
-
-
-def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
-    uid = owner["metadata"].get("uid")
-    refs = obj["metadata"].get("ownerReferences") or []
-    return any(ref.get("controller") is True and ref.get("uid") == uid for ref in refs)
 
 
 def _ready(rs: dict[str, Any]) -> int:
@@ -120,7 +114,10 @@ class MoveHandover:
             return Handover(hold_replicas=held, released_ready=ready)
         events = []
         for rs in sets:
-            if not _owned_by(rs, live) or product_of(rs["spec"].get("template")) == target:
+            if (
+                not controlled_by_uid(rs, live["metadata"].get("uid"))
+                or product_of(rs["spec"].get("template")) == target
+            ):
                 continue
             if int(rs["spec"].get("replicas") or 0) > 0:
                 self._release(isvc, rs)

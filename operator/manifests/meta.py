@@ -44,7 +44,11 @@ def selector_string(isvc_name: str) -> str:
 
 def controlled_by(obj: Mapping[str, Any], isvc: InferenceService) -> bool:
     """Whether `obj`'s controller owner reference is this InferenceService (same uid, not just name)."""
-    uid = isvc.metadata.get("uid")
+    return controlled_by_uid(obj, isvc.metadata.get("uid"))
+
+
+def controlled_by_uid(obj: Mapping[str, Any], uid: object) -> bool:
+    """Whether `obj`'s controller owner reference names the object of this uid (never for no uid)."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return bool(uid) and any(ref.get("controller") is True and ref.get("uid") == str(uid) for ref in refs)
 

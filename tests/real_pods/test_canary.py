@@ -1,15 +1,15 @@
 """The canary on real pods: a slower engine is rolled back, a faster one promoted, no request failing.
 
-Real parts only: the build Jobs and the Triton pods on local-0, Prometheus scraping the pods as
-the prometheus-operator configures it from the generated ServiceMonitor, the operator analysing the canary from Prometheus, and an open-loop load
-generator in its own process spreading requests over the Service's ready endpoints (as kube-proxy
-would) the whole time. Profiling is off on purpose: nothing predicts the engines' speed, so the
-canary alone judges them, from what the pods serve.
+Real parts only: the build Jobs and the Triton pods on local-0, Prometheus scraping the pods as the
+prometheus-operator configures it from the generated ServiceMonitor, the operator analysing the
+canary from Prometheus, and an open-loop load generator in its own process spreading requests over
+the Service's ready endpoints (as kube-proxy would) the whole time. Profiling is off on purpose:
+nothing predicts the engines' speed, so the canary alone judges them, from what the pods serve.
 
 The service starts on the example model at twice its width. A model update to six times the width
-(about eight times the compute per request) is served by one canary replica beside the stable
-one, found slower, and rolled back: the stable engine never stops serving. An update to the
-example model itself (faster) is promoted and rolled onto the stable replica.
+(about eight times the compute per request) is served by one canary replica beside the stable one,
+found slower, and rolled back: the stable engine never stops serving. An update to the example model
+itself (faster) is promoted and rolled onto the stable replica.
 """
 
 from __future__ import annotations

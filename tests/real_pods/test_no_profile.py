@@ -1,8 +1,9 @@
 """An engine built without a profile still scales: the SLO loop on the service time its pods report.
 
 Real parts only, as in the SLO-loop test: the build Job (profiling off) and the Triton pods on
-local-0, Prometheus configured by the prometheus-operator, the operator fitting the service time from the pods'
-own Triton counters, and an open-loop load generator in its own process measuring the client P99.
+local-0, Prometheus configured by the prometheus-operator, the operator fitting the service time
+from the pods' own Triton counters, and an open-loop load generator in its own process measuring the
+client P99.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The SLO loop end to end on real pods: a load step is answered by the operator, then undone.
 
 Real parts only: the build Job and Triton pods run on local-0, the operator reads the pods' Triton
-counters every 2 s and their P99 from Prometheus (the prometheus-operator's, configured from the generated ServiceMonitor), all
-at the API's defaults, and an open-loop load generator in its own process measures the client-side
-P99 against the pods' IPs.
+counters every 2 s and their P99 from Prometheus (the prometheus-operator's, configured from the
+generated ServiceMonitor), all at the API's defaults, and an open-loop load generator in its own
+process measures the client-side P99 against the pods' IPs.
 """
 
 from __future__ import annotations
