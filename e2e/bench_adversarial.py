@@ -22,8 +22,11 @@ Two windows of `--window-seconds` each are measured, the first with the calm ser
   operator every second): how many, the median and the longest gap between two;
 - the operator's CPU, and the decisions of the hostile services.
 
-KWOK plays the nodes (there is no GPU here); builds and profiles are played with results. Everything
-else is the real operator process at its defaults, with `--prometheus-url` the real Prometheus.
+KWOK plays the GPU nodes (there is no GPU here); builds and profiles are played with results. Everything
+else is the real operator process at its defaults, with `--prometheus-url` the real Prometheus:
+kube-prometheus-stack's (`tailpilot_e2e.prometheus_stack`), a prometheus-operator that turns the calm
+services' generated ServiceMonitors into its scrape jobs, both running as pods on the cluster's one
+real node (`local-0`, the node agent's).
 """
 
 from __future__ import annotations
@@ -57,7 +60,6 @@ from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
 from tailpilot_e2e.kube import api_client, create_namespace
-from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalPrometheus
 from tailpilot_e2e.operator_harness import (
     OperatorProcess,
     condition,
@@ -65,6 +67,7 @@ from tailpilot_e2e.operator_harness import (
     free_port,
     install_crds,
 )
+from tailpilot_e2e.prometheus_stack import PrometheusStack
 from tailpilot_e2e.triton_pages import HOSTILE_MODES, PageLoad, PodEndpoint, TritonPages
 from tailpilot_e2e.wait import eventually
 
@@ -220,7 +223,9 @@ PAGE_INTRO = """# One hostile tenant beside calm ones
 Written by `make bench-adversarial` (`e2e/bench_adversarial.py`); not edited by hand.
 
 On a dedicated local cluster the real operator, at its defaults, serves two namespaces. In `calm`,
-each service's pods answer Triton's metrics page and a real Prometheus scrapes them. In `hostile`,
+each service's pods answer Triton's metrics page and a real Prometheus scrapes them: the one
+kube-prometheus-stack runs, whose prometheus-operator turns the ServiceMonitors the operator generates
+into scrape jobs (both run as pods on the cluster's one real node). In `hostile`,
 every endpoint the operator reads answers as an attacker would, one way per service in turn: a
 256 MiB body, one byte a second for ever, JSON nested 200,000 deep, or silence after accepting.
 Each hostile service names its own Prometheus URL, and the operator allows every one of them (the
@@ -276,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         paths=ClusterPaths(state),
         ports=Ports(**{k: v + 6000 for k, v in vars(Ports()).items()}),
         fleet=scaled_fleet(h100_nodes=h100_nodes, pods_per_node=250),
+        real_node=True,
     )
     cluster.down()
     cluster.up()
@@ -286,11 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         create_namespace(core, namespace)
         create_engine_store(core, namespace, host_path=state / "engines" / namespace)
     kubeconfig = operator_identity(cluster, api, state / "operator.kubeconfig", namespace=CALM)
-    prometheus = LocalPrometheus(
-        work_dir=state / "prometheus",
-        scrape_interval_s=SCRAPE_INTERVAL_S,
-        kubernetes=KubernetesDiscovery(kubeconfig=cluster.paths.kubeconfig, namespaces=(CALM,)),
-    )
+    prometheus = PrometheusStack(cluster, CALM, state / "prometheus", scrape_interval_s=SCRAPE_INTERVAL_S)
     pages = TritonPages(PageLoad())
     player = BuildPlayer(api, namespaces=(CALM, HOSTILE))
     feeders = [PodFeeder(api, pages, CALM), PodFeeder(api, pages, HOSTILE, mode_of=hostile_mode)]
@@ -323,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(metrics_port),
                 "--bind-address",
                 "127.0.0.1",
+                *(f"--monitoring-label={k}={v}" for k, v in prometheus.labels.items()),
             ],
         ) as operator:
             decisions = DecisionLog(f"http://127.0.0.1:{metrics_port}/metrics")
