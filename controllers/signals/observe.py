@@ -385,7 +385,12 @@ class LatencyBoard:
     """The latest latency summaries of every service, one query per Prometheus per `max_age_s`.
 
     Decisions of many services fall within a few seconds of each other; they share one answer
-    (concurrent callers wait for the query in flight rather than sending their own).
+    (concurrent callers wait for the query in flight rather than sending their own). An answer
+    fetched for a later moment than a caller's `now_s` serves it too: the callers waiting on the
+    lock took their `now_s` before it, in any order, and each one that found the answer "from the
+    future" sent its own query, which made the queue longer and the next callers later still. Only
+    an answer more than `max_age_s` away on either side (old, or from a clock stepped back) is
+    fetched again.
     """
 
     max_age_s: float = 5.0
@@ -407,7 +412,7 @@ class LatencyBoard:
         lock = self._locks.setdefault(prometheus_url, asyncio.Lock())
         async with lock:
             cached = self._answers.get(prometheus_url)
-            if cached is None or not 0 <= now_s - cached[0] <= self.max_age_s:
+            if cached is None or abs(now_s - cached[0]) > self.max_age_s:
                 url = prometheus_url.rstrip("/") + "/api/v1/query"
                 self.queries += 1
                 body = await _query(client, url, latency_query(), now_s)

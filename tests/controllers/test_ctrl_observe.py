@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tailpilot.controllers.signals.observe import (
+    LatencyBoard,
     ObservationError,
     Selector,
     arrival_counts,
@@ -568,3 +569,35 @@ def test_an_answer_nested_past_pythons_stack_is_not_an_api_answer_not_a_crash():
 
     with pytest.raises(ObservationError, match="not a Prometheus API answer"):
         asyncio.run(main())
+
+
+def test_the_latency_board_serves_decisions_in_any_order_from_one_answer():
+    """Callers that took their time before waiting on the query in flight reuse its answer.
+
+    Decisions of many services queue on the board's lock in any order of their `now_s`; one that
+    finds an answer fetched for a slightly later moment must not send its own query. An answer
+    further than `max_age_s` away on either side is fetched again: an old one, or one from before a
+    clock stepped back.
+    """
+    answer = vector(({"__name__": "nv_inference_request_summary_us", **POD_A, "quantile": "0.99"}, "9000"))
+    prom = ScriptedPrometheus({"nv_inference_request_summary_us": answer})
+    board = LatencyBoard(max_age_s=5.0)
+
+    async def main() -> list[dict[str, PodLatency]]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(prom)) as client:
+
+            async def at(now_s: float) -> dict[str, PodLatency]:
+                return await board.latency(
+                    client, prometheus_url="http://prom:9090", namespace="shop", service="resnet", now_s=now_s
+                )
+
+            # The first caller queries for 100.0; the others took their time before it, or after.
+            served = list(await asyncio.gather(at(100.0), at(99.2), at(96.0), at(104.9)))
+            served.append(await at(105.5))  # more than 5 s after the answer: asked again
+            served.append(await at(99.0))  # 6.5 s before the newest answer (a clock stepped back)
+            return served
+
+    served = asyncio.run(main())
+    assert all(pods["a"].p99_us == 9000.0 for pods in served)
+    assert [float(r.url.params["time"]) for r in prom.seen] == [100.0, 105.5, 99.0]
+    assert board.queries == 3
