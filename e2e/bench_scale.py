@@ -16,11 +16,9 @@ The cluster is a second one (own state dir and ports), with a GPU pool big enoug
 plus the build and profile pods. Build and profile pods are finished by this harness as they appear,
 with a BuildResult and a ProfileResult (KWOK plays the kubelet: there is no GPU here). KWOK's pods
 run nothing, so every Ready Triton pod gets a real HTTP metrics endpoint on its own IP and port
-(`tailpilot_e2e.triton_pages`: a steady 20 requests/s each, a P99 below the SLO). Prometheus is
-kube-prometheus-stack's, as a platform team runs it (`tailpilot_e2e.prometheus_stack`): a real
-prometheus-operator turns the 500 ServiceMonitors the operator generates into scrape jobs, and its
-Prometheus scrapes each Service's endpoints. Those two run as pods on the node agent's node
-`local-0`, the cluster's one real node. Everything else is the real operator at its defaults.
+(`tailpilot_e2e.triton_pages`: a steady 20 requests/s each, a P99 below the SLO); a real Prometheus
+discovers the pods through the API server with the operator's ServiceMonitor relabelling. Everything
+else is the real operator at its defaults.
 """
 
 from __future__ import annotations
@@ -51,6 +49,7 @@ from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
 from tailpilot_e2e.kube import api_client, create_namespace, service_account_kubeconfig
+from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalPrometheus
 from tailpilot_e2e.operator_harness import (
     RESNET_H100_PROFILE,
     OperatorProcess,
@@ -61,7 +60,6 @@ from tailpilot_e2e.operator_harness import (
     play_engine_jobs,
     played_resnet_build,
 )
-from tailpilot_e2e.prometheus_stack import PrometheusStack
 from tailpilot_e2e.triton_pages import PageLoad, PodEndpoint, TritonPages
 
 NAMESPACE = "scale"
@@ -328,15 +326,14 @@ def measure_fast_loop(
     seconds: float,
     operator_pid: int,
     operator_metrics: str,
-    prometheus: PrometheusStack,
+    prometheus: LocalPrometheus,
     pages: TritonPages,
     api: client.ApiClient,
     audit_log: Path,
 ) -> FastLoopFigures:
     """Run the window: CPU of the operator, Prometheus and the pages; requests by kind; observations."""
     prom_metrics = f"{prometheus.url}/metrics"
-    prometheus_pid = prometheus.pid
-    meters = {pid: CpuMeter(pid) for pid in (operator_pid, prometheus_pid, pages.pid)}
+    meters = {pid: CpuMeter(pid) for pid in (operator_pid, prometheus.pid, pages.pid)}
     ops_before, prom_before, pages_before = scrape(operator_metrics), scrape(prom_metrics), pages.stats()
     for meter in meters.values():
         meter.start()
@@ -367,7 +364,7 @@ def measure_fast_loop(
         operator_reads_per_s=(pages_after["operator"] - pages_before["operator"]) / wall,
         prometheus_scrapes_per_s=(pages_after["prometheus"] - pages_before["prometheus"]) / wall,
         read_period_s=summed(ops_after, "tailpilot_pod_read_period_seconds"),
-        prometheus_cores=cores[prometheus_pid],
+        prometheus_cores=cores[prometheus.pid],
         prometheus_queries_per_s=queries / wall,
         api_requests_per_s=sum(requests.values()) / wall,
         api_requests=requests,
@@ -446,7 +443,6 @@ def main(argv: list[str] | None = None) -> int:
         ports=Ports(**{k: v + 5000 for k, v in vars(Ports()).items()}),
         fleet=scaled_fleet(h100_nodes=h100_nodes, pods_per_node=250),
         audit_log=True,
-        real_node=True,
     )
     cluster.down()
     t0 = time.monotonic()
@@ -457,8 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     create_namespace(client.CoreV1Api(api), NAMESPACE)
     create_engine_store(client.CoreV1Api(api), NAMESPACE, host_path=state / "engines")
     kubeconfig = operator_identity(cluster, api, state / "operator.kubeconfig")
-    prometheus = PrometheusStack(
-        cluster, NAMESPACE, state / "prometheus", scrape_interval_s=SCRAPE_INTERVAL_S
+    prometheus = LocalPrometheus(
+        work_dir=state / "prometheus",
+        scrape_interval_s=SCRAPE_INTERVAL_S,
+        kubernetes=KubernetesDiscovery(kubeconfig=cluster.paths.kubeconfig, namespaces=(NAMESPACE,)),
     )
     pages = TritonPages(PageLoad())
     player, feeder = BuildPlayer(api), None
@@ -483,7 +481,6 @@ def main(argv: list[str] | None = None) -> int:
                 str(metrics_port),
                 "--bind-address",
                 "127.0.0.1",
-                *(f"--monitoring-label={k}={v}" for k, v in prometheus.labels.items()),
             ],
         ) as operator:
             sampler = RssSampler(operator.pid)
