@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(metrics_port),
                 "--bind-address",
                 "127.0.0.1",
-                *(f"--monitoring-label={k}={v}" for k, v in prometheus.labels.items()),
+                *prometheus.operator_args,
             ],
         ) as operator:
             decisions = DecisionLog(f"http://127.0.0.1:{metrics_port}/metrics")

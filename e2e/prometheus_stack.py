@@ -242,6 +242,11 @@ class PrometheusStack(PrometheusApi):
         """The labels its Prometheus selects ServiceMonitors and PrometheusRules by."""
         return {RELEASE_LABEL: self.release}
 
+    @property
+    def operator_args(self) -> list[str]:
+        """The operator's flags that label what it generates so this Prometheus selects it."""
+        return [f"--monitoring-label={key}={value}" for key, value in self.labels.items()]
+
     def start(self, timeout: float = 180) -> PrometheusStack:
         """Apply the CRDs and the stack; wait until the operator's Prometheus pod is ready and configured."""
         install_crds(self.cluster, crd_files(ALL_CRD_FILES))  # every kind the operator serves

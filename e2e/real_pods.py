@@ -269,7 +269,7 @@ def start_monitored_operator(
             "--webhook-token-file", str(token_file),
             "--metrics-port", str(metrics_port),
             "--bind-address", "127.0.0.1",
-            *(f"--monitoring-label={k}={v}" for k, v in prometheus.labels.items()),
+            *prometheus.operator_args,
             *operator_args,
         ],
     )  # fmt: skip
