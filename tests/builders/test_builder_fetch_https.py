@@ -8,12 +8,7 @@ the server refuses `/private/*` (401), `/forbidden/*` (403), says `/gone/*` is g
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
-import ssl
-import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,36 +25,17 @@ from tailpilot.builders.errors import (
 )
 from tailpilot.builders.fetch import FetchOptions
 from tailpilot.builders.store import EngineStore
+from tailpilot_e2e.https_host import https_host as serve_over_tls
+from tailpilot_e2e.https_host import self_signed_certificate
 
 #: Path prefix -> the status the server answers with (everything else: the directory's files).
 REFUSALS = {"/private/": 401, "/forbidden/": 403, "/gone/": 410, "/broken/": 500}
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        for prefix, status in REFUSALS.items():
-            if self.path.startswith(prefix):
-                self.send_error(status)
-                return
-        super().do_GET()
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (it is its own CA) and its key."""
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return cert, key
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
@@ -69,20 +45,8 @@ def https_root(
     """An HTTPS server on 127.0.0.1 serving a directory holding the example model; yields (base URL, dir)."""
     root = tmp_path_factory.mktemp("www")
     (root / "model.onnx").write_bytes(example_model.read_bytes())
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*tls_files)
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root))
-    )
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}", root
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serve_over_tls(root, tls_files, REFUSALS) as host:
+        yield host.base_url, root
 
 
 def settings(ca: Path | None) -> BuildSettings:

@@ -11,6 +11,10 @@ Then an OCI registry (CNCF Distribution, TLS, a registry Secret) and a Hugging F
 (olah, local git repositories): a service is served from an ORAS artifact pinned by digest, moved
 to another model in a Hub repository (a new engine, its commit on status.engine.modelRevision),
 and an unknown digest is refused by name while the Hub's engine keeps serving.
+
+Last, a plain https host with its own CA (a TLS server on 127.0.0.1): the CA ConfigMap is what
+makes the build Job trust it, so without it the fetch fails by name, and a path the host does not
+have is ModelNotFound, while the engine fetched over https keeps serving.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from kubernetes import client
 from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.hf_hub import LocalHub
+from tailpilot_e2e.https_host import https_host, self_signed_certificate
 from tailpilot_e2e.object_store import LocalObjectStore
 from tailpilot_e2e.oci_registry import LocalRegistry
 from tailpilot_e2e.operator_harness import OperatorProcess, condition, create_engine_store, custom_object
@@ -199,3 +204,40 @@ def test_models_from_an_oci_registry_and_a_hugging_face_hub_are_built_and_served
     finally:
         registry.stop()
         hub.stop()
+
+
+def test_a_model_on_an_https_host_with_a_private_ca_is_built_and_served(
+    real_api: client.ApiClient, real_namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    core, ns = client.CoreV1Api(real_api), real_namespace
+    create_engine_store(core, ns, host_path=tmp_path / "engines")
+    (tmp_path / "www").mkdir()
+    model = example_model.write_example_model(tmp_path / "www" / "model.onnx", seed=13).read_bytes()
+    with https_host(tmp_path / "www", self_signed_certificate(tmp_path / "tls")) as host:
+        ca = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="host-ca"), data={"ca.crt": host.ca_file.read_text()}
+        )
+        core.create_namespaced_config_map(ns, ca)
+        service = cpu_example(ns, name="mlp-https")
+        source: dict[str, Any] = {
+            "uri": host.url("model.onnx"),
+            "sha256": hashlib.sha256(model).hexdigest(),
+            "caBundleConfigMapRef": {"name": "host-ca"},
+        }
+        service["spec"]["model"] |= source
+        serve_and_wait_ready(real_api, service)
+        served = custom_object(real_api, ns, "mlp-https")["status"]["engine"]
+        assert served["modelSha256"] == source["sha256"]
+        assert infer(ready_endpoints(core, ns, "mlp-https")[0]).shape[0] == 1
+
+        broken: list[tuple[dict[str, Any], str]] = [
+            ({"caBundleConfigMapRef": None}, "ModelUnreachable"),  # the host's certificate is not trusted
+            ({"uri": host.url("missing.onnx"), "sha256": "0" * 64}, "ModelNotFound"),
+        ]
+        for change, reason in broken:
+            patch = {"spec": {"model": {**source, **change}}}
+            client.CustomObjectsApi(real_api).patch_namespaced_custom_object(
+                "tailpilot.io", "v1alpha1", ns, "inferenceservices", "mlp-https", patch
+            )
+            failed = refused_by_name(real_api, ns, "mlp-https", reason, served_key=served["key"])
+            print(f"{reason}: {failed['message']}")
