@@ -734,8 +734,13 @@ class Autoscaler:
         history = self.runtimes.get(namespace, name).reads.history
         newest = history.newest if history is not None else None
         period = self.signals.period_s if self.signals is not None else READ_PERIOD_S
-        # Fresh: read within the last periods, and not stamped after now (a clock stepped back).
-        fresh = newest is not None and newest.pods and 0 <= now - newest.at_s <= FRESH_READS * period
+        # Fresh: read within FRESH_READS periods of `now`, on either side. The period took `now`
+        # before it waited (its pod list, the API server, the event loop), so the fast loop may have
+        # stored a newer read meanwhile; such a read is the freshest there is, not a reason to send
+        # the ~14 per-service queries instead (at 500 services that fallback was most of the
+        # operator's Prometheus load). Only a read further off, old or from before a clock stepped
+        # back, is not fresh.
+        fresh = newest is not None and newest.pods and abs(now - newest.at_s) <= FRESH_READS * period
         try:
             if history is not None and fresh:
                 latency = await self.latency.latency(
