@@ -16,9 +16,14 @@ The cluster is a second one (own state dir and ports), with a GPU pool big enoug
 plus the build and profile pods. Build and profile pods are finished by this harness as they appear,
 with a BuildResult and a ProfileResult (KWOK plays the kubelet: there is no GPU here). KWOK's pods
 run nothing, so every Ready Triton pod gets a real HTTP metrics endpoint on its own IP and port
-(`tailpilot_e2e.triton_pages`: a steady 20 requests/s each, a P99 below the SLO); a real Prometheus
-discovers the pods through the API server with the operator's ServiceMonitor relabelling. Everything
-else is the real operator at its defaults.
+(`tailpilot_e2e.triton_pages`: a steady 20 requests/s each, a P99 below the SLO). Prometheus is
+kube-prometheus-stack's, as a platform team runs it (`tailpilot_e2e.prometheus_stack`): a real
+prometheus-operator turns the 500 ServiceMonitors the operator generates into scrape jobs, and its
+Prometheus scrapes each Service's endpoints. Those two run as pods on the node agent's node
+`local-0`, the cluster's one real node. The window at rest starts once that Prometheus scrapes
+every Ready pod and evaluates every service's rules (`settle_monitoring`): while services are
+created, prometheus-operator replaces its Prometheus pod each time the rules outgrow their
+ConfigMaps. Everything else is the real operator at its defaults.
 """
 
 from __future__ import annotations
@@ -48,8 +53,7 @@ from tailpilot.controllers.process.main import parse_args as operator_flags
 from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
-from tailpilot_e2e.kube import api_client, create_namespace, service_account_kubeconfig
-from tailpilot_e2e.monitoring import KubernetesDiscovery, LocalPrometheus
+from tailpilot_e2e.kube import api_client, create_namespace, is_ready, service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
     RESNET_H100_PROFILE,
     OperatorProcess,
@@ -60,7 +64,9 @@ from tailpilot_e2e.operator_harness import (
     play_engine_jobs,
     played_resnet_build,
 )
+from tailpilot_e2e.prometheus_stack import PrometheusStack
 from tailpilot_e2e.triton_pages import PageLoad, PodEndpoint, TritonPages
+from tailpilot_e2e.wait import eventually
 
 NAMESPACE = "scale"
 OPERATOR_ACCOUNT = "tailpilot-bench"
@@ -68,6 +74,55 @@ OPERATOR_ACCOUNT = "tailpilot-bench"
 SCRAPE_INTERVAL_S = float(MonitoringSpec().scrape_interval_seconds)
 #: Seconds after the last service is Ready before the window at rest starts (writes and Events settle).
 SETTLE_S = 60.0
+#: How long the monitoring stack may take to take in every service's ServiceMonitor and rules.
+MONITORING_SETTLE_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class MonitoringSettled:
+    """When the stack's Prometheus had every service: seconds after all were Ready, and its shape."""
+
+    after_s: float
+    up_targets: int
+    rule_groups: int
+    rule_configmaps: int
+
+
+def settle_monitoring(prometheus: PrometheusStack, api: client.ApiClient, *, pods: int) -> MonitoringSettled:
+    """Wait until the stack's Prometheus scrapes every Ready pod and evaluates every service's rules.
+
+    prometheus-operator renders the PrometheusRules into ConfigMaps of at most about 0.5 MiB; as
+    services are created it adds ConfigMaps, each a new volume of the StatefulSet, so its Prometheus
+    pod is replaced (a platform team's stack does the same). The window at rest starts once that
+    is over, on the Prometheus the operator was given (same pod address).
+    """
+    start = time.monotonic()
+    core = client.CoreV1Api(api)
+    pod_name = "prometheus-prometheus-0"
+
+    def settled() -> tuple[int, int] | None:
+        pod = core.read_namespaced_pod(pod_name, NAMESPACE)
+        if not is_ready(pod) or pod.status.pod_ip != prometheus.pod_ip:
+            return None
+        up = sum(
+            1 for t in prometheus.targets() if t["health"] == "up" and t["labels"].get("inferenceservice")
+        )
+        return (up, len(prometheus.rule_groups())) if up >= pods else None
+
+    up, groups = eventually(
+        settled,
+        timeout=MONITORING_SETTLE_TIMEOUT_S,
+        interval=5.0,
+        description=f"the stack's Prometheus scraping {pods} pods at {prometheus.url}",
+    )
+    prometheus.load_cluster_rules(api, NAMESPACE, timeout=MONITORING_SETTLE_TIMEOUT_S)
+    configmaps = core.list_namespaced_config_map(NAMESPACE).items
+    return MonitoringSettled(
+        after_s=time.monotonic() - start,
+        up_targets=up,
+        rule_groups=len(prometheus.rule_groups()),
+        rule_configmaps=sum(1 for m in configmaps if "rulefiles" in m.metadata.name),
+    )
 
 
 def service(index: int, pods: int) -> dict[str, Any]:
@@ -326,14 +381,15 @@ def measure_fast_loop(
     seconds: float,
     operator_pid: int,
     operator_metrics: str,
-    prometheus: LocalPrometheus,
+    prometheus: PrometheusStack,
     pages: TritonPages,
     api: client.ApiClient,
     audit_log: Path,
 ) -> FastLoopFigures:
     """Run the window: CPU of the operator, Prometheus and the pages; requests by kind; observations."""
     prom_metrics = f"{prometheus.url}/metrics"
-    meters = {pid: CpuMeter(pid) for pid in (operator_pid, prometheus.pid, pages.pid)}
+    prometheus_pid = prometheus.pid
+    meters = {pid: CpuMeter(pid) for pid in (operator_pid, prometheus_pid, pages.pid)}
     ops_before, prom_before, pages_before = scrape(operator_metrics), scrape(prom_metrics), pages.stats()
     for meter in meters.values():
         meter.start()
@@ -364,7 +420,7 @@ def measure_fast_loop(
         operator_reads_per_s=(pages_after["operator"] - pages_before["operator"]) / wall,
         prometheus_scrapes_per_s=(pages_after["prometheus"] - pages_before["prometheus"]) / wall,
         read_period_s=summed(ops_after, "tailpilot_pod_read_period_seconds"),
-        prometheus_cores=cores[prometheus.pid],
+        prometheus_cores=cores[prometheus_pid],
         prometheus_queries_per_s=queries / wall,
         api_requests_per_s=sum(requests.values()) / wall,
         api_requests=requests,
@@ -443,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         ports=Ports(**{k: v + 5000 for k, v in vars(Ports()).items()}),
         fleet=scaled_fleet(h100_nodes=h100_nodes, pods_per_node=250),
         audit_log=True,
+        real_node=True,
     )
     cluster.down()
     t0 = time.monotonic()
@@ -453,10 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     create_namespace(client.CoreV1Api(api), NAMESPACE)
     create_engine_store(client.CoreV1Api(api), NAMESPACE, host_path=state / "engines")
     kubeconfig = operator_identity(cluster, api, state / "operator.kubeconfig")
-    prometheus = LocalPrometheus(
-        work_dir=state / "prometheus",
-        scrape_interval_s=SCRAPE_INTERVAL_S,
-        kubernetes=KubernetesDiscovery(kubeconfig=cluster.paths.kubeconfig, namespaces=(NAMESPACE,)),
+    prometheus = PrometheusStack(
+        cluster, NAMESPACE, state / "prometheus", scrape_interval_s=SCRAPE_INTERVAL_S
     )
     pages = TritonPages(PageLoad())
     player, feeder = BuildPlayer(api), None
@@ -481,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(metrics_port),
                 "--bind-address",
                 "127.0.0.1",
+                *prometheus.operator_args,
             ],
         ) as operator:
             sampler = RssSampler(operator.pid)
@@ -509,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             feeder.stop.set()
             feeder.join()
             feeder.feed()
+            monitoring = settle_monitoring(prometheus, api, pods=args.services * args.pods)
             time.sleep(SETTLE_S)  # the last status writes, events and first decisions settle
             figures = measure_fast_loop(
                 seconds=args.rest_seconds,
@@ -532,6 +589,11 @@ def main(argv: list[str] | None = None) -> int:
     ready_text = f"{all_ready_s:.1f} s" if ready >= args.services else f"NOT ALL READY ({ready})"
     print(f"| {args.services} | {applied:.1f} s | {ready_text} | {sampler.peak / 2**20:.0f} MiB |")
     print("progress (s, ready):", progress[:: max(1, len(progress) // 15)])
+    print(
+        f"monitoring settled {monitoring.after_s:.1f} s after all were Ready: "
+        f"{monitoring.up_targets} targets up, {monitoring.rule_groups} rule groups evaluated "
+        f"from {monitoring.rule_configmaps} rule ConfigMaps"
+    )
     print_fast_loop(args.services, args.pods, figures)
     cluster.down()
     return 0 if ready >= args.services else 1

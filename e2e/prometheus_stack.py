@@ -41,6 +41,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 import yaml
 from kubernetes import client
 
@@ -287,6 +288,19 @@ class PrometheusStack(PrometheusApi):
             description="Prometheus running the operator's configuration",
         )
         return self
+
+    @property
+    def pid(self) -> int:
+        """The process id of its Prometheus: the node agent runs the pod's container as a local process.
+
+        Found by the listen address the agent gives it (its pod IP), for the benchmarks' CPU meters.
+        """
+        flag = f"--web.listen-address={self.pod_ip}:9090"
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if flag in cmdline and Path(cmdline[0]).name == "prometheus":
+                return int(process.pid)
+        raise RuntimeError(f"no prometheus process listening on {self.pod_ip}:9090")
 
     def _api(self) -> client.ApiClient:
         if self._client is None:
