@@ -111,7 +111,10 @@ def test_a_service_built_without_a_profile_learns_its_service_time_and_answers_a
     ok = np.asarray(result.status) == 200
     story = (
         f"step {high:.1f} req/s at {CALM_S:g} s; {calibration}; second replica serving at {two_serving_at}; "
-        f"learned {learned}; last decision {obj['status'].get('lastDecision')}"
+        f"learned {learned}; last decision {obj['status'].get('lastDecision')}; "
+        # The decisions that changed the replicas, with their times and reasons: a scale-down
+        # during the step shows here, when it happened and on what rate.
+        f"changes {obj['status'].get('decisions')}"
     )
     print(story)  # shown with -s, and by pytest on failure
     # The service time came from the pods: fitted (batches of one need no spread) and of the order
