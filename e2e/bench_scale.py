@@ -100,16 +100,16 @@ def settle_monitoring(prometheus: PrometheusStack, api: client.ApiClient, *, pod
     core = client.CoreV1Api(api)
     pod_name = "prometheus-prometheus-0"
 
-    def settled() -> tuple[int, int] | None:
+    def settled() -> int | None:
         pod = core.read_namespaced_pod(pod_name, NAMESPACE)
         if not is_ready(pod) or pod.status.pod_ip != prometheus.pod_ip:
             return None
         up = sum(
             1 for t in prometheus.targets() if t["health"] == "up" and t["labels"].get("inferenceservice")
         )
-        return (up, len(prometheus.rule_groups())) if up >= pods else None
+        return up if up >= pods else None
 
-    up, groups = eventually(
+    up = eventually(
         settled,
         timeout=MONITORING_SETTLE_TIMEOUT_S,
         interval=5.0,
