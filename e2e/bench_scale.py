@@ -53,7 +53,7 @@ from tailpilot.controllers.process.main import parse_args as operator_flags
 from tailpilot_e2e.cluster import ClusterPaths, LocalCluster
 from tailpilot_e2e.config import REPO_ROOT, Ports
 from tailpilot_e2e.fleet import scaled_fleet
-from tailpilot_e2e.kube import api_client, create_namespace, is_ready, service_account_kubeconfig
+from tailpilot_e2e.kube import api_client, create_namespace, service_account_kubeconfig
 from tailpilot_e2e.operator_harness import (
     RESNET_H100_PROFILE,
     OperatorProcess,
@@ -97,16 +97,12 @@ def settle_monitoring(prometheus: PrometheusStack, api: client.ApiClient, *, pod
     is over, on the Prometheus the operator was given (same pod address).
     """
     start = time.monotonic()
-    core = client.CoreV1Api(api)
-    pod_name = "prometheus-prometheus-0"
 
     def settled() -> int | None:
-        pod = core.read_namespaced_pod(pod_name, NAMESPACE)
-        if not is_ready(pod) or pod.status.pod_ip != prometheus.pod_ip:
+        if prometheus.ready_pod_ip() != prometheus.pod_ip:
             return None
-        up = sum(
-            1 for t in prometheus.targets() if t["health"] == "up" and t["labels"].get("inferenceservice")
-        )
+        targets = prometheus.targets()
+        up = sum(1 for t in targets if t["health"] == "up" and t["labels"].get(c.METRIC_LABEL_ISVC))
         return up if up >= pods else None
 
     up = eventually(
@@ -116,7 +112,7 @@ def settle_monitoring(prometheus: PrometheusStack, api: client.ApiClient, *, pod
         description=f"the stack's Prometheus scraping {pods} pods at {prometheus.url}",
     )
     prometheus.load_cluster_rules(api, NAMESPACE, timeout=MONITORING_SETTLE_TIMEOUT_S)
-    configmaps = core.list_namespaced_config_map(NAMESPACE).items
+    configmaps = client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE).items
     return MonitoringSettled(
         after_s=time.monotonic() - start,
         up_targets=up,

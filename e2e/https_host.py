@@ -1,9 +1,10 @@
-"""A model host on https://127.0.0.1:PORT: a directory's files served over TLS, its certificate self-signed.
+"""A model host on https://127.0.0.1:PORT: a directory's files served over TLS by a private CA's certificate.
 
-The certificate names IP 127.0.0.1 and is its own CA, so a client trusts it only through that file
-(a build's `--ca-bundle`, a spec's `caBundleConfigMapRef`); verification stays on everywhere. As a
-model host may, the server refuses some path prefixes with the status `refusals` gives them
-(`/private/` 401, `/gone/` 410...). It runs on a thread of the test process and stops with it.
+The serving certificate is the one the other test servers use (`pki.localhost_server_certificate`,
+signed by the CA of the given PKI directory), so a client trusts it only through that CA (a build's
+`--ca-bundle`, a spec's `caBundleConfigMapRef`); verification stays on everywhere. As a model host
+may, the server refuses some path prefixes with the status `refusals` gives them (`/private/` 401,
+`/gone/` 410...). It runs on a thread of the test process and stops with it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import functools
 import http.server
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tailpilot_e2e import pki
 
 
 @dataclass(frozen=True)
@@ -29,20 +31,6 @@ class HttpsHost:
 
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
-
-
-def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    """(certificate, key) for 127.0.0.1, valid one day; the certificate is its own CA."""
-    directory.mkdir(parents=True, exist_ok=True)
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return cert, key
 
 
 def _handler(root: Path, refusals: Mapping[str, int]) -> type[http.server.SimpleHTTPRequestHandler]:
@@ -61,18 +49,16 @@ def _handler(root: Path, refusals: Mapping[str, int]) -> type[http.server.Simple
 
 
 @contextmanager
-def https_host(
-    root: Path, tls: tuple[Path, Path], refusals: Mapping[str, int] | None = None
-) -> Iterator[HttpsHost]:
-    """Serve `root` over TLS with `tls` (certificate, key) until the block ends."""
+def https_host(root: Path, pki_dir: Path, refusals: Mapping[str, int] | None = None) -> Iterator[HttpsHost]:
+    """Serve `root` over TLS, with a certificate signed by the CA of `pki_dir`, until the block ends."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*tls)
+    context.load_cert_chain(*pki.localhost_server_certificate(pki_dir, "https-host"))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(root, refusals or {}))
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, name="https-host", daemon=True)
     thread.start()
     try:
-        yield HttpsHost(f"https://127.0.0.1:{server.server_address[1]}", root, tls[0])
+        yield HttpsHost(f"https://127.0.0.1:{server.server_address[1]}", root, pki_dir / "ca.crt")
     finally:
         server.shutdown()
         server.server_close()

@@ -261,23 +261,11 @@ class PrometheusStack(PrometheusApi):
         self._manifest = self.work_dir / "prometheus-stack.json"
         self._manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
         self.cluster.kubectl("apply", "--server-side", "-f", str(self._manifest), timeout=60)
-        core = client.CoreV1Api(self._api())
-        pod_name = f"prometheus-{PROMETHEUS_NAME}-0"
-
-        def ready_pod_ip() -> str | None:
-            try:
-                pod = core.read_namespaced_pod(pod_name, self.namespace)
-            except client.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-            return pod.status.pod_ip if is_ready(pod) else None
-
         self.pod_ip = eventually(
-            ready_pod_ip,
+            self.ready_pod_ip,
             timeout=timeout,
             interval=1.0,
-            description=f"prometheus-operator's Prometheus pod {self.namespace}/{pod_name} ready",
+            description=f"prometheus-operator's Prometheus pod {self.namespace}/{self.pod_name} ready",
         )
         # Ready means the TSDB is open and a configuration loaded: the operator's, whose external
         # labels name this Prometheus object (the config reloader wrote it before Prometheus started).
@@ -288,6 +276,27 @@ class PrometheusStack(PrometheusApi):
             description="Prometheus running the operator's configuration",
         )
         return self
+
+    @property
+    def pod_name(self) -> str:
+        """The Prometheus pod of the operator's StatefulSet (one replica)."""
+        return f"prometheus-{PROMETHEUS_NAME}-0"
+
+    def ready_pod_ip(self) -> str | None:
+        """The address of its Prometheus pod when that pod is Ready (None: missing or not Ready).
+
+        prometheus-operator replaces the pod when its StatefulSet changes (more rule ConfigMaps);
+        `url` keeps the address `start` found, so a caller can check the pod still serves there.
+        """
+        core = client.CoreV1Api(self._api())
+        try:
+            pod = core.read_namespaced_pod(self.pod_name, self.namespace)
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        ip = pod.status.pod_ip if pod.status is not None else None
+        return str(ip) if ip and is_ready(pod) else None
 
     @property
     def pid(self) -> int:

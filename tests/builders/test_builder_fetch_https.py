@@ -26,27 +26,23 @@ from tailpilot.builders.errors import (
 from tailpilot.builders.fetch import FetchOptions
 from tailpilot.builders.store import EngineStore
 from tailpilot_e2e.https_host import https_host as serve_over_tls
-from tailpilot_e2e.https_host import self_signed_certificate
 
 #: Path prefix -> the status the server answers with (everything else: the directory's files).
 REFUSALS = {"/private/": 401, "/forbidden/": 403, "/gone/": 410, "/broken/": 500}
 
 
 @pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (it is its own CA) and its key."""
-    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
 def https_root(
-    tls_files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, example_model: Path
-) -> Iterator[tuple[str, Path]]:
-    """An HTTPS server on 127.0.0.1 serving a directory holding the example model; yields (base URL, dir)."""
+    tmp_path_factory: pytest.TempPathFactory, example_model: Path
+) -> Iterator[tuple[str, Path, Path]]:
+    """An HTTPS server on 127.0.0.1 serving a directory holding the example model.
+
+    Yields (base URL, dir, the file of the CA that signed its certificate).
+    """
     root = tmp_path_factory.mktemp("www")
     (root / "model.onnx").write_bytes(example_model.read_bytes())
-    with serve_over_tls(root, tls_files, REFUSALS) as host:
-        yield host.base_url, root
+    with serve_over_tls(root, tmp_path_factory.mktemp("pki"), REFUSALS) as host:
+        yield host.base_url, root, host.ca_file
 
 
 def settings(ca: Path | None) -> BuildSettings:
@@ -54,12 +50,12 @@ def settings(ca: Path | None) -> BuildSettings:
 
 
 def test_https_model_with_trusted_ca_and_right_sha256_builds(
-    https_root: tuple[str, Path], tls_files: tuple[Path, Path], make_request: Callable[..., BuildRequest]
+    https_root: tuple[str, Path, Path], make_request: Callable[..., BuildRequest]
 ) -> None:
-    base, root = https_root
+    base, root, ca = https_root
     digest = hashlib.sha256((root / "model.onnx").read_bytes()).hexdigest()
     request = make_request(model_uri=f"{base}/model.onnx", model_sha256=digest)
-    result = run_build(request, settings(tls_files[0]), progress=lambda _: None)
+    result = run_build(request, settings(ca), progress=lambda _: None)
     assert result.outcome == BuildOutcome.SUCCEEDED, result.message
 
 
@@ -77,8 +73,7 @@ def test_https_model_with_trusted_ca_and_right_sha256_builds(
     ],
 )
 def test_https_failures_name_the_problem_and_publish_nothing(
-    https_root: tuple[str, Path],
-    tls_files: tuple[Path, Path],
+    https_root: tuple[str, Path, Path],
     make_request: Callable[..., BuildRequest],
     store: Path,
     path: str,
@@ -87,9 +82,9 @@ def test_https_failures_name_the_problem_and_publish_nothing(
     reason: str,
     phrase: str,
 ) -> None:
-    base, _ = https_root
+    base, _, ca = https_root
     request = make_request(model_uri=f"{base}/{path}", model_sha256=sha)
-    result = run_build(request, settings(tls_files[0] if trust else None), progress=lambda _: None)
+    result = run_build(request, settings(ca if trust else None), progress=lambda _: None)
     assert (result.outcome, result.reason) == (BuildOutcome.FAILED, reason), result.message
     assert phrase in result.message
     assert EngineStore(store).published_keys() == []

@@ -31,7 +31,7 @@ from kubernetes import client
 from tailpilot.builders import example_model
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.hf_hub import LocalHub
-from tailpilot_e2e.https_host import https_host, self_signed_certificate
+from tailpilot_e2e.https_host import https_host
 from tailpilot_e2e.object_store import LocalObjectStore
 from tailpilot_e2e.oci_registry import LocalRegistry
 from tailpilot_e2e.operator_harness import OperatorProcess, condition, create_engine_store, custom_object
@@ -213,7 +213,7 @@ def test_a_model_on_an_https_host_with_a_private_ca_is_built_and_served(
     create_engine_store(core, ns, host_path=tmp_path / "engines")
     (tmp_path / "www").mkdir()
     model = example_model.write_example_model(tmp_path / "www" / "model.onnx", seed=13).read_bytes()
-    with https_host(tmp_path / "www", self_signed_certificate(tmp_path / "tls")) as host:
+    with https_host(tmp_path / "www", tmp_path / "pki") as host:
         ca = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="host-ca"), data={"ca.crt": host.ca_file.read_text()}
         )
