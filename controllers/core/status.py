@@ -61,7 +61,7 @@ from tailpilot.policy.headroom import RiseHistory
 from tailpilot.policy.idle import IdleHistory
 from tailpilot.policy.period import PeriodMemory, ServedEngine
 from tailpilot.policy.regression import EngineComparison
-from tailpilot.policy.service_fit import FitQuality, ServiceFit
+from tailpilot.policy.service_fit import FitQuality, ServiceFit, WindowKind
 
 log = logging.getLogger("tailpilot.status")
 
@@ -550,6 +550,7 @@ def learned_status(
         ),
         service_time_fit=None if fit is None else fit.quality.value,
         service_time_windows=None if fit is None else fit.samples,
+        service_time_from=None if fit is None else fit.windows.value,
     )
 
 
@@ -632,6 +633,9 @@ def restored_fit(learned: LearnedStatus | None) -> ServiceFit | None:
         quality=FitQuality.FITTED,
         samples=learned.service_time_windows or 0,
         batch_range=(0.0, 0.0),
+        # Not kept by an operator before serviceTimeFrom: Mixed, "not known", which saturated windows
+        # replace as they would a fit of steady ones.
+        windows=WindowKind(learned.service_time_from or WindowKind.MIXED.value),
     )
 
 

@@ -1786,6 +1786,15 @@ class LearnedStatus(_Model):
     service_time_windows: int | None = Field(
         default=None, ge=0, description="Evaluation windows behind serviceTime."
     )
+    service_time_from: Literal["Saturated", "Steady", "Mixed"] | None = Field(
+        default=None,
+        description=(
+            "The kind of windows behind serviceTime, most telling first: Saturated (a backlog at every "
+            "replica: what a replica serves flat out), Steady (no backlog: a lower bound of a request's "
+            "time, lower still on a CPU limit at light load), Mixed (pods starting or a partial backlog). "
+            "A Provisional fit of saturated windows replaces a Fitted one of other windows."
+        ),
+    )
     service_time_scale: float | None = Field(
         default=None,
         gt=0,

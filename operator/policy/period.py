@@ -47,6 +47,7 @@ from tailpilot.policy.service_fit import (
     ServiceSample,
     add_sample,
     fit_service_time,
+    measures_capacity_unlike,
     sample_of,
 )
 from tailpilot.policy.surge import SurgeReading, with_surge
@@ -431,7 +432,11 @@ def _to_zero(
 
 
 def _learn(period: PeriodInput, observation: Observation) -> tuple[ServiceFit | None, PeriodMemory]:
-    """The window added to the engine's fit, and the fit (the last Fitted one while it is provisional)."""
+    """The window added to the engine's fit, and the fit.
+
+    While the fit is provisional, the last Fitted one stands in, unless the provisional one comes from
+    saturated windows and the Fitted one does not (`measures_capacity_unlike`).
+    """
     batching = period.state.batching
     sample = sample_of(
         observation,
@@ -449,8 +454,14 @@ def _learn(period: PeriodInput, observation: Observation) -> tuple[ServiceFit | 
     if fitted is not None and fitted.quality is FitQuality.FITTED:
         kept = fitted
     learned = replace(memory, fit=windows, fitted=kept)
-    if fitted is None or (fitted.quality is FitQuality.PROVISIONAL and kept is not None):
-        return kept or fitted, learned
+    if fitted is None:
+        return kept, learned
+    if (
+        fitted.quality is FitQuality.PROVISIONAL
+        and kept is not None
+        and not measures_capacity_unlike(fitted, kept)
+    ):
+        return kept, learned
     return fitted, learned
 
 

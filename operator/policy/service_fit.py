@@ -96,6 +96,8 @@ class ServiceFit:
     samples: int
     batch_range: tuple[float, float]
     compute_model: ServiceTimeModel | None = None
+    #: The kind of windows it was fitted from (Mixed: any kind, or not known).
+    windows: WindowKind = WindowKind.MIXED
 
 
 def request_weighted_batch(mean_batch: float, max_batch_size: int) -> float:
@@ -164,11 +166,7 @@ def fit_service_time(samples: Sequence[ServiceSample], *, max_batch_size: int) -
     measure what a replica serves), else steady ones, else the mixed ones (pods starting: times and
     batches of different requests, a rough model that beats none).
     """
-    samples = (
-        _flat_out([s for s in samples if s.kind is WindowKind.SATURATED])
-        or [s for s in samples if s.kind is WindowKind.STEADY]
-        or list(samples)
-    )
+    kind, samples = _most_telling(samples)
     if not samples:
         return None
     xs = [s.request_batch for s in samples]
@@ -182,7 +180,31 @@ def fit_service_time(samples: Sequence[ServiceSample], *, max_batch_size: int) -
         samples=len(samples),
         batch_range=(lo, hi),
         compute_model=_model(computes, fitted=fitted) if len(computes) == len(samples) else None,
+        windows=kind,
     )
+
+
+def _most_telling(samples: Sequence[ServiceSample]) -> tuple[WindowKind, list[ServiceSample]]:
+    """The kind of windows that says most about capacity among `samples`, and those windows."""
+    saturated = _flat_out([s for s in samples if s.kind is WindowKind.SATURATED])
+    if saturated:
+        return WindowKind.SATURATED, saturated
+    steady = [s for s in samples if s.kind is WindowKind.STEADY]
+    if steady:
+        return WindowKind.STEADY, steady
+    return WindowKind.MIXED, list(samples)
+
+
+def measures_capacity_unlike(fit: ServiceFit, than: ServiceFit) -> bool:
+    """Whether `fit` comes from saturated windows and `than` does not: then `fit` is believed first.
+
+    Why: saturated windows measure what a replica serves; steady ones are a lower bound of a
+    request's time, and on a CPU limit a lightly loaded replica runs a request faster than a busy
+    one (a quota throttles only once its period's share is spent). On real pods a service fitted at
+    5 req/s kept that fit over its first saturated windows (too few to be Fitted), believed one
+    replica could serve 60 req/s, and went from 2 replicas to 1 in the middle of that load.
+    """
+    return fit.windows is WindowKind.SATURATED and than.windows is not WindowKind.SATURATED
 
 
 def _flat_out(saturated: Sequence[ServiceSample]) -> list[ServiceSample]:

@@ -19,7 +19,7 @@ from tailpilot.policy.period import (
     ServedEngine,
     run_period,
 )
-from tailpilot.policy.service_fit import FitQuality, ServiceFit
+from tailpilot.policy.service_fit import FitQuality, ServiceFit, ServiceSample, WindowKind
 from tailpilot.policy.wake import HeldRequests
 
 BATCHING = BatchingConfig(max_batch_size=8)
@@ -86,6 +86,46 @@ def test_a_provisional_fit_falls_back_to_the_last_fitted_one_of_the_same_engine_
     plan = run_period(period(busy(100.0), memory=other))
     assert plan.fit is not None and plan.fit.quality is FitQuality.PROVISIONAL
     assert plan.memory.fitted is None
+
+
+def test_saturated_windows_too_few_to_be_fitted_still_replace_a_fit_of_steady_ones():
+    # Calibrated at light load on a CPU limit: steady windows read 12 ms a request, Fitted. Then
+    # the replica ran flat out and served one every 19 ms, in too few windows to be Fitted alone.
+    light = ServiceSample(request_batch=1.0, time_ms=12.0, weight=5.0, kind=WindowKind.STEADY)
+    flat_out = ServiceSample(request_batch=1.0, time_ms=19.0, weight=52.0, kind=WindowKind.SATURATED)
+    engine = replace(ENGINE, max_batch_size=1)
+    single = BatchingConfig(max_batch_size=1)
+    state = PolicyState.initial(replicas=2, batching=single)
+
+    def planned(samples: tuple[ServiceSample, ...], fitted: ServiceFit | None) -> PeriodPlan:
+        return run_period(
+            period(
+                Observation(at_s=100.0, request_rate=0.0, p99_ms=None, ready_replicas=2),
+                profile=None,
+                engine=engine,
+                state=state,
+                batching=single,
+                memory=PeriodMemory(fit=FitMemory(engine_key=ENGINE.key, samples=samples), fitted=fitted),
+            )
+        )
+
+    steady = planned((light,) * 4, None)
+    assert steady.fit is not None and steady.fit.quality is FitQuality.FITTED
+    assert steady.fit.windows is WindowKind.STEADY and steady.fit.model.mean_ms(1) == 12.0
+    both = planned((light,) * 4 + (flat_out,), steady.memory.fitted)
+    assert both.fit is not None and both.fit.windows is WindowKind.SATURATED
+    assert both.fit.quality is FitQuality.PROVISIONAL and both.fit.model.mean_ms(1) == 19.0
+    # The Fitted fit is remembered still, for when the saturated windows age out.
+    assert both.memory.fitted == steady.fit
+    # Steady windows too few to be Fitted do not replace a fit of saturated ones.
+    of_saturated = ServiceFit(
+        model=ServiceTimeModel(intercept_ms=0.0, per_item_ms=19.0, jitter_cv=0.3),
+        quality=FitQuality.FITTED,
+        samples=6,
+        batch_range=(1.0, 1.0),
+        windows=WindowKind.SATURATED,
+    )
+    assert planned((light,), of_saturated).fit == of_saturated
 
 
 def two_products(current: str, *, moving: bool = False) -> ProductContext:

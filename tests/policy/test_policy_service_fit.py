@@ -140,7 +140,7 @@ def test_saturated_windows_measure_what_a_replica_serves_and_count_first():
     starting = sample_of(calm, max_batch_size=1, instances=1, replicas=3)
     assert starting is not None and starting.kind is WindowKind.MIXED
     fit = fit_service_time((steady,) * 4 + (saturated,) + (starting,), max_batch_size=1)
-    assert fit is not None and fit.samples == 1
+    assert fit is not None and fit.samples == 1 and fit.windows is WindowKind.SATURATED
     assert fit.model.mean_ms(1) == pytest.approx(1000.0 * 2 / 70.0)
 
 
@@ -150,9 +150,11 @@ def test_windows_with_pods_starting_count_only_until_steady_ones_exist():
     )
     alone = fit_service_time(starting, max_batch_size=1)
     assert alone is not None and alone.model.mean_ms(1) == pytest.approx(40.0)
+    assert alone.windows is WindowKind.MIXED
     calm = tuple(ServiceSample(request_batch=1.0, time_ms=20.0, weight=50.0) for _ in range(4))
     both = fit_service_time(starting + calm, max_batch_size=1)
     assert both is not None and both.model.mean_ms(1) == pytest.approx(20.0) and both.samples == 4
+    assert both.windows is WindowKind.STEADY
 
 
 def test_a_window_that_saturated_only_at_its_end_does_not_set_the_capacity():
