@@ -25,7 +25,8 @@ distribution_dir="$cache/bin/distribution-$DISTRIBUTION_VERSION"
 prometheus_operator_dir="$cache/bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
 
 build_kubernetes() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  # The kubelet runs the real node (e2e/real_node.py) beside the node agent's.
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
   local missing=()
   for b in "${want[@]}"; do [[ -x "$k8s_dir/$b" ]] || missing+=("$b"); done
   [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $KUBERNETES_VERSION: cached"; return; }
@@ -56,6 +57,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
   (cd "$src" && go mod tidy -e >/dev/null 2>&1 || true; cd "$src" && go mod download)

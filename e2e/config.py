@@ -43,6 +43,8 @@ class Binaries:
     kube_controller_manager: Path
     kube_scheduler: Path
     kubectl: Path
+    #: The real node's kubelet (`kubelet_node.py`).
+    kubelet: Path
     kwok: Path
     prometheus: Path
     promtool: Path
@@ -68,6 +70,7 @@ class Binaries:
             kube_controller_manager=k8s / "kube-controller-manager",
             kube_scheduler=k8s / "kube-scheduler",
             kubectl=k8s / "kubectl",
+            kubelet=k8s / "kubelet",
             kwok=bin_root / f"kwok-{v['KWOK_VERSION']}" / "kwok",
             prometheus=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "prometheus",
             promtool=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "promtool",

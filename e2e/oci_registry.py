@@ -79,17 +79,22 @@ def digest_of(data: bytes) -> str:
     return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
-def _json(doc: dict[str, Any]) -> bytes:
+def canonical_json(doc: dict[str, Any]) -> bytes:
+    """`doc` as compact JSON with sorted keys: the bytes its digest is taken of."""
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
-def tar_layer(files: dict[str, bytes], *, compress: bool) -> bytes:
-    """A layer: `files` (path in the image -> bytes) as a tar, gzip-compressed if asked."""
+def tar_layer(files: dict[str, bytes], *, compress: bool, executable: frozenset[str] = frozenset()) -> bytes:
+    """A layer: `files` (path in the image -> bytes) as a tar, gzip-compressed if asked.
+
+    The paths in `executable` get mode 0755, the others 0644.
+    """
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for path, data in files.items():
             info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            info.size, info.mtime = len(data), 0
+            info.mode = 0o755 if path in executable else 0o644
             archive.addfile(info, io.BytesIO(data))
     return gzip.compress(raw.getvalue(), mtime=0) if compress else raw.getvalue()
 
@@ -216,7 +221,7 @@ class LocalRegistry:
 
     def push_manifest(self, repository: str, reference: str, manifest: dict[str, Any]) -> str:
         """PUT a manifest (or index) under a tag (or its digest); the digest of the bytes sent."""
-        body = _json(manifest)
+        body = canonical_json(manifest)
         digest = digest_of(body)
         with self.client() as client:
             answer = client.put(
@@ -265,7 +270,7 @@ class LocalRegistry:
                     **self.push_blob(repository, blob),
                 }
             )
-        config = _json(
+        config = canonical_json(
             {
                 "architecture": "amd64",
                 "os": "linux",
