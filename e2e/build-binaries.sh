@@ -25,8 +25,8 @@ distribution_dir="$cache/bin/distribution-$DISTRIBUTION_VERSION"
 prometheus_operator_dir="$cache/bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
 
 build_kubernetes() {
-  # The kubelet runs the real node (e2e/real_node.py) beside the node agent's.
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+  # The kubelet and kube-proxy run the real node (e2e/kubelet_node.py) beside the node agent's.
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=()
   for b in "${want[@]}"; do [[ -x "$k8s_dir/$b" ]] || missing+=("$b"); done
   [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $KUBERNETES_VERSION: cached"; return; }
@@ -58,6 +58,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   (cd "$src" && go mod tidy -e >/dev/null 2>&1 || true; cd "$src" && go mod download)

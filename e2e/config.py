@@ -43,8 +43,9 @@ class Binaries:
     kube_controller_manager: Path
     kube_scheduler: Path
     kubectl: Path
-    #: The real node's kubelet (`kubelet_node.py`).
+    #: The real node's kubelet and kube-proxy (`kubelet_node.py`).
     kubelet: Path
+    kube_proxy: Path
     kwok: Path
     prometheus: Path
     promtool: Path
@@ -71,6 +72,7 @@ class Binaries:
             kube_scheduler=k8s / "kube-scheduler",
             kubectl=k8s / "kubectl",
             kubelet=k8s / "kubelet",
+            kube_proxy=k8s / "kube-proxy",
             kwok=bin_root / f"kwok-{v['KWOK_VERSION']}" / "kwok",
             prometheus=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "prometheus",
             promtool=bin_root / f"prometheus-{v['PROMETHEUS_VERSION']}" / "promtool",

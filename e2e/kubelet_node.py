@@ -1,4 +1,4 @@
-"""A real Kubernetes node on this machine: the kubelet, containerd, runc and the CNI bridge plugin.
+"""A real Kubernetes node on this machine: the kubelet, kube-proxy, containerd, runc and the CNI bridge.
 
 The real-pods tier's node, `local-0`, is played by the node agent, which runs pods as host processes
 (docs/node-agent.md). This node runs Kubernetes' own node components beside it, on the same cluster:
@@ -7,7 +7,9 @@ The real-pods tier's node, `local-0`, is played by the node agent, which runs po
 - Debian's containerd and runc (`install-system-deps.sh`), containerd with its own root, state and
   socket under this node's state directory;
 - Debian's CNI plugins: a bridge (`BRIDGE`) with host-local addresses from `POD_NETWORK`, so a pod's
-  IP answers from the host.
+  IP answers from the host;
+- kube-proxy from the same module, in iptables mode: a Service's cluster IP reaches its ready pods
+  on this node from the host.
 
 It registers as `NODE`, tainted (`TAINT_KEY`) so that only pods that ask for it run there. There is
 no registry: images are OCI archives imported into containerd (`oci_archive.py`), the sandbox image
@@ -15,7 +17,7 @@ too. What this machine needs, each found by a failure (docs/cluster.md): `failCg
 cgroups are v1), containerd's `restrict_oom_score_adj` (root here lacks CAP_SYS_RESOURCE), Debian's
 plugin directory `/usr/lib/cni`.
 
-    node = KubeletNode(cluster, kubelet_binary).start()
+    node = KubeletNode(cluster, kubelet=binaries.kubelet, kube_proxy=binaries.kube_proxy).start()
     node.import_image(write_archive(busybox_image(...), path))
     ... pods with `node.toleration()` and nodeName NODE ...
     node.stop()   # pods removed first, then the processes, mounts, bridge and cgroups left behind
@@ -29,6 +31,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -63,12 +66,17 @@ CONTAINERD_RUN_DIR = Path("/run/containerd")
 class KubeletNode:
     """The kubelet and containerd as processes, their files under `state` (default: the cluster's)."""
 
-    def __init__(self, cluster: LocalCluster, kubelet: Path, *, state: Path | None = None) -> None:
+    def __init__(
+        self, cluster: LocalCluster, *, kubelet: Path, kube_proxy: Path, state: Path | None = None
+    ) -> None:
         self.cluster = cluster
         self.kubelet = kubelet
+        self.kube_proxy = kube_proxy
         self.state = state or cluster.paths.root / "kubelet-node"
         self.kubelet_port = 0
         self.healthz_port = 0
+        self.proxy_healthz_port = 0
+        self.proxy_metrics_port = 0
 
     @property
     def socket(self) -> Path:
@@ -87,8 +95,9 @@ class KubeletNode:
                 raise ClusterError(f"{tool} is not installed: run `make tools` (e2e/install-system-deps.sh)")
         if not (CNI_BIN_DIR / "bridge").exists():
             raise ClusterError(f"no CNI bridge plugin in {CNI_BIN_DIR}: run `make tools`")
-        if not self.kubelet.exists():
-            raise ClusterError(f"no kubelet at {self.kubelet}: run `make tools` (e2e/build-binaries.sh)")
+        for binary in (self.kubelet, self.kube_proxy):
+            if not binary.exists():
+                raise ClusterError(f"no {binary.name} at {binary}: run `make tools` (e2e/build-binaries.sh)")
         self.state.mkdir(parents=True, exist_ok=True)
         start(self._containerd(), state=self.state)
         pause = busybox_image(SANDBOX_IMAGE, ["/bin/busybox", "sleep", "2147483647"])
@@ -96,6 +105,8 @@ class KubeletNode:
         self.kubelet_port, self.healthz_port = free_port(), free_port()
         start(self._kubelet(), state=self.state)
         self._wait_ready(timeout_s)
+        self.proxy_healthz_port, self.proxy_metrics_port = free_port(), free_port()
+        start(self._kube_proxy(), state=self.state)
         return self
 
     def _containerd(self) -> Component:
@@ -216,9 +227,45 @@ class KubeletNode:
             "resolvConf": "",
         }
 
+    def _kube_proxy(self) -> Component:
+        root = self.state / "kube-proxy"
+        root.mkdir(parents=True, exist_ok=True)
+        config = root / "config.yaml"
+        config.write_text(yaml.safe_dump(self._kube_proxy_config()))
+        return Component(
+            name="kube-proxy",
+            argv=[str(self.kube_proxy), f"--config={config}"],
+            ports=[self.proxy_healthz_port, self.proxy_metrics_port],
+            # Healthy once it has programmed the Services it read.
+            is_ready=lambda: _answers_200(f"http://127.0.0.1:{self.proxy_healthz_port}/healthz"),
+            ready_timeout_s=60,
+        )
+
+    def _kube_proxy_config(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.cluster.paths.kubeconfig)},
+            "hostnameOverride": NODE,
+            "mode": "iptables",
+            # Traffic to a Service from outside the pods' network is masqueraded on its way to them.
+            "clusterCIDR": POD_NETWORK,
+            "healthzBindAddress": f"127.0.0.1:{self.proxy_healthz_port}",
+            "metricsBindAddress": f"127.0.0.1:{self.proxy_metrics_port}",
+            # NodePorts on 127.0.0.1 would need route_localnet set on the host: left alone.
+            "iptables": {"localhostNodePorts": False},
+            "nodePortAddresses": ["primary"],
+            # The host's conntrack limits and timeouts are left as they are (0: do not set).
+            "conntrack": {
+                "maxPerCore": 0,
+                "min": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
+        }
+
     def _healthz(self) -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=1.0) as answer:  # noqa: S310
-            return bool(answer.status == 200)
+        return _answers_200(f"http://127.0.0.1:{self.healthz_port}/healthz")
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -280,6 +327,7 @@ class KubeletNode:
             check=False,
             timeout=pods_timeout_s + 30,
         )
+        stop("kube-proxy", state=self.state, binary=str(self.kube_proxy))
         stop("kubelet", state=self.state, binary=str(self.kubelet))
         if self._containerd_answers():
             for task in self._ctr("tasks", "list", "-q").stdout.split():
@@ -309,6 +357,15 @@ class KubeletNode:
         self.cluster.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
 
 
+def _answers_200(url: str) -> bool:
+    """Whether `url` answers 200 within a second (an error status or no answer: False)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as answer:  # noqa: S310 - our own loopback URL
+            return bool(answer.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
 def _unmount_under(root: Path) -> None:
     """Unmount everything mounted below `root`, deepest first (containers' rootfs, shm, volumes)."""
     prefix = str(root.resolve()) + os.sep
@@ -330,11 +387,11 @@ def _remove_cgroups(name: str) -> None:
 
 
 def _remove_kube_iptables() -> None:
-    """Remove the chains and rules the kubelet adds to iptables (`KUBE-FIREWALL`, its canaries).
+    """Remove the chains and rules the kubelet and kube-proxy add to iptables (all named KUBE-).
 
-    Why: KUBE-FIREWALL drops connections to 127.0.0.0/8 from other sources, and the node agent's
-    pods use addresses of their own on the loopback interface; nothing else here makes KUBE- chains
-    (no kube-proxy runs).
+    Why: the node's Services would stay routed to addresses that are gone, and the kubelet's
+    KUBE-FIREWALL drops connections to 127.0.0.0/8 from other sources, which the node agent's pods'
+    loopback addresses are. Nothing else here makes KUBE- chains.
     """
     for save, restore in (("iptables-save", "iptables-restore"), ("ip6tables-save", "ip6tables-restore")):
         if shutil.which(save) is None or shutil.which(restore) is None:

@@ -1,9 +1,10 @@
-"""A real node beside the node agent's: the kubelet, containerd, runc and the CNI bridge run a pod.
+"""A real node beside the node agent's: the kubelet, kube-proxy, containerd, runc and the CNI bridge.
 
 The pod's image is built here (busybox and a page, written as an OCI archive and imported into
 containerd); the scheduler places the pod on the tainted node because it tolerates the taint, the
 kubelet runs it through containerd, the bridge plugin gives it an address, the kubelet's probe
-finds it ready, and the host reaches it on that address.
+finds it ready, and the host reaches it on that address and through its Service's cluster IP,
+which kube-proxy routes.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ PAGE = b"served from a container on the kubelet's node\n"
 
 @pytest.fixture(scope="module")
 def kubelet_node(real_cluster: LocalCluster) -> Iterator[KubeletNode]:
-    node = KubeletNode(real_cluster, Binaries.from_cache().kubelet)
+    binaries = Binaries.from_cache()
+    node = KubeletNode(real_cluster, kubelet=binaries.kubelet, kube_proxy=binaries.kube_proxy)
     try:
         yield node.start()
     finally:
@@ -85,6 +87,28 @@ def test_a_pod_from_an_image_built_here_runs_on_the_kubelet_and_answers_on_its_a
     with urllib.request.urlopen(f"http://{address}:8080/", timeout=10) as answer:  # noqa: S310
         assert answer.read() == PAGE
 
+    # A Service in front of it: kube-proxy routes its cluster IP (port 80) to the pod's 8080.
+    service = core.create_namespaced_service(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    )
+    cluster_ip = service.spec.cluster_ip
+    assert cluster_ip and ipaddress.ip_address(cluster_ip) not in ipaddress.ip_network(POD_NETWORK)
+    # kube-proxy programs the Service after its EndpointSlice: until then the address answers nothing.
+    assert (
+        eventually(
+            lambda: _page(f"http://{cluster_ip}/"),
+            timeout=60,
+            description="the Service's cluster IP answering",
+        )
+        == PAGE
+    )
+
     # Deleted, the pod goes through the kubelet: its container is stopped and it disappears.
     core.delete_namespaced_pod("web", ns, grace_period_seconds=1)
     eventually(
@@ -92,3 +116,12 @@ def test_a_pod_from_an_image_built_here_runs_on_the_kubelet_and_answers_on_its_a
         timeout=60,
         description="the web pod gone",
     )
+
+
+def _page(url: str) -> bytes | None:
+    """The body `url` answers with, or None while nothing answers there."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310 - a test's own address
+            return bytes(answer.read())
+    except OSError:
+        return None
