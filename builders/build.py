@@ -56,6 +56,7 @@ from tailpilot.builders.store import (
     out_of_space_message,
     write_atomic,
 )
+from tailpilot.builders.uri_redaction import redacted
 
 #: Writes one progress line (to stderr in the Job, so it lands in the Job's log).
 Progress = Callable[[str], None]
@@ -99,11 +100,19 @@ def run_build(request: BuildRequest, settings: BuildSettings, *, progress: Progr
         settings: The build environment.
         progress: Receives progress lines.
     """
+    # What the build reports (its log, its failure message: EngineReady and an Event) shows the
+    # request's URLs without the credentials a presigned URL or a user:password carries.
+    uris = (request.model_uri, request.calibration_uri)
+
+    def reported(line: str) -> None:
+        progress(redacted(line, uris))
+
     try:
-        return build_engine(request, settings, progress=progress)
+        return build_engine(request, settings, progress=reported)
     except BuildError as err:
-        progress(f"build failed: {err.reason}: {err.message}")
-        return BuildResult(outcome=BuildOutcome.FAILED, reason=err.reason, message=err.message)
+        message = redacted(err.message, uris)
+        reported(f"build failed: {err.reason}: {message}")
+        return BuildResult(outcome=BuildOutcome.FAILED, reason=err.reason, message=message)
 
 
 def build_engine(request: BuildRequest, settings: BuildSettings, *, progress: Progress) -> BuildResult:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 
@@ -88,3 +89,36 @@ def test_https_failures_name_the_problem_and_publish_nothing(
     assert (result.outcome, result.reason) == (BuildOutcome.FAILED, reason), result.message
     assert phrase in result.message
     assert EngineStore(store).published_keys() == []
+
+
+#: What a presigned URL carries in its query: a signature and a session token (made-up values).
+SIGNATURE = "f3a9c1d07b2e4d6a8c0e1f2a3b4c5d6e"
+TOKEN = "IQoJb3JpZ2luX2VjE/session+token=="
+
+
+@pytest.mark.parametrize(
+    ("path", "trust", "reason"),
+    [
+        ("forbidden/model.onnx", True, MODEL_ACCESS_DENIED),
+        ("missing.onnx", True, MODEL_NOT_FOUND),
+        ("model.onnx", False, MODEL_UNREACHABLE),
+    ],
+)
+def test_a_presigned_urls_signature_and_token_never_reach_the_report(
+    https_root: tuple[str, Path, Path],
+    make_request: Callable[..., BuildRequest],
+    path: str,
+    trust: bool,
+    reason: str,
+) -> None:
+    base, _, ca = https_root
+    query = f"X-Amz-Signature={SIGNATURE}&X-Amz-Security-Token={quote(TOKEN, safe='')}&X-Amz-Expires=900"
+    request = make_request(model_uri=f"{base}/{path}?{query}", model_sha256="0" * 64)
+    lines: list[str] = []
+    result = run_build(request, settings(ca if trust else None), progress=lines.append)
+    assert (result.outcome, result.reason) == (BuildOutcome.FAILED, reason), result.message
+    # The report still says which URL failed, and how.
+    assert f"{base}/{path}?REDACTED" in result.message, result.message
+    for text in (result.message, *lines):
+        for secret in (SIGNATURE, TOKEN, quote(TOKEN, safe=""), quote_plus(TOKEN)):
+            assert secret not in text, text
