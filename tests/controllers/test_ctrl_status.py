@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tailpilot.api.autoscaling import BatchingConfig
-from tailpilot.api.engine import AccuracyReport, BuildOutcome, BuildResult, ServiceTimeModel, TensorSpec
+from tailpilot.api.engine import AccuracyReport, BuildOutcome, BuildResult, TensorSpec
 from tailpilot.api.v1alpha1 import InferenceServiceStatus
 from tailpilot.controllers.core.status import (
     applied_spec_replicas,
@@ -36,8 +36,9 @@ from tailpilot.policy.error_budget import BudgetLedger
 from tailpilot.policy.from_spec import policy_config
 from tailpilot.policy.headroom import RiseHistory
 from tailpilot.policy.idle import IdleHistory
-from tailpilot.policy.service_fit import FitQuality, ServiceFit, WindowKind
+from tailpilot.policy.service_fit import WindowKind
 from tests.controllers.specs import service
+from tests.policy.policy_fakes import fitted_service
 
 
 def learned_dict(learned: Learned) -> dict[str, Any]:
@@ -465,13 +466,7 @@ def test_a_restarted_operator_keeps_the_idle_stretches_that_price_the_zero_choic
 
 
 def test_a_restarted_operator_keeps_the_fit_and_the_kind_of_windows_behind_it():
-    fit = ServiceFit(
-        model=ServiceTimeModel(intercept_ms=0.0, per_item_ms=19.2, jitter_cv=0.3),
-        quality=FitQuality.FITTED,
-        samples=6,
-        batch_range=(1.0, 1.0),
-        windows=WindowKind.SATURATED,
-    )
+    fit = fitted_service(per_item_ms=19.2, windows=WindowKind.SATURATED)
     kept = encode_status(InferenceServiceStatus(learned=learned_status(Learned(), fit)))
     assert kept["learned"]["serviceTimeFrom"] == "Saturated"
     restored = restored_memory(decode_status(kept)).fitted

@@ -13,6 +13,25 @@ from dataclasses import dataclass, field
 from tailpilot.api.autoscaling import BatchingConfig, Decision, Observation, ScalingAction
 from tailpilot.api.engine import BatchProfilePoint, EngineProfile, ServiceTimeModel
 from tailpilot.policy import BatchShape, PolicyConfig, PolicyState, decide, predict_p99_ms
+from tailpilot.policy.service_fit import FitQuality, ServiceFit, WindowKind
+
+
+def fitted_service(
+    *,
+    intercept_ms: float = 0.0,
+    per_item_ms: float,
+    windows: WindowKind = WindowKind.MIXED,
+    samples: int = 6,
+    batch_range: tuple[float, float] = (1.0, 1.0),
+) -> ServiceFit:
+    """A Fitted online service-time fit of `samples` windows of kind `windows`."""
+    return ServiceFit(
+        model=ServiceTimeModel(intercept_ms=intercept_ms, per_item_ms=per_item_ms, jitter_cv=0.3),
+        quality=FitQuality.FITTED,
+        samples=samples,
+        batch_range=batch_range,
+        windows=windows,
+    )
 
 
 def make_profile(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policy_fakes import make_profile
+from policy_fakes import fitted_service, make_profile
 
 from tailpilot.api.autoscaling import BatchingConfig, Observation
-from tailpilot.api.engine import ServiceTimeModel
 from tailpilot.policy import PolicyConfig, PolicyState
 from tailpilot.policy.gpu_choice import ProductOption
 from tailpilot.policy.period import (
@@ -74,12 +73,7 @@ def test_batching_comes_before_replicas_and_a_refused_reload_leaves_the_batching
 
 
 def test_a_provisional_fit_falls_back_to_the_last_fitted_one_of_the_same_engine_only():
-    fitted = ServiceFit(
-        model=ServiceTimeModel(intercept_ms=3.0, per_item_ms=0.4, jitter_cv=0.1),
-        quality=FitQuality.FITTED,
-        samples=12,
-        batch_range=(1.0, 8.0),
-    )
+    fitted = fitted_service(intercept_ms=3.0, per_item_ms=0.4, samples=12, batch_range=(1.0, 8.0))
     kept = PeriodMemory(fit=FitMemory(engine_key=ENGINE.key), fitted=fitted)
     assert run_period(period(busy(100.0), memory=kept)).fit == fitted
     other = replace(kept, fit=FitMemory(engine_key="fedcba9876543210", samples=()))
@@ -118,13 +112,7 @@ def test_saturated_windows_too_few_to_be_fitted_still_replace_a_fit_of_steady_on
     # The Fitted fit is remembered still, for when the saturated windows age out.
     assert both.memory.fitted == steady.fit
     # Steady windows too few to be Fitted do not replace a fit of saturated ones.
-    of_saturated = ServiceFit(
-        model=ServiceTimeModel(intercept_ms=0.0, per_item_ms=19.0, jitter_cv=0.3),
-        quality=FitQuality.FITTED,
-        samples=6,
-        batch_range=(1.0, 1.0),
-        windows=WindowKind.SATURATED,
-    )
+    of_saturated = fitted_service(per_item_ms=19.0, windows=WindowKind.SATURATED)
     assert planned((light,), of_saturated).fit == of_saturated
 
 
