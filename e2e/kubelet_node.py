@@ -61,6 +61,17 @@ POD_CGROUP = "kubepods"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Where containerd 1.6 keeps its shims' sockets and runc's state, whatever its configured state dir.
 CONTAINERD_RUN_DIR = Path("/run/containerd")
+#: The kernel settings the kubelet sets at start (its defaults for a node: overcommit, panic on an
+#: oops, reboot 10 s after a panic, key quotas). A node owns its machine; this one shares it with the
+#: tests and the node agent, so they are put back as they were when the node stops.
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 
 
 class KubeletNode:
@@ -77,6 +88,8 @@ class KubeletNode:
         self.healthz_port = 0
         self.proxy_healthz_port = 0
         self.proxy_metrics_port = 0
+        #: The kernel settings as they were before the kubelet started (`KUBELET_SYSCTLS`).
+        self.sysctls_before: dict[str, str] = {}
 
     @property
     def socket(self) -> Path:
@@ -103,6 +116,7 @@ class KubeletNode:
         pause = busybox_image(SANDBOX_IMAGE, ["/bin/busybox", "sleep", "2147483647"])
         self.import_image(write_archive(pause, self.state / "images" / "pause.tar"))
         self.kubelet_port, self.healthz_port = free_port(), free_port()
+        self.sysctls_before = read_sysctls(KUBELET_SYSCTLS)
         start(self._kubelet(), state=self.state)
         self._wait_ready(timeout_s)
         self.proxy_healthz_port, self.proxy_metrics_port = free_port(), free_port()
@@ -315,7 +329,8 @@ class KubeletNode:
 
         The pods go first, through the kubelet, so that it stops their containers, has CNI release their
         addresses and unmounts their volumes. Whatever a failure left is removed after: the mounts
-        under the state directory, the bridge, the pods' cgroups, the Node object.
+        under the state directory, the bridge, the pods' cgroups, the kubelet's iptables chains and
+        kernel settings, the Node object.
         """
         self.cluster.kubectl(
             "delete",
@@ -353,8 +368,29 @@ class KubeletNode:
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, timeout=30, check=False)  # noqa: S607
         _remove_cgroups(POD_CGROUP)
         _remove_kube_iptables()
+        write_sysctls(self.sysctls_before)
         _remove_empty_dirs(CONTAINERD_RUN_DIR)
         self.cluster.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
+
+
+def read_sysctls(names: tuple[str, ...]) -> dict[str, str]:
+    """The current values of kernel settings (paths under /proc/sys); unreadable ones left out."""
+    values = {}
+    for name in names:
+        try:
+            values[name] = (Path("/proc/sys") / name).read_text().strip()
+        except OSError:
+            continue
+    return values
+
+
+def write_sysctls(values: dict[str, str]) -> None:
+    """Set kernel settings (paths under /proc/sys) back; one that cannot be written is left as it is."""
+    for name, value in values.items():
+        try:
+            (Path("/proc/sys") / name).write_text(value)
+        except OSError:
+            continue
 
 
 def _answers_200(url: str) -> bool:

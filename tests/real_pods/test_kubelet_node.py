@@ -10,6 +10,7 @@ which kube-proxy routes.
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from kubernetes import client
 
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.config import Binaries
-from tailpilot_e2e.kubelet_node import NODE, POD_NETWORK, KubeletNode
+from tailpilot_e2e.kubelet_node import BRIDGE, KUBELET_SYSCTLS, NODE, POD_NETWORK, KubeletNode, read_sysctls
 from tailpilot_e2e.oci_archive import busybox_image, write_archive
 from tailpilot_e2e.wait import eventually
 
@@ -32,10 +33,14 @@ PAGE = b"served from a container on the kubelet's node\n"
 def kubelet_node(real_cluster: LocalCluster) -> Iterator[KubeletNode]:
     binaries = Binaries.from_cache()
     node = KubeletNode(real_cluster, kubelet=binaries.kubelet, kube_proxy=binaries.kube_proxy)
+    kernel = read_sysctls(KUBELET_SYSCTLS)
     try:
         yield node.start()
     finally:
         node.stop()
+    # The machine is shared with the rest of the suite: what the kubelet set is put back.
+    assert read_sysctls(KUBELET_SYSCTLS) == kernel
+    assert subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode != 0
 
 
 def web_pod(node: KubeletNode) -> dict[str, object]:
