@@ -75,7 +75,7 @@ KUBELET_SYSCTLS = (
 
 
 class KubeletNode:
-    """The kubelet and containerd as processes, their files under `state` (default: the cluster's)."""
+    """containerd, the kubelet and kube-proxy: processes with their files under `state`."""
 
     def __init__(
         self, cluster: LocalCluster, *, kubelet: Path, kube_proxy: Path, state: Path | None = None
@@ -312,16 +312,20 @@ class KubeletNode:
         return self._ctr("images", "list", "-q").stdout.split()
 
     def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(  # noqa: S603 - our own arguments
+        result = self._ctr_quietly(*args)
+        if result.returncode != 0:
+            raise ClusterError(f"ctr {' '.join(args)}: {result.stderr.strip() or result.stdout.strip()}")
+        return result
+
+    def _ctr_quietly(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`ctr` against this node's containerd, its failure returned rather than raised."""
+        return subprocess.run(  # noqa: S603 - our own arguments
             ["ctr", "--address", str(self.socket), "--namespace", CRI_NAMESPACE, *args],
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
         )
-        if result.returncode != 0:
-            raise ClusterError(f"ctr {' '.join(args)}: {result.stderr.strip() or result.stdout.strip()}")
-        return result
 
     # ---- stop ---------------------------------------------------------------------------------------
     def stop(self, *, pods_timeout_s: float = 60.0) -> None:
@@ -345,24 +349,10 @@ class KubeletNode:
         stop("kube-proxy", state=self.state, binary=str(self.kube_proxy))
         stop("kubelet", state=self.state, binary=str(self.kubelet))
         if self._containerd_answers():
-            for task in self._ctr("tasks", "list", "-q").stdout.split():
-                subprocess.run(  # noqa: S603
-                    [
-                        "ctr",
-                        "--address",
-                        str(self.socket),
-                        "--namespace",
-                        CRI_NAMESPACE,
-                        "tasks",
-                        "kill",
-                        "-s",
-                        "SIGKILL",
-                        task,
-                    ],
-                    capture_output=True,
-                    timeout=30,
-                    check=False,
-                )
+            # Containers the kubelet could not stop (it failed, or its pods were not deleted in time).
+            listed = self._ctr_quietly("tasks", "list", "-q")
+            for task in listed.stdout.split() if listed.returncode == 0 else []:
+                self._ctr_quietly("tasks", "kill", "-s", "SIGKILL", task)
         stop("containerd", state=self.state, binary="containerd")
         _unmount_under(self.state)
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, timeout=30, check=False)  # noqa: S607
