@@ -38,7 +38,7 @@ from tailpilot_e2e.agent_node import NODE_NAME
 from tailpilot_e2e.agent_process import kill_all
 from tailpilot_e2e.config import E2E_DIR, Binaries, Ports, read_versions, state_dir
 from tailpilot_e2e.host_addresses import KWOK_POD_NETWORK
-from tailpilot_e2e.procs import ClusterError, Component, log_tail, pid_runs, read_pid, start, stop
+from tailpilot_e2e.procs import ClusterError, Component, http_ok, log_tail, pid_runs, read_pid, start, stop
 
 #: Start order; stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -133,13 +133,6 @@ class LocalCluster:
         except (OSError, ValueError):
             return False
 
-    def _http_ok(self, url: str) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
     def apiserver_ready(self) -> bool:
         """True when kube-apiserver answers /readyz with 200."""
         return (self.paths.pki / "admin.crt").exists() and self._https_ok(f"{self.server}/readyz")
@@ -186,7 +179,7 @@ class LocalCluster:
                     "--unsafe-no-fsync=true",
                 ],
                 [p.etcd_client, p.etcd_peer],
-                lambda: self._http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
+                lambda: http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
                 ready_timeout_s=30,
             ),
             Component(
@@ -281,7 +274,7 @@ class LocalCluster:
                     f"--server-address=127.0.0.1:{p.kwok}",
                 ],
                 [p.kwok],
-                lambda: self._http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
+                lambda: http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
                 ready_timeout_s=30,
             ),
         ]

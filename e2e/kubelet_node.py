@@ -30,9 +30,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +38,8 @@ import yaml
 from tailpilot.builders.triton_server import free_port
 from tailpilot_e2e.cluster import LocalCluster
 from tailpilot_e2e.oci_archive import busybox_image, write_archive
-from tailpilot_e2e.procs import ClusterError, Component, start, stop
+from tailpilot_e2e.procs import ClusterError, Component, http_ok, start, stop
+from tailpilot_e2e.wait import EventuallyTimeout, eventually
 
 #: The node's name.
 NODE = "kubelet-0"
@@ -251,7 +249,7 @@ class KubeletNode:
             argv=[str(self.kube_proxy), f"--config={config}"],
             ports=[self.proxy_healthz_port, self.proxy_metrics_port],
             # Healthy once it has programmed the Services it read.
-            is_ready=lambda: _answers_200(f"http://127.0.0.1:{self.proxy_healthz_port}/healthz"),
+            is_ready=lambda: http_ok(f"http://127.0.0.1:{self.proxy_healthz_port}/healthz"),
             ready_timeout_s=60,
         )
 
@@ -279,12 +277,10 @@ class KubeletNode:
         }
 
     def _healthz(self) -> bool:
-        return _answers_200(f"http://127.0.0.1:{self.healthz_port}/healthz")
+        return http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz")
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        status = ""
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             got = self.cluster.kubectl(
                 "get",
                 "node",
@@ -293,14 +289,12 @@ class KubeletNode:
                 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
                 check=False,
             )
-            status = got.stdout.strip()
-            if status == "True":
-                return
-            time.sleep(0.5)  # polling the API between bounded retries, not a synchronization sleep
-        raise ClusterError(
-            f"node {NODE} not Ready within {timeout_s:.0f}s (Ready={status or 'absent'}); "
-            f"log: {self.state / 'logs' / 'kubelet.log'}"
-        )
+            return got.stdout.strip() == "True"
+
+        try:
+            eventually(ready, timeout=timeout_s, interval=0.5, description=f"node {NODE} Ready")
+        except EventuallyTimeout as exc:
+            raise ClusterError(f"{exc}; log: {self.state / 'logs' / 'kubelet.log'}") from exc
 
     # ---- images -------------------------------------------------------------------------------------
     def import_image(self, archive: Path) -> None:
@@ -381,15 +375,6 @@ def write_sysctls(values: dict[str, str]) -> None:
             (Path("/proc/sys") / name).write_text(value)
         except OSError:
             continue
-
-
-def _answers_200(url: str) -> bool:
-    """Whether `url` answers 200 within a second (an error status or no answer: False)."""
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as answer:  # noqa: S310 - our own loopback URL
-            return bool(answer.status == 200)
-    except urllib.error.HTTPError:
-        return False
 
 
 def _unmount_under(root: Path) -> None:

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from tailpilot_e2e.oci_registry import (
-    OCI_IMAGE_CONFIG,
     OCI_INDEX,
-    OCI_LAYER_TAR,
     OCI_MANIFEST,
     canonical_json,
     digest_of,
+    image_manifest,
     tar_layer,
 )
 
@@ -79,29 +78,18 @@ def write_archive(image: Image, path: Path) -> Path:
     """Write `image` as an OCI image layout tar at `path`; return `path`."""
     blobs: dict[str, bytes] = {}
 
-    def blob(data: bytes, media_type: str) -> dict[str, Any]:
+    def blob(data: bytes) -> dict[str, Any]:
         digest = digest_of(data)
         blobs[digest] = data
-        return {"mediaType": media_type, "digest": digest, "size": len(data)}
+        return {"digest": digest, "size": len(data)}
 
-    layers, diff_ids = [], []
-    for layer in image.layers:
-        data = tar_layer(dict(layer.files), compress=False, executable=layer.executable)
-        diff_ids.append(digest_of(data))
-        layers.append(blob(data, OCI_LAYER_TAR))
-    config = {
-        "architecture": architecture(),
-        "os": "linux",
-        "config": {"Entrypoint": list(image.entrypoint), "Env": list(image.env)},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-    }
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": blob(canonical_json(config), OCI_IMAGE_CONFIG),
-        "layers": layers,
-    }
-    entry = blob(canonical_json(manifest), OCI_MANIFEST)
+    manifest = image_manifest(
+        [(tar_layer(dict(layer.files), executable=layer.executable), False) for layer in image.layers],
+        store=blob,
+        architecture=architecture(),
+        config={"Entrypoint": list(image.entrypoint), "Env": list(image.env)},
+    )
+    entry = {"mediaType": OCI_MANIFEST, **blob(canonical_json(manifest))}
     entry["platform"] = {"architecture": architecture(), "os": "linux"}
     entry["annotations"] = {CONTAINERD_IMAGE_NAME: image.name, REF_NAME: image.name.rsplit(":", 1)[-1]}
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}

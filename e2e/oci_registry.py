@@ -29,6 +29,7 @@ import json
 import secrets
 import ssl
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,8 @@ def canonical_json(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
-def tar_layer(files: dict[str, bytes], *, compress: bool, executable: frozenset[str] = frozenset()) -> bytes:
-    """A layer: `files` (path in the image -> bytes) as a tar, gzip-compressed if asked.
+def tar_layer(files: dict[str, bytes], *, executable: frozenset[str] = frozenset()) -> bytes:
+    """A layer: `files` (path in the image -> bytes) as an uncompressed tar (`image_manifest` gzips).
 
     The paths in `executable` get mode 0755, the others 0644.
     """
@@ -96,7 +97,39 @@ def tar_layer(files: dict[str, bytes], *, compress: bool, executable: frozenset[
             info.size, info.mtime = len(data), 0
             info.mode = 0o755 if path in executable else 0o644
             archive.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue(), mtime=0) if compress else raw.getvalue()
+    return raw.getvalue()
+
+
+def image_manifest(
+    layers: list[tuple[bytes, bool]],
+    *,
+    store: Callable[[bytes], dict[str, Any]],
+    architecture: str = "amd64",
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The OCI manifest of an image of tar layers (uncompressed tar, gzip it or not), bottom first.
+
+    Each blob (the layers as stored, then the image config) goes to `store`, which keeps it and
+    returns its descriptor (`digest`, `size`). `config` is the image config's own `config` (an
+    entrypoint, an environment).
+    """
+    descriptors, diff_ids = [], []
+    for raw, compress in layers:
+        diff_ids.append(digest_of(raw))
+        blob = gzip.compress(raw, mtime=0) if compress else raw
+        descriptors.append({"mediaType": OCI_LAYER_TAR_GZIP if compress else OCI_LAYER_TAR, **store(blob)})
+    image_config = {
+        "architecture": architecture,
+        "os": "linux",
+        "config": config or {},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    return {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_IMAGE_CONFIG, **store(canonical_json(image_config))},
+        "layers": descriptors,
+    }
 
 
 @dataclass
@@ -259,31 +292,10 @@ class LocalRegistry:
 
     def push_image(self, repository: str, tag: str, layers: list[tuple[dict[str, bytes], bool]]) -> str:
         """Push an image of tar layers (files, gzip or not), bottom first, a minimal config; its digest."""
-        descriptors, diff_ids = [], []
-        for files, compress in layers:
-            blob = tar_layer(files, compress=compress)
-            raw = gzip.decompress(blob) if compress else blob
-            diff_ids.append(digest_of(raw))
-            descriptors.append(
-                {
-                    "mediaType": OCI_LAYER_TAR_GZIP if compress else OCI_LAYER_TAR,
-                    **self.push_blob(repository, blob),
-                }
-            )
-        config = canonical_json(
-            {
-                "architecture": "amd64",
-                "os": "linux",
-                "config": {},
-                "rootfs": {"type": "layers", "diff_ids": diff_ids},
-            }
+        manifest = image_manifest(
+            [(tar_layer(files), compress) for files, compress in layers],
+            store=lambda blob: self.push_blob(repository, blob),
         )
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": OCI_IMAGE_CONFIG, **self.push_blob(repository, config)},
-            "layers": descriptors,
-        }
         return self.push_manifest(repository, tag, manifest)
 
     def push_modelcar(self, repository: str, tag: str, files: dict[str, bytes], *, gzip: bool = True) -> str:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,15 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return True
     return False
+
+
+def http_ok(url: str, *, timeout_s: float = 2.0) -> bool:
+    """True when `url` answers 200 (another status, or no answer: False): a health check."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - our own loopback URLs
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
